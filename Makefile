@@ -1,0 +1,36 @@
+# The two commands a newcomer needs are `make demo` and `make test`; each creates .venv when
+# missing and installs what it needs (re-installing only when pyproject.toml changed).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+
+.PHONY: demo test lint bench samples clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/rlperf demo
+
+test: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/ingest.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

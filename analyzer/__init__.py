@@ -1,0 +1,1 @@
+"""rlperf's analyzer: run assembly, classification, the analyses, reports, CLI and Python API."""

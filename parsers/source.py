@@ -1,0 +1,44 @@
+"""What a parser hands back for one source file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from .events import empty_events
+
+METRICS_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.UInt32(),
+    "step": pl.Int32(),
+    "key": pl.String(),
+    "value": pl.Float64(),
+}
+"""Per-step scalar metrics a log states (response lengths, memory, MFU, idle ratios, …)."""
+
+
+def empty_metrics() -> pl.DataFrame:
+    return pl.DataFrame(schema=METRICS_SCHEMA)
+
+
+@dataclass
+class ParsedSource:
+    """One parsed file: its event table, run-level facts, per-step metrics and warnings.
+
+    ``meta`` keys used across parsers (all optional): ``rank``, ``world_size``, ``host``,
+    ``pg_config`` (list of ``{pg_name, pg_desc, ranks}``), ``device_properties``, ``framework``,
+    ``framework_version``, ``config`` (dict of run configuration the source states),
+    ``time_base`` (how absolute time was derived), ``salvaged`` (fraction kept from a cut file).
+    """
+
+    path: Path
+    format: str
+    events: pl.DataFrame = field(default_factory=empty_events)
+    meta: dict[str, Any] = field(default_factory=dict)
+    metrics: pl.DataFrame = field(default_factory=empty_metrics)
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(f"{self.path.name}: {message}")
