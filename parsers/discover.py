@@ -19,6 +19,9 @@ from .errors import InputError
 
 PARSER_MODULES: tuple[str, ...] = (
     "parsers.kineto",
+    "parsers.nsys",
+    "parsers.nsys_rep",
+    "parsers.nsys_stats",
 )
 """Parser modules, in the order ties are broken."""
 
@@ -41,7 +44,7 @@ def parser_modules() -> list[ModuleType]:
 
 def parser_for(fmt: str) -> ModuleType:
     for module in parser_modules():
-        if module.FORMAT == fmt:
+        if fmt == module.FORMAT:
             return module
     raise KeyError(fmt)
 

@@ -1,0 +1,119 @@
+"""NVTX rows of an Nsight Systems export → annotations and markers, with nesting depth.
+
+Names are the inline ``text`` or, for registered strings (NCCL's domain, the Python ``nvtx``
+package), ``StringIds[textId]``. Push/pop and start/end ranges become ``annotation`` rows whose
+``depth`` counts the ranges still open on the same thread when they start (all domains share a
+thread's nesting, as they do on the timeline); a start/end range closed on another thread stays
+on the thread that opened it. Marks become ``marker`` rows. Domain names come from the
+domain-create rows, which a file cut to a time window may lack.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .nsys_db import Db
+
+RANGE_TYPES: dict[int, str] = {
+    59: "push/pop",
+    60: "start/end",
+    70: "push/pop (NVTXT)",
+    71: "start/end (NVTXT)",
+}
+"""``ENUM_NSYS_EVENT_TYPE`` ids of ranges (hard-coded: 2022 exports have no ENUM tables)."""
+MARK_TYPES: tuple[int, ...] = (34, 65)
+DOMAIN_CREATE = 75
+THREAD_NAME = 39
+
+_ROWS = {
+    "start": pl.Int64(),
+    "end": pl.Int64(),
+    "eventType": pl.Int32(),
+    "text": pl.String(),
+    "textId": pl.Int64(),
+    "globalTid": pl.Int64(),
+    "domainId": pl.Int64(),
+}
+
+
+def read_nvtx(db: Db, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, str | None], pl.DataFrame, int]:
+    """(events, domain id → name, thread names set through NVTX, ranges dropped as unclosed).
+
+    ``events`` has ``globalTid, kind, name, start, end, depth``.
+    """
+    if not db.has("NVTX_EVENTS"):
+        return _empty(), {}, pl.DataFrame(schema={"globalTid": pl.Int64(), "name": pl.String()}), 0
+    wanted = (*RANGE_TYPES, *MARK_TYPES, DOMAIN_CREATE, THREAD_NAME)
+    rows = db.frame("NVTX_EVENTS", _ROWS, where=f"WHERE eventType IN ({', '.join(map(str, wanted))})")
+    rows = rows.join(strings.rename({"id": "textId", "value": "_registered"}), on="textId", how="left")
+    rows = rows.with_columns(name=pl.coalesce("text", "_registered")).drop("text", "_registered")
+
+    created = rows.filter(pl.col("eventType") == DOMAIN_CREATE)
+    domains: dict[int, str | None] = {int(d): n for d, n in zip(created["domainId"], created["name"], strict=True)}
+    for d in rows.filter(pl.col("eventType") != DOMAIN_CREATE)["domainId"].drop_nulls().unique():
+        domains.setdefault(int(d), None if d else "default")
+    threads = rows.filter(pl.col("eventType") == THREAD_NAME).select("globalTid", "name")
+
+    ranges = rows.filter(pl.col("eventType").is_in(list(RANGE_TYPES)))
+    closed = pl.col("end").is_not_null() & (pl.col("end") >= pl.col("start"))
+    unclosed = ranges.height - ranges.filter(closed).height
+    ranges = ranges.filter(closed).with_columns(kind=pl.lit("annotation"))
+    ranges = ranges.with_columns(depth=nesting_depth(ranges))
+    marks = rows.filter(pl.col("eventType").is_in(list(MARK_TYPES))).with_columns(
+        end=pl.col("start"), kind=pl.lit("marker"), depth=pl.lit(0, pl.Int64)
+    )
+    events = pl.concat([ranges, marks], how="vertical_relaxed").select(
+        "globalTid", "kind", pl.col("name").fill_null(""), "start", "end", "depth"
+    )
+    return events, dict(sorted(domains.items())), threads, unclosed
+
+
+def nesting_depth(ranges: pl.DataFrame, key: str = "globalTid") -> pl.Series:
+    """For each range, how many other ranges on its ``key`` are open when it starts.
+
+    A sweep over start (+1) and end (-1) boundaries per thread. At one instant, ends come before
+    starts (a range ending as another begins does not enclose it), starts come in (start, longest
+    first) order so a parent precedes its child, and a zero-length range closes right after it
+    opens so it encloses nothing.
+    """
+    if ranges.height == 0:
+        return pl.Series("depth", [], dtype=pl.Int64)
+    order = (
+        ranges.select(key, "start", "end")
+        .with_row_index("_i")
+        .sort([key, "start", "end", "_i"], descending=[False, False, True, False])
+        .with_row_index("_o")
+    )
+    zero_length = pl.col("end") == pl.col("start")
+    opens = order.select(
+        key, "_i", t=pl.col("start"), cls=pl.lit(1), sub=pl.col("_o") * 2, delta=pl.lit(1)
+    )
+    closes = order.select(
+        key,
+        "_i",
+        t=pl.col("end"),
+        cls=pl.when(zero_length).then(1).otherwise(0),
+        sub=pl.col("_o") * 2 + 1,
+        delta=pl.lit(-1),
+    )
+    sweep = (
+        pl.concat([opens, closes])
+        .sort([key, "t", "cls", "sub"])
+        .with_columns(open=pl.col("delta").cum_sum().over(key))
+        .filter(pl.col("delta") == 1)
+        .sort("_i")
+    )
+    return (sweep["open"] - 1).alias("depth")
+
+
+def _empty() -> pl.DataFrame:
+    return pl.DataFrame(
+        schema={
+            "globalTid": pl.Int64(),
+            "kind": pl.String(),
+            "name": pl.String(),
+            "start": pl.Int64(),
+            "end": pl.Int64(),
+            "depth": pl.Int64(),
+        }
+    )

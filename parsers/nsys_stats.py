@@ -1,0 +1,248 @@
+"""``nsys stats -f csv`` reports → the event table (traces) or ``meta`` (summaries).
+
+Understood, under their current and their 2022-era names: the NVTX push/pop trace
+(``nvtx_pushpop_trace`` / ``nvtxpptrace``) → ``annotation`` rows with ``depth`` from ``Lvl``;
+the GPU trace (``cuda_gpu_trace`` / ``gputrace``) → ``kernel``/``memcpy``/``memset`` rows; the
+CUDA API trace (``cuda_api_trace`` / ``cudaapitrace``) → ``runtime`` rows. Summary reports
+(``cuda_gpu_kern_sum``, ``nvtx_sum``, …) have no times and land in ``meta["summary_tables"]``.
+
+A file may be one report written with ``-o`` or several reports as ``nsys stats`` prints them
+to stdout (each after a ``Processing [...] with [.../<report>.py]...`` line). The CSV carries
+session-relative times and no epoch, so times stay relative and a warning says so.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from .discover import open_bytes
+from .errors import InputError
+from .events import conform
+from .nccl import kernel_coll_expr
+from .source import ParsedSource
+
+FORMAT = "nsys-stats-csv"
+EXTENSIONS: tuple[str, ...] = (".csv",)
+
+KNOWN_COLUMNS = frozenset(
+    {
+        "Start (ns)", "End (ns)", "Duration (ns)", "Time (%)", "Total Time (ns)", "Instances",
+        "Num Calls", "Count", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)",
+        "Name", "Lvl", "CorrId", "CorrID", "Strm", "Range", "Operation", "Style", "NumChild",
+        "RangeId", "ParentId", "Device", "Ctx", "Pid", "Tid", "PID", "TID", "Result",
+    }
+)
+PROCESSING = re.compile(r"^Processing \[.*\] with \[(?:.*/)?([^/\]]+?)(?:\.py)?\]")
+TIME_COLUMN = re.compile(r"^(Start|End|Duration)\s*\((ns|nsec|us|usec|ms|msec|s|sec)\)$")
+UNIT_NS = {"ns": 1, "nsec": 1, "us": 1_000, "usec": 1_000, "ms": 1_000_000, "msec": 1_000_000, "s": 10**9, "sec": 10**9}
+BYTES_COLUMN = re.compile(r"^Bytes(?:\s*\((B|kB|KB|KiB|MB|MiB|GB|GiB)\))?$")
+UNIT_BYTES = {None: 1, "B": 1, "kB": 10**3, "KB": 10**3, "KiB": 2**10, "MB": 10**6, "MiB": 2**20, "GB": 10**9, "GiB": 2**30}
+REPORTS: tuple[str, ...] = (
+    "nvtx_pushpop_trace", "nvtxpptrace", "cuda_gpu_trace", "gputrace", "cuda_api_trace",
+    "cudaapitrace", "cuda_gpu_kern_sum", "gpukernsum", "cuda_api_sum", "cudaapisum",
+    "cuda_gpu_mem_time_sum", "gpumemtimesum", "cuda_gpu_mem_size_sum", "gpumemsizesum",
+    "cuda_api_gpu_sum", "apigpusum", "cuda_gpu_sum", "gpusum", "nvtx_sum", "nvtxsum",
+    "nvtx_pushpop_sum", "nvtxppsum", "nvtx_startend_sum", "nvtxsesum", "nvtx_kern_sum",
+    "nvtxkernsum", "osrt_sum", "osrtsum", "cuda_kern_exec_sum", "kernexecsum", "mpi_event_sum",
+)
+"""Report names, new and 2022-era; a file written with ``-o P`` is named ``P_<report>.csv``."""
+COPY_LABELS = {
+    "Host-to-Device": "HtoD", "Device-to-Host": "DtoH", "Device-to-Device": "DtoD",
+    "Host-to-Host": "HtoH", "Peer-to-Peer": "PtoP", "Host-to-Array": "HtoA", "Array-to-Host": "AtoH",
+    "Array-to-Array": "AtoA", "Array-to-Device": "AtoD", "Device-to-Array": "DtoA",
+}
+"""Newer nsys spells the copy kind out (``[CUDA memcpy Host-to-Device]``); 2022 wrote ``HtoD``."""
+
+
+@dataclass
+class Block:
+    report: str | None
+    header: list[str]
+    text: str
+
+
+def sniff(head: bytes, path: Path) -> int:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        text = head.decode("utf-8", "ignore")
+    for line in text.splitlines()[:20]:
+        columns = {c.strip().strip('"') for c in line.split(",")}
+        if len(columns & KNOWN_COLUMNS) >= 4 and any(c.endswith(("(ns)", "(%)")) for c in columns):
+            return 90
+    return 0
+
+
+def parse(path: Path, source: int = 0) -> ParsedSource:
+    path = Path(path)
+    try:
+        text = open_bytes(path).decode("utf-8", "replace")
+    except (OSError, EOFError) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+    blocks = split_blocks(text, default_report=report_from_name(path))
+    if not blocks:
+        raise InputError(path, "no nsys stats CSV table found (write reports with `nsys stats -f csv`)")
+    out = ParsedSource(path=path, format=FORMAT)
+    frames: list[pl.DataFrame] = []
+    summaries: list[dict] = []
+    for block in blocks:
+        table = pl.read_csv(io.StringIO(block.text), infer_schema=False, null_values=["None", ""])
+        kind = classify(block.header)
+        try:
+            if kind == "nvtx_pushpop_trace":
+                frames.append(_pushpop(table))
+            elif kind == "cuda_gpu_trace":
+                frames.append(_gpu_trace(table))
+                coarse = [c for c in table.columns if re.match(r"^Bytes \((MB|GB|MiB|GiB)\)$", c)]
+                if coarse:
+                    out.warn(f"byte counts come from {coarse[0]!r} with 3 decimals, so they are rounded")
+            elif kind == "cuda_api_trace":
+                frames.append(_api_trace(table))
+            else:
+                summaries.append({"report": block.report or kind, "rows": table.to_dicts()})
+        except (pl.exceptions.PolarsError, ValueError) as exc:
+            raise InputError(path, f"{block.report or kind} table has values rlperf cannot read ({exc})") from None
+    if frames:
+        out.events = conform(pl.concat(frames, how="diagonal_relaxed").sort("start_ns"), source=source)
+        out.warn("nsys stats CSV has no time base: times are ns since the capture's session start, not epoch")
+        out.meta["time_base"] = "session-relative (nsys stats CSV carries no epoch)"
+    if summaries:
+        out.meta["summary_tables"] = summaries
+        if not frames:
+            out.warn(
+                "only summary reports ("
+                + ", ".join(s["report"] for s in summaries)
+                + "): no per-event times, so no timeline analyses"
+            )
+    return out
+
+
+def report_from_name(path: Path) -> str | None:
+    stem = path.name.split(".")[0]
+    return next((r for r in sorted(REPORTS, key=len, reverse=True) if stem.endswith(r)), None)
+
+
+def split_blocks(text: str, default_report: str | None = None) -> list[Block]:
+    """The CSV tables in ``text``: one per header line, named by a preceding ``Processing`` line."""
+    blocks: list[Block] = []
+    report: str | None = default_report
+    current: list[str] | None = None
+    header: list[str] = []
+    for line in text.splitlines():
+        m = PROCESSING.match(line)
+        if m:
+            report = m.group(1)
+            current = None
+            continue
+        if not line.strip():
+            current = None
+            continue
+        if current is None:
+            columns = [c.strip().strip('"') for c in line.split(",")]
+            if len(set(columns) & KNOWN_COLUMNS) >= 3:
+                header = columns
+                current = [line]
+                blocks.append(Block(report, header, ""))
+            continue
+        current.append(line)
+        blocks[-1].text = "\n".join(current) + "\n"
+    for block in blocks:
+        if not block.text:
+            block.text = ",".join(block.header) + "\n"
+    return blocks
+
+
+def classify(header: list[str]) -> str:
+    cols = set(header)
+    if "Lvl" in cols and any(c.startswith("End") for c in cols):
+        return "nvtx_pushpop_trace"
+    if any(c.startswith("Start") for c in cols) and "Strm" in cols:
+        return "cuda_gpu_trace"
+    if any(c.startswith("Start") for c in cols) and ("CorrID" in cols or "CorrId" in cols) and "Tid" in cols:
+        return "cuda_api_trace"
+    return "summary"
+
+
+def _times(table: pl.DataFrame) -> dict[str, pl.Expr]:
+    """``start_ns`` and ``end_ns`` from whichever of Start/End/Duration columns exist, in ns."""
+    found: dict[str, pl.Expr] = {}
+    for col in table.columns:
+        m = TIME_COLUMN.match(col)
+        if not m:
+            continue
+        factor = UNIT_NS[m.group(2)]
+        value = pl.col(col).cast(pl.Int64) if factor == 1 else (pl.col(col).cast(pl.Float64) * factor).round().cast(pl.Int64)
+        found[m.group(1)] = value
+    if "Start" not in found or ("End" not in found and "Duration" not in found):
+        raise ValueError("no Start and End/Duration columns")
+    end = found.get("End", found["Start"] + found.get("Duration", pl.lit(0)))
+    return {"start_ns": found["Start"], "end_ns": end}
+
+
+def _pushpop(table: pl.DataFrame) -> pl.DataFrame:
+    return table.select(
+        **_times(table),
+        kind=pl.lit("annotation"),
+        name=pl.col("Name").fill_null(""),
+        pid=pl.col("PID").cast(pl.Int64),
+        tid=pl.col("TID").cast(pl.Int64),
+        depth=pl.col("Lvl").cast(pl.Int64),
+    )
+
+
+def _gpu_trace(table: pl.DataFrame) -> pl.DataFrame:
+    raw = pl.col("Name").fill_null("")
+    copy = raw.str.extract(r"^\[CUDA memcpy ([^\]]+)\]$", 1)
+    memset = raw.str.starts_with("[CUDA memset")
+    src = pl.col("SrcMemKd").fill_null("Unknown") if "SrcMemKd" in table.columns else pl.lit("Unknown")
+    dst = pl.col("DstMemKd").fill_null("Unknown") if "DstMemKd" in table.columns else pl.lit("Unknown")
+    copy_label = copy.replace(COPY_LABELS)
+    kind = pl.when(copy.is_not_null()).then(pl.lit("memcpy")).when(memset).then(pl.lit("memset")).otherwise(pl.lit("kernel"))
+    name = (
+        pl.when(copy.is_not_null())
+        .then(pl.format("Memcpy {} ({} -> {})", copy_label, src, dst))
+        .when(memset)
+        .then(pl.format("Memset ({})", src))
+        .otherwise(raw)
+    )
+    bytes_col = next((c for c in table.columns if BYTES_COLUMN.match(c)), None)
+    nbytes = pl.lit(None, pl.Int64)
+    if bytes_col:
+        factor = UNIT_BYTES[BYTES_COLUMN.match(bytes_col).group(1)]
+        nbytes = (pl.col(bytes_col).cast(pl.Float64) * factor).round().cast(pl.Int64)
+    device = pl.col("Device").str.extract(r"(\d+)\)?\s*$", 1).cast(pl.Int64) if "Device" in table.columns else pl.lit(-1)
+    corr = "CorrId" if "CorrId" in table.columns else "CorrID"
+    return table.select(
+        **_times(table),
+        kind=kind,
+        name=name,
+        device=device,
+        stream=pl.col("Strm").cast(pl.Int64),
+        corr=pl.col(corr).cast(pl.Int64),
+        bytes=pl.when(kind == "kernel").then(None).otherwise(nbytes),
+        coll=pl.when(kind == "kernel").then(kernel_coll_expr(raw)),
+    )
+
+
+def _api_trace(table: pl.DataFrame) -> pl.DataFrame:
+    """Runtime rows; 2022 exports also list each call's CUDA-backtrace twin (same correlation
+    id, slightly longer), which the SQLite parser drops by ``eventClass`` — here the shorter of
+    the two is kept."""
+    corr = "CorrID" if "CorrID" in table.columns else "CorrId"
+    rows = table.select(
+        **_times(table),
+        kind=pl.lit("runtime"),
+        name=pl.col("Name").fill_null("").str.replace(r"_v\d+$", ""),
+        pid=pl.col("Pid").cast(pl.Int64),
+        tid=pl.col("Tid").cast(pl.Int64),
+        corr=pl.col(corr).cast(pl.Int64),
+    )
+    paired = rows.filter(pl.col("corr").is_not_null()).sort(pl.col("end_ns") - pl.col("start_ns"))
+    return pl.concat(
+        [paired.unique(["pid", "tid", "corr"], keep="first"), rows.filter(pl.col("corr").is_null())]
+    )
