@@ -104,7 +104,7 @@ def is_nsys(tables: frozenset[str] | set[str]) -> bool:
 
 def sqlite_problem(exc: sqlite3.Error) -> str:
     """One line for an SQLite failure, worded for the user."""
-    text = str(exc)
+    text = " ".join(str(exc).split())
     if "not a database" in text:
         return "not an SQLite database (the file header is wrong)"
     if "malformed" in text or "disk image" in text:

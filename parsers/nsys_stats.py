@@ -1,7 +1,9 @@
 """``nsys stats -f csv`` reports → the event table (traces) or ``meta`` (summaries).
 
 Understood, under their current and their 2022-era names: the NVTX push/pop trace
-(``nvtx_pushpop_trace`` / ``nvtxpptrace``) → ``annotation`` rows with ``depth`` from ``Lvl``;
+(``nvtx_pushpop_trace`` / ``nvtxpptrace``) → ``annotation`` rows, ``depth`` from their times
+(nsys' own ``Lvl`` is checked against it: nsys matches parents on float32-rounded times and
+gets it wrong for long captures);
 the GPU trace (``cuda_gpu_trace`` / ``gputrace``) → ``kernel``/``memcpy``/``memset`` rows; the
 CUDA API trace (``cuda_api_trace`` / ``cudaapitrace``) → ``runtime`` rows. Summary reports
 (``cuda_gpu_kern_sum``, ``nvtx_sum``, …) have no times and land in ``meta["summary_tables"]``.
@@ -24,6 +26,7 @@ from .discover import open_bytes
 from .errors import InputError
 from .events import conform
 from .nccl import kernel_coll_expr
+from .nsys_nvtx import nesting_depth
 from .source import ParsedSource
 
 FORMAT = "nsys-stats-csv"
@@ -91,11 +94,19 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     frames: list[pl.DataFrame] = []
     summaries: list[dict] = []
     for block in blocks:
-        table = pl.read_csv(io.StringIO(block.text), infer_schema=False, null_values=["None", ""])
         kind = classify(block.header)
         try:
+            table = pl.read_csv(io.StringIO(block.text), infer_schema=False, null_values=["None", ""])
             if kind == "nvtx_pushpop_trace":
-                frames.append(_pushpop(table))
+                ranges = _pushpop(table)
+                differ = ranges.filter(pl.col("depth") != pl.col("lvl")).height
+                if differ:
+                    out.warn(
+                        f"{differ} of {ranges.height} ranges: nsys' Lvl differs from the nesting "
+                        "their times show (nsys stats matches parents on float32-rounded times); "
+                        "depth is taken from the times"
+                    )
+                frames.append(ranges.drop("lvl"))
             elif kind == "cuda_gpu_trace":
                 frames.append(_gpu_trace(table))
                 coarse = [c for c in table.columns if re.match(r"^Bytes \((MB|GB|MiB|GiB)\)$", c)]
@@ -104,9 +115,12 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
             elif kind == "cuda_api_trace":
                 frames.append(_api_trace(table))
             else:
-                summaries.append({"report": block.report or kind, "rows": table.to_dicts()})
+                summaries.append(
+                    {"report": block.report or "unnamed summary", "columns": block.header, "rows": table.to_dicts()}
+                )
         except (pl.exceptions.PolarsError, ValueError) as exc:
-            raise InputError(path, f"{block.report or kind} table has values rlperf cannot read ({exc})") from None
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(path, f"{block.report or kind} table has values rlperf cannot read ({first})") from None
     if frames:
         out.events = conform(pl.concat(frames, how="diagonal_relaxed").sort("start_ns"), source=source)
         out.warn("nsys stats CSV has no time base: times are ns since the capture's session start, not epoch")
@@ -185,14 +199,17 @@ def _times(table: pl.DataFrame) -> dict[str, pl.Expr]:
 
 
 def _pushpop(table: pl.DataFrame) -> pl.DataFrame:
-    return table.select(
+    """Ranges with ``depth`` recomputed from their times (as for SQLite) and nsys' ``lvl``."""
+    ranges = table.select(
         **_times(table),
         kind=pl.lit("annotation"),
         name=pl.col("Name").fill_null(""),
         pid=pl.col("PID").cast(pl.Int64),
         tid=pl.col("TID").cast(pl.Int64),
-        depth=pl.col("Lvl").cast(pl.Int64),
+        lvl=pl.col("Lvl").cast(pl.Int64),
     )
+    keyed = ranges.select(thread=pl.struct("pid", "tid"), start="start_ns", end="end_ns")
+    return ranges.with_columns(depth=nesting_depth(keyed, key="thread"))
 
 
 def _gpu_trace(table: pl.DataFrame) -> pl.DataFrame:

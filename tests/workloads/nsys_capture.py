@@ -1,0 +1,94 @@
+"""Profile a command with the real ``nsys`` CLI and return the ``.nsys-rep``, leaving nothing
+running.
+
+``nsys profile -t nvtx,osrt -s none --cpuctxsw none`` runs in its own session under a timeout;
+when nsys leaves only a ``.qdstrm`` (its importer missing, as with Debian's 2022.4 package), the
+stream is turned into a report with ``QdstrmImporter``. After every call the session is killed
+whole and checked empty: a stuck ``nsys`` agent must never outlive a test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+PROFILE_TIMEOUT_S = 240
+IMPORT_TIMEOUT_S = 120
+
+
+def importer() -> Path | None:
+    """``QdstrmImporter`` from PATH or beside the nsys installation."""
+    found = shutil.which("QdstrmImporter")
+    if found:
+        return Path(found)
+    nsys = shutil.which("nsys")
+    roots = [Path("/usr/lib/nsight-systems"), Path("/usr/lib/x86_64-linux-gnu/nsight-systems")]
+    if nsys:
+        roots.append(Path(os.path.realpath(nsys)).parent.parent)
+    for root in roots:
+        candidate = root / "host-linux-x64" / "QdstrmImporter"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def session_alive(sid: int) -> list[str]:
+    """Live (non-zombie) processes still in session ``sid``, as ``pid comm``."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            comm = text[text.index("(") + 1 : text.rindex(")")]
+            fields = text[text.rindex(")") + 2 :].split()
+            if int(fields[3]) == sid and fields[0] != "Z":
+                alive.append(f"{stat.parent.name} {comm}")
+    return alive
+
+
+def run_session(argv: list[str], timeout: float, cwd: Path) -> tuple[int | None, str, list[str]]:
+    """(exit status or None on timeout, output, processes left alive after the group kill)."""
+    proc = subprocess.Popen(
+        argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        rc: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        rc, out = None, b""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return rc, out.decode("utf-8", "replace"), session_alive(proc.pid)
+
+
+def profile(command: list[str], out_dir: Path, name: str = "capture") -> Path:
+    """Profile ``command`` (NVTX + OS runtime, no sampling) into ``out_dir/name.nsys-rep``."""
+    base = out_dir / name
+    report = base.with_suffix(".nsys-rep")
+    stream = base.with_suffix(".qdstrm")
+    report.unlink(missing_ok=True)
+    stream.unlink(missing_ok=True)
+    argv = [
+        "nsys", "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw", "none",
+        "--force-overwrite", "true", "-o", str(base), *command,
+    ]
+    rc, output, alive = run_session(argv, PROFILE_TIMEOUT_S, out_dir)
+    if alive:
+        raise RuntimeError(f"nsys profile left processes behind: {alive}")
+    if rc is None:
+        raise RuntimeError(f"nsys profile did not finish within {PROFILE_TIMEOUT_S} s")
+    if not report.is_file() and stream.is_file():
+        exe = importer()
+        if exe is None:
+            raise RuntimeError("nsys left a .qdstrm and no QdstrmImporter was found")
+        rc, imported, alive = run_session([str(exe), "-i", str(stream)], IMPORT_TIMEOUT_S, out_dir)
+        if alive or rc != 0:
+            raise RuntimeError(f"QdstrmImporter failed (status {rc}, left {alive}): {imported[-500:]}")
+    if not report.is_file():
+        raise RuntimeError(f"nsys profile produced no report (status {rc}): {output[-800:]}")
+    return report
