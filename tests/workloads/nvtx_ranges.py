@@ -2,8 +2,8 @@
 
 Emits push/pop ranges (``nvtx.annotate``) nested three deep, a start/end range
 (``nvtx.start_range``) that encloses push/pop ranges, and a mark, and writes what it did —
-name, nesting depth and duration measured with ``time.perf_counter_ns`` — to the JSON file named
-by its first argument.
+name, nesting depth, duration measured with ``time.perf_counter_ns`` and the wall-clock epoch
+ns at which it opened — to the JSON file named by its first argument.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class timed:
         self.depth = _DEPTH
         _DEPTH += 1
         self.range = nvtx.annotate(self.name)
+        self.epoch = time.time_ns()
         self.t0 = time.perf_counter_ns()
         self.range.__enter__()
         return self
@@ -38,7 +39,9 @@ class timed:
         self.range.__exit__(None, None, None)
         dur = time.perf_counter_ns() - self.t0
         _DEPTH -= 1
-        RECORDS.append({"name": self.name, "depth": self.depth, "dur_ns": dur, "kind": "push/pop"})
+        RECORDS.append(
+            {"name": self.name, "depth": self.depth, "dur_ns": dur, "epoch_ns": self.epoch, "kind": "push/pop"}
+        )
 
 
 def busy(seconds: float) -> None:
@@ -59,7 +62,7 @@ def main(out: str) -> None:
                 with timed("backward"):
                     busy(0.012)
         nvtx.mark("step done")
-    t0 = time.perf_counter_ns()
+    epoch, t0 = time.time_ns(), time.perf_counter_ns()
     handle = nvtx.start_range("weight_sync")
     _DEPTH += 1
     with timed("broadcast"):
@@ -67,7 +70,13 @@ def main(out: str) -> None:
     nvtx.end_range(handle)
     _DEPTH -= 1
     RECORDS.append(
-        {"name": "weight_sync", "depth": 0, "dur_ns": time.perf_counter_ns() - t0, "kind": "start/end"}
+        {
+            "name": "weight_sync",
+            "depth": 0,
+            "dur_ns": time.perf_counter_ns() - t0,
+            "epoch_ns": epoch,
+            "kind": "start/end",
+        }
     )
     with open(out, "w") as fh:
         json.dump(RECORDS, fh)
