@@ -22,6 +22,7 @@ from .nccl import kernel_coll_expr
 from .nsys_db import SQLITE_MAGIC, Db, is_nsys, sqlite_problem
 from .nsys_nvtx import read_nvtx
 from .nsys_procs import (
+    Ranks,
     assign_ranks,
     captured_env,
     hosts_by_vm,
@@ -268,7 +269,7 @@ def _runtime(db: Db, strings: pl.DataFrame) -> pl.DataFrame:
     }
     classes = ", ".join(map(str, RUNTIME_CLASSES))
     where = f"WHERE eventClass IN ({classes})" if "eventClass" in db.columns("CUPTI_ACTIVITY_KIND_RUNTIME") else ""
-    df = db.frame("CUPTI_ACTIVITY_KIND_RUNTIME", schema, where=where) if db.has("CUPTI_ACTIVITY_KIND_RUNTIME") else pl.DataFrame(schema=schema)
+    df = db.frame("CUPTI_ACTIVITY_KIND_RUNTIME", schema, where=where)
     df = df.join(strings.rename({"id": "nameId", "value": "name"}), on="nameId", how="left")
     return df.select(
         "start",
@@ -280,7 +281,7 @@ def _runtime(db: Db, strings: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _processes(db: Db, pids: list[int], ranks, devices: dict[int, list[int]]) -> list[dict]:
+def _processes(db: Db, pids: list[int], ranks: Ranks, devices: dict[int, list[int]]) -> list[dict]:
     names: dict[int, str] = {}
     if db.has("PROCESSES"):
         names = {int(p): str(n) for p, n in db.con.execute("SELECT pid, name FROM PROCESSES") if p is not None}

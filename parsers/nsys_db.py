@@ -48,30 +48,13 @@ class Db:
             self._columns[table] = frozenset(r[1] for r in rows)
         return self._columns[table]
 
-    def frame(
-        self,
-        table: str,
-        schema: Mapping[str, pl.DataType],
-        where: str = "",
-        exprs: Mapping[str, str] | None = None,
-    ) -> pl.DataFrame:
-        """``SELECT`` the ``schema`` columns of ``table`` (NULL where the column is missing).
-
-        ``exprs`` maps an output column to an SQL expression used instead of the bare column
-        (it may only name columns that exist; callers check). Rows go straight into polars.
-        """
+    def frame(self, table: str, schema: Mapping[str, pl.DataType], where: str = "") -> pl.DataFrame:
+        """``SELECT`` the ``schema`` columns of ``table`` (NULL where the column is missing;
+        no rows where the table is), straight into polars."""
         if not self.has(table):
             return pl.DataFrame(schema=dict(schema))
         have = self.columns(table)
-        exprs = exprs or {}
-        select = []
-        for name in schema:
-            if name in exprs:
-                select.append(f"{exprs[name]} AS {name}")
-            elif name in have:
-                select.append(f'"{name}"')
-            else:
-                select.append(f"NULL AS {name}")
+        select = [f'"{name}"' if name in have else f"NULL AS {name}" for name in schema]
         sql = f'SELECT {", ".join(select)} FROM "{table}" {where}'
         return self.query(sql, schema)
 
