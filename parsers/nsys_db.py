@@ -20,6 +20,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_TABLES = ("TARGET_INFO_SESSION_START_TIME", "StringIds")
 """Tables every nsys export has (with data or not); both together mark an nsys export."""
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+BATCH_ROWS = 250_000
 
 
 class Db:
@@ -59,8 +60,15 @@ class Db:
         return self.query(sql, schema)
 
     def query(self, sql: str, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
-        rows = self.con.execute(sql).fetchall()
-        return pl.DataFrame(rows, schema=dict(schema), orient="row")
+        """Rows of ``sql`` as columns, fetched in batches so that only one batch of Python rows
+        exists at a time (a multi-GB export has tens of millions of kernel rows)."""
+        cursor = self.con.execute(sql)
+        parts = []
+        while batch := cursor.fetchmany(BATCH_ROWS):
+            parts.append(pl.DataFrame(batch, schema=dict(schema), orient="row"))
+        if not parts:
+            return pl.DataFrame(schema=dict(schema))
+        return pl.concat(parts, rechunk=True) if len(parts) > 1 else parts[0]
 
     def scalar(self, sql: str, params: Sequence[object] = ()) -> object:
         row = self.con.execute(sql, params).fetchone()

@@ -246,3 +246,10 @@ def test_source_index_and_time_order() -> None:
     source = nsys.parse(MFU, source=3)
     assert set(source.events["source"]) == {3}
     assert source.events["start_ns"].is_sorted()
+
+
+def test_batched_reading_gives_the_same_table(parsed, monkeypatch: pytest.MonkeyPatch) -> None:
+    from parsers import nsys_db
+
+    monkeypatch.setattr(nsys_db, "BATCH_ROWS", 1000)
+    assert nsys.parse(NVFUSER).events.equals(parsed[NVFUSER].events)
