@@ -4,16 +4,19 @@ running.
 ``nsys profile -t nvtx,osrt -s none --cpuctxsw none`` runs in its own session under a timeout;
 when nsys leaves only a ``.qdstrm`` (its importer missing, as with Debian's 2022.4 package), the
 stream is turned into a report with ``QdstrmImporter``. After every call the session is killed
-whole and checked empty: a stuck ``nsys`` agent must never outlive a test.
+whole and checked empty, and so is the ``nsys --start-agent`` daemon the profile started (it
+leaves the session with ``setsid``; a stuck one has been seen to spin a core for good).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 PROFILE_TIMEOUT_S = 240
@@ -49,8 +52,33 @@ def session_alive(sid: int) -> list[str]:
     return alive
 
 
+def agents_of(pid: int) -> list[int]:
+    """Live ``nsys --start-agent`` daemons started by the ``nsys profile`` process ``pid``."""
+    mine = re.compile(rf"--session-name=profile-.*-{pid}(\s|$)")
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if "--start-agent" in args and mine.search(args) and state != "Z":
+                found.append(int(cmdline.parent.name))
+    return found
+
+
+def reap_agents(pid: int, grace_s: float = 10.0) -> list[str]:
+    """Wait for the profile's agent daemons to exit; kill those that do not, and name them."""
+    deadline = time.monotonic() + grace_s
+    while (agents := agents_of(pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for agent in agents:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(agent, signal.SIGKILL)
+    return [f"{a} nsys --start-agent" for a in agents]
+
+
 def run_session(argv: list[str], timeout: float, cwd: Path) -> tuple[int | None, str, list[str]]:
-    """(exit status or None on timeout, output, processes left alive after the group kill)."""
+    """(exit status or None on timeout, output, processes left alive after the group kill:
+    the session's own and any nsys agent daemon the command started)."""
     proc = subprocess.Popen(
         argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, start_new_session=True,
@@ -63,7 +91,8 @@ def run_session(argv: list[str], timeout: float, cwd: Path) -> tuple[int | None,
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    return rc, out.decode("utf-8", "replace"), session_alive(proc.pid)
+    left = session_alive(proc.pid) + reap_agents(proc.pid)
+    return rc, out.decode("utf-8", "replace"), left
 
 
 def profile(command: list[str], out_dir: Path, name: str = "capture") -> Path:
