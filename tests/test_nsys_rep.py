@@ -4,7 +4,6 @@ cache, and the errors when nsys is missing or older than the report."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -85,16 +84,12 @@ def test_capture_times_are_the_wall_clock_epoch(capture, cache_env: Path) -> Non
 
 
 def test_no_nsys_process_outlives_the_captures(capture) -> None:
-    leftovers = []
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        try:
-            name = comm.read_text().strip()
-            state = (comm.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if name.startswith("nsys") and state != "Z" and int(comm.parent.name) != os.getpid():
-            leftovers.append(f"{comm.parent.name} {name}")
-    assert leftovers == []
+    """Every command the capture ran (nsys profile, QdstrmImporter) left nothing alive: neither
+    in its own session nor as the agent daemon nsys starts outside it."""
+    assert nsys_capture.STARTED
+    for sid in nsys_capture.STARTED:
+        assert nsys_capture.session_alive(sid) == []
+        assert nsys_capture.agents_of(sid) == []
 
 
 def test_report_from_a_newer_nsys_names_both_versions(cache_env: Path) -> None:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 PROFILE_TIMEOUT_S = 240
 IMPORT_TIMEOUT_S = 120
+STARTED: list[int] = []
+"""Process ids (= session ids) of every command this module ran, for leak checks."""
 
 
 def importer() -> Path | None:
@@ -83,6 +85,7 @@ def run_session(argv: list[str], timeout: float, cwd: Path) -> tuple[int | None,
         argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, start_new_session=True,
     )
+    STARTED.append(proc.pid)
     try:
         out, _ = proc.communicate(timeout=timeout)
         rc: int | None = proc.returncode
