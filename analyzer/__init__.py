@@ -1,1 +1,24 @@
-"""rlperf's analyzer: run assembly, classification, the analyses, reports, CLI and Python API."""
+"""rlperf's analyzer: run assembly, classification, the analyses, reports, CLI and Python API.
+
+    >>> import analyzer
+    >>> run = analyzer.load(["traces/"])
+    >>> run.gpu_time          # a polars frame per rank
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from .ingest import ingest
+from .run import Run
+
+__all__ = ["Run", "load"]
+
+
+def load(paths: Iterable[str | Path] | str | Path, *, jobs: int | None = None, use_cache: bool | None = None) -> Run:
+    """Discover, parse and assemble the sources of one run."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    found = ingest(paths, jobs=jobs, use_cache=use_cache)
+    return Run.from_sources(found.sources, unknown=found.unknown, notes=found.notes)

@@ -182,3 +182,30 @@ def concat(tables: list[pl.DataFrame]) -> pl.DataFrame:
     if not tables:
         return empty_events()
     return pl.concat(tables, how="vertical", rechunk=True)
+
+
+def nesting_depth(frame: pl.DataFrame, keys: list[str]) -> pl.Series:
+    """Nesting depth of every ``[start_ns, end_ns)`` interval among the rows sharing ``keys``.
+
+    depth = (intervals of the group that started before it, in (start, -end) order)
+            − (intervals of the group that ended at or before its start);
+    0 for the outermost. Returned in the frame's row order.
+    """
+    if frame.height == 0:
+        return pl.Series("depth", [], dtype=pl.Int16)
+    ordered = (
+        frame.select([*keys, "start_ns", "end_ns"])
+        .with_row_index("_row")
+        .sort([*keys, "start_ns", "end_ns"], descending=[False] * (len(keys) + 1) + [True])
+        .select(
+            "_row",
+            (
+                pl.int_range(pl.len()).over(keys)
+                - pl.col("end_ns").sort().search_sorted(pl.col("start_ns"), side="right").over(keys)
+            )
+            .clip(lower_bound=0)
+            .alias("depth"),
+        )
+    )
+    depth = pl.zeros(frame.height, dtype=pl.Int64, eager=True).scatter(ordered["_row"], ordered["depth"])
+    return depth.cast(pl.Int16).alias("depth")

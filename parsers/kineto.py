@@ -26,7 +26,7 @@ import polars as pl
 from msgspec import Raw, Struct, field
 
 from .errors import InputError
-from .events import conform
+from .events import conform, nesting_depth
 from .nccl import canonical_coll, canonical_ranks, dtype_bytes, kernel_coll_expr
 from .source import ParsedSource
 
@@ -534,29 +534,10 @@ _NESTING_KINDS = ("annotation", "cpu_op", "python", "gpu_annotation")
 
 
 def _with_depth(frame: pl.DataFrame) -> pl.DataFrame:
-    """Nesting depth of each interval among events of the same kind on the same thread/stream.
-
-    depth = (intervals of the group that started before it, in (start, -end) order)
-            − (intervals of the group that ended at or before its start).
-    Kernels, copies and runtime calls do not nest; they keep depth 0.
-    """
-    keys = ["kind", "pid", "tid", "device", "stream"]
-    nesting = (
-        frame.select([*keys, "start_ns", "end_ns"])
-        .with_row_index("_row")
-        .filter(pl.col("kind").is_in(_NESTING_KINDS))
-        .sort([*keys, "start_ns", "end_ns"], descending=[False] * 6 + [True])
-        .select(
-            "_row",
-            (
-                pl.int_range(pl.len()).over(keys)
-                - pl.col("end_ns").sort().search_sorted(pl.col("start_ns"), side="right").over(keys)
-            )
-            .clip(lower_bound=0)
-            .alias("depth"),
-        )
-    )
-    depth = pl.zeros(frame.height, dtype=pl.Int64, eager=True)
-    if nesting.height:
-        depth = depth.scatter(nesting["_row"], nesting["depth"])
-    return frame.with_columns(depth.cast(pl.Int16).alias("depth"))
+    """Depth among events of the same kind on the same thread (or stream); flat kinds keep 0."""
+    nests = pl.col("kind").is_in(_NESTING_KINDS)
+    ranges = frame.with_row_index("_row").filter(nests)
+    depth = pl.zeros(frame.height, dtype=pl.Int16, eager=True)
+    if ranges.height:
+        depth = depth.scatter(ranges["_row"], nesting_depth(ranges, ["kind", "pid", "tid", "device", "stream"]))
+    return frame.with_columns(depth.alias("depth"))

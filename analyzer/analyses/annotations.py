@@ -1,0 +1,39 @@
+"""Time by top-level user annotation, per rank.
+
+"Top-level" means not enclosed by another user annotation on the same thread, ignoring the
+profiler's own ``ProfilerStep#N`` ranges (they frame steps; the user's ranges sit inside them).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from parsers.events import nesting_depth
+
+INPUTS = ("events",)
+OUTPUTS = {
+    "annotations": "per rank and top-level annotation name: count, total time, share of the rank's trace window",
+}
+
+STEP_PREFIX = "ProfilerStep#"
+
+
+def compute(events: pl.DataFrame) -> pl.DataFrame:
+    windows = events.group_by("rank").agg((pl.col("end_ns").max() - pl.col("start_ns").min()).alias("window_ns"))
+    ranges = events.filter(
+        pl.col("kind").is_in(["annotation"]) & ~pl.col("name").cast(pl.String).str.starts_with(STEP_PREFIX)
+    )
+    keys = ["source", "pid", "tid"]
+    ranges = ranges.with_columns(nesting_depth(ranges, keys).alias("outer_depth"))
+    top = ranges.filter(pl.col("outer_depth") == 0)
+    return (
+        top.group_by("rank", "name")
+        .agg(pl.len().alias("count"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("time_ns"))
+        .join(windows, on="rank")
+        .with_columns(
+            pl.col("name").cast(pl.String),
+            (pl.col("time_ns") / pl.col("window_ns")).alias("share"),
+        )
+        .drop("window_ns")
+        .sort(["rank", "time_ns"], descending=[False, True])
+    )

@@ -1,0 +1,28 @@
+"""Human formatting of durations, sizes and fractions for reports."""
+
+from __future__ import annotations
+
+
+def duration(ns: float | int | None) -> str:
+    if ns is None:
+        return "–"
+    ns = float(ns)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3g} {unit}" if abs(ns) < 100 * scale else f"{ns / scale:,.0f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def percent(fraction: float | None) -> str:
+    return "–" if fraction is None else f"{100 * fraction:.1f}%"
+
+
+def size(nbytes: float | int | None) -> str:
+    if nbytes is None:
+        return "–"
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.3g} {unit}" if unit != "B" else f"{value:.0f} B"
+        value /= 1024
+    return f"{value:.3g} TiB"

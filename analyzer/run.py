@@ -1,0 +1,114 @@
+"""A run: every source of one training job, assembled into one event table, analysed lazily.
+
+``Run`` is the Python API (``analyzer.load(paths)``) and what every report renders. Analyses
+are computed on first access and cached; each is a polars frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from parsers import ParsedSource
+from parsers.events import concat
+
+from .analyses import annotations, gpu_time
+
+
+@dataclass
+class SourceInfo:
+    """What the run keeps of a parsed file besides its events."""
+
+    index: int
+    path: Path
+    format: str
+    rank: int
+    meta: dict[str, Any]
+    warnings: list[str]
+
+
+@dataclass
+class Run:
+    sources: list[SourceInfo]
+    events: pl.DataFrame
+    metrics: pl.DataFrame
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unknown: list[Path] = field(default_factory=list)
+
+    @classmethod
+    def from_sources(
+        cls, parsed: list[ParsedSource], *, unknown: list[Path] | None = None, notes: list[str] | None = None
+    ) -> Run:
+        events, infos, assembly_notes = _assign_ranks(parsed)
+        metrics = pl.concat([p.metrics for p in parsed if p.metrics.height], how="vertical") if any(
+            p.metrics.height for p in parsed
+        ) else parsed[0].metrics.clear()
+        warnings = [w for p in parsed for w in p.warnings]
+        return cls(
+            sources=infos,
+            events=events,
+            metrics=metrics,
+            warnings=warnings,
+            notes=[*(notes or []), *assembly_notes],
+            unknown=list(unknown or []),
+        )
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.events["rank"].unique().to_list())
+
+    @cached_property
+    def gpu_time(self) -> pl.DataFrame:
+        """Per rank: window, busy, idle, communication, computation, overlap (docs/analyses.md §6)."""
+        return gpu_time.compute(self.events)
+
+    @cached_property
+    def annotations(self) -> pl.DataFrame:
+        """Per rank: time by top-level user annotation."""
+        return annotations.compute(self.events)
+
+    def summary(self) -> dict[str, Any]:
+        """Everything the reports show, as plain JSON-able data."""
+        return {
+            "sources": [
+                {"path": str(s.path), "format": s.format, "rank": s.rank, "warnings": s.warnings}
+                for s in self.sources
+            ],
+            "unknown_files": [str(p) for p in self.unknown],
+            "notes": self.notes,
+            "ranks": self.gpu_time.to_dicts(),
+            "annotations": self.annotations.to_dicts(),
+            "warnings": self.warnings,
+        }
+
+
+def _assign_ranks(parsed: list[ParsedSource]) -> tuple[pl.DataFrame, list[SourceInfo], list[str]]:
+    """Rank from the source, else the next free number in input order (and say so)."""
+    notes: list[str] = []
+    taken: set[int] = set()
+    for p in parsed:
+        taken.update(r for r in p.events["rank"].unique().to_list() if r is not None and r >= 0)
+    next_free = 0
+    tables = []
+    infos = []
+    for index, p in enumerate(parsed):
+        events = p.events.with_columns(pl.lit(index, dtype=pl.UInt32).alias("source"))
+        rank = p.meta.get("rank", -1)
+        is_trace = events.height and (events["kind"] != "log_stage").any()
+        if is_trace and (events["rank"] < 0).any():
+            while next_free in taken:
+                next_free += 1
+            events = events.with_columns(
+                pl.when(pl.col("rank") < 0).then(pl.lit(next_free, pl.Int32)).otherwise(pl.col("rank")).alias("rank")
+            )
+            notes.append(f"{p.path.name}: no rank recorded; numbered {next_free} by input order")
+            rank = next_free
+            taken.add(next_free)
+        tables.append(events)
+        infos.append(SourceInfo(index, p.path, p.format, rank if rank is not None else -1, p.meta, p.warnings))
+    return concat(tables), infos, notes

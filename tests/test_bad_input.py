@@ -1,0 +1,132 @@
+"""Bad PyTorch-profiler input: one clear line naming the file, exit status 2 — or a salvage."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import parsers
+from parsers import InputError
+
+CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+TRACE = CORPUS / "HolisticTraceAnalysis" / "nccl_data.json.gz"
+
+
+def rlperf(*args: str, env_cache: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from analyzer.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"RLPERF_CACHE_DIR": str(env_cache), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, path: Path, words: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("rlperf: error: ") and str(path) in lines[0]
+    assert words in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.fixture
+def raw() -> bytes:
+    return gzip.decompress(TRACE.read_bytes())
+
+
+def test_empty_file(tmp_path: Path):
+    path = tmp_path / "rank0.json"
+    path.write_bytes(b"")
+    assert_one_line_error(rlperf("analyze", str(path), env_cache=tmp_path), path, "empty file")
+
+
+def test_non_json_file(tmp_path: Path):
+    path = tmp_path / "rank0.json"
+    path.write_bytes(b"\x00\x01binary junk that is not json")
+    assert_one_line_error(rlperf("analyze", str(path), env_cache=tmp_path), path, "not JSON")
+
+
+def test_truncated_gzip_with_nothing_usable(tmp_path: Path):
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(TRACE.read_bytes()[:12])
+    assert_one_line_error(rlperf("analyze", str(path), env_cache=tmp_path), path, "gzip")
+
+
+def test_wrong_typed_field_names_the_place(tmp_path: Path):
+    doc = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": "soon", "dur": 1}], "schemaVersion": 1}
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(doc))
+    result = rlperf("analyze", str(path), env_cache=tmp_path)
+    assert_one_line_error(result, path, "traceEvents[0].ts")
+
+
+def test_missing_file(tmp_path: Path):
+    path = tmp_path / "nope.json"
+    assert_one_line_error(rlperf("analyze", str(path), env_cache=tmp_path), path, "no such file")
+
+
+def test_cut_mid_array_salvages_complete_events(tmp_path: Path, raw: bytes):
+    """What a rank killed while writing leaves: every complete event before the cut is kept."""
+    cut = raw[: len(raw) // 2]
+    path = tmp_path / "rank0.json"
+    path.write_bytes(cut)
+    parsed = parsers.parse_file(path)
+    full = parsers.parse_file(TRACE)
+    kept = parsed.meta["salvaged"]["events"]
+    total = len(json.loads(raw)["traceEvents"])
+    assert 0 < kept < total
+    assert any("cut short" in w and f"{kept:,}" in w for w in parsed.warnings)
+    # every salvaged row is a row of the full trace (the cut lost the time base: compare relative)
+    base = full.meta["base_time_ns"]
+    key = ["kind", "name", "start_ns", "end_ns"]
+    whole = full.events.with_columns(pl.col("start_ns") - base, pl.col("end_ns") - base).select(key)
+    assert parsed.events.height > 1000
+    assert parsed.events.select(key).join(whole, on=key, how="anti").height == 0
+    # the file lost its trailing baseTimeNanoseconds: rlperf says absolute time is unknown
+    assert any("absolute time unknown" in w for w in parsed.warnings)
+
+
+def test_cut_gzip_mid_stream_salvages_with_a_warning(tmp_path: Path):
+    data = TRACE.read_bytes()
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(data[: int(len(data) * 0.7)])
+    parsed = parsers.parse_file(path)
+    assert parsed.meta["truncated_gzip"] is True
+    assert parsed.events.height > 1000
+    assert any("gzip stream ends early" in w for w in parsed.warnings)
+    result = rlperf("analyze", str(path), env_cache=tmp_path)
+    assert result.returncode == 0
+    assert "gzip stream ends early" in result.stdout + result.stderr
+
+
+def test_cut_before_any_event_is_an_error(tmp_path: Path, raw: bytes):
+    head = raw[: raw.index(b'"traceEvents"') + 20]
+    path = tmp_path / "rank0.json"
+    path.write_bytes(head)
+    with pytest.raises(InputError, match="no complete event"):
+        parsers.parse_file(path)
+
+
+def test_invalid_utf8_is_replaced_with_a_warning(tmp_path: Path):
+    doc = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op\xff", "pid": 1, "tid": 1, "ts": 5, "dur": 2}], "schemaVersion": 1}'
+    path = tmp_path / "t.json"
+    path.write_bytes(doc)
+    parsed = parsers.parse_file(path)
+    assert parsed.events["name"].cast(pl.String).to_list() == ["op\ufffd"]
+    assert any("UTF-8" in w for w in parsed.warnings)
+
+
+def test_unknown_file_in_a_directory_is_listed_not_fatal(tmp_path: Path):
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "rank0.json.gz").write_bytes(TRACE.read_bytes())
+    result = rlperf("analyze", str(tmp_path), env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    assert "notes.txt" in result.stdout
