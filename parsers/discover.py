@@ -22,6 +22,15 @@ PARSER_MODULES: tuple[str, ...] = (
     "parsers.nsys",
     "parsers.nsys_rep",
     "parsers.nsys_stats",
+    "parsers.logs.verl",
+    "parsers.logs.openrlhf",
+    "parsers.logs.trl",
+    "parsers.logs.nemo_rl",
+    "parsers.logs.slime",
+    "parsers.logs.areal",
+    "parsers.logs.roll",
+    "parsers.logs.deepspeed_chat",
+    "parsers.spans",
 )
 """Parser modules, in the order ties are broken."""
 

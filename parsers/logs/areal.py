@@ -1,0 +1,92 @@
+"""AReaL logs: ``StatsLogger`` step headers and their ``fancy_grid`` stats tables.
+
+``areal/utils/stats_logger.py::StatsLogger.commit`` logs (rank 0)
+``<YYYYMMDD-HH:MM:SS.mmm> StatsLogger INFO: Epoch e/E Step s/S Train step g/G done.``, then
+``Stats (i/n):`` and a box-drawn table (``tabulate(..., tablefmt="fancy_grid", floatfmt=".4e")``)
+holding four key/value pairs per row. ``timeperf/<name>`` keys are the stage timers (no step
+total exists: the step is the sum of its parts); ``<key>__count`` companions are dropped; all
+other keys are per-step metrics. The header stamp (written right after the step) anchors the
+step on the wall clock.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+
+from ..source import ParsedSource
+from .lines import LineIssues, note_ending, open_log, timestamps_ns
+from .timers import finish
+from .values import numbers
+
+FORMAT = "areal-log"
+EXTENSIONS: tuple[str, ...] = (".log", ".txt", ".out")
+
+HEADER = r"Epoch (?<epoch>\d+)/(?<epochs>\d+) Step (?<s>\d+)/(?<S>\d+) Train step (?<step>\d+)/(?<steps>\d+) done\."
+TIMER_KEY = r"^timeperf/"
+
+_SNIFF = re.compile(br"Train step \d+/\d+ done\.")
+
+
+def sniff(head: bytes, path: Path) -> int:
+    if _SNIFF.search(head):
+        return 90 if "│".encode() in head or b"Stats (" in head else 70
+    return 0
+
+
+def parse(path: Path, source: int = 0) -> ParsedSource:
+    out, lines, _ = open_log(path, FORMAT, "areal")
+    header = pl.col("text").str.extract_groups(HEADER)
+    lines = lines.with_columns(
+        header.struct.field("step").cast(pl.Int32).alias("header_step"),
+        header.struct.field("steps").cast(pl.Int32).alias("header_steps"),
+    ).with_columns(
+        pl.col("header_step").forward_fill().alias("step"),
+        pl.col("header_step").is_not_null().cum_sum().cast(pl.UInt32).alias("record"),
+    )
+    rows = lines.filter(pl.col("text").str.starts_with("│") & pl.col("step").is_not_null())
+    cells = (
+        rows.select("line", "step", "record", pl.col("text").str.strip_chars("│ ").str.split("│").alias("cell"))
+        .with_columns(pl.col("cell").list.eval(pl.element().str.strip_chars()))
+        .with_columns(
+            pl.col("cell").list.gather_every(2).alias("key"),
+            pl.col("cell").list.gather_every(2, offset=1).alias("raw"),
+        )
+    )
+    uneven = cells.filter(pl.col("key").list.len() != pl.col("raw").list.len())
+    pairs = cells.filter(pl.col("key").list.len() == pl.col("raw").list.len()).explode("key", "raw")
+    pairs = pairs.filter(pl.col("key").str.len_bytes() > 0)
+    pairs = pairs.with_columns(numbers(pairs["raw"]).alias("value"))
+    issues = LineIssues()
+    issues.add_frame(uneven.with_columns(pl.lit("table row without key/value pairs").alias("problem")))
+    issues.add_frame(
+        pairs.filter(pl.col("value").is_null()).with_columns(
+            pl.format("value of '{}' is not a number", "key").alias("problem")
+        )
+    )
+    if message := issues.message():
+        out.warn(message)
+    pairs = pairs.filter(pl.col("value").is_not_null() & ~pl.col("key").str.ends_with("__count"))
+    is_timer = pl.col("key").str.contains(TIMER_KEY)
+    timers = pairs.filter(is_timer).select(
+        "step", pl.col("key").alias("name"), pl.col("value").alias("seconds"), "record"
+    )
+    scalars = pairs.filter(~is_timer).select("step", "key", "value", "record")
+    headers = lines.filter(pl.col("header_step").is_not_null())
+    anchors = headers.select(
+        pl.col("header_step").alias("step"), timestamps_ns(pl.col("text")).alias("end_ns")
+    ).filter(pl.col("end_ns").is_not_null())
+    if headers.height:
+        out.meta["total_steps"] = int(headers["header_steps"][-1])
+    out.meta["time_base"] = (
+        "steps end at the stamp of their 'Train step … done' line (read as UTC); rows start at the step start"
+        if anchors.height
+        else "synthetic: steps laid end to end from 0"
+    )
+    finish(out, timers, scalars, source=source, anchors=anchors)
+    note_ending(out, lines, int(rows["line"].max()) if rows.height else None)
+    if out.meta["n_steps"] == 0:
+        out.warn("no stats table found")
+    return out

@@ -1,0 +1,201 @@
+"""A console log as a frame of clean lines, and the bookkeeping of lines that cannot be read.
+
+Framework logs reach us through Ray, terminals and copy-pastes: ANSI colour codes, Ray actor
+prefixes ``(TaskRunner pid=14640)`` / ``(WorkerDict pid=1609, ip=10.0.0.2)``, Ray's dedup
+suffix ``[repeated 16x across cluster]`` and tqdm's ``\\r`` redraws. :func:`lines_frame` removes
+all of that with column expressions (no Python loop per line) and keeps what the prefix said
+(actor, pid, ip) in columns, so parsers see the text the framework printed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from ..errors import InputError
+from ..source import ParsedSource
+
+ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
+RAY_PREFIX = (
+    r"^(?:" + ANSI + r")*\((?<actor>[^()\s]+) pid=(?<pid>\d+)(?:, ip=(?<ip>[^)\s]+))?\)(?:" + ANSI + r")* ?"
+)
+REPEATED = r"\s*(?:" + ANSI + r")*\s*\[repeated (?<repeat>\d+)x across cluster\](?:" + ANSI + r")*\s*$"
+
+LINES_SCHEMA: dict[str, pl.DataType] = {
+    "line": pl.UInt32(),
+    "text": pl.String(),
+    "actor": pl.String(),
+    "pid": pl.Int64(),
+    "ip": pl.String(),
+    "repeat": pl.Int32(),
+}
+"""One row per printed line (a ``\\r`` redraw counts as its own row, with its file line number)."""
+
+WARN_LISTED = 5
+"""How many unreadable lines a warning names before it only counts the rest."""
+
+
+def read_text(path: Path) -> tuple[str, bool]:
+    """The file's text (gunzipped, undecodable bytes replaced) and whether it ends with a newline."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise InputError(path, f"broken gzip stream ({exc})") from None
+    if b"\x00" in raw[:4096]:
+        raise InputError(path, "binary content, not a text log")
+    return raw.decode("utf-8", errors="replace"), raw.endswith(b"\n")
+
+
+def open_log(path: Path, fmt: str, framework: str) -> tuple[ParsedSource, pl.DataFrame, bool]:
+    """The empty result for a log file, its clean lines, and whether it ends with a newline."""
+    path = Path(path)
+    text, ends_with_newline = read_text(path)
+    return ParsedSource(path=path, format=fmt, meta={"framework": framework}), lines_frame(text), ends_with_newline
+
+
+def lines_frame(text: str) -> pl.DataFrame:
+    """Clean lines with their 1-based file line numbers and the Ray prefix split off."""
+    frame = pl.DataFrame({"text": text.split("\n")}, schema={"text": pl.String()})
+    frame = frame.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.UInt32))
+    if text.endswith("\n"):
+        frame = frame.slice(0, frame.height - 1)
+    if "\r" in text:
+        frame = (
+            frame.with_columns(pl.col("text").str.split("\r"))
+            .explode("text")
+            .filter(pl.col("text").str.len_bytes() > 0)
+        )
+    texts = frame["text"]
+    n = texts.len()
+    actor = pl.Series("actor", [None] * n, dtype=pl.String)
+    pid = pl.Series("pid", [None] * n, dtype=pl.Int64)
+    ip = pl.Series("ip", [None] * n, dtype=pl.String)
+    repeat = pl.Series("repeat", [None] * n, dtype=pl.Int32)
+
+    where = _rows(texts.str.contains(r"^(?:\x1b\[[0-9;]*m)*\(\S+ pid=\d+"))
+    if where.len():
+        sub = texts.gather(where)
+        groups = sub.str.extract_groups(RAY_PREFIX).struct.unnest()
+        actor = actor.scatter(where, groups["actor"])
+        pid = pid.scatter(where, groups["pid"].cast(pl.Int64))
+        ip = ip.scatter(where, groups["ip"])
+        texts = texts.scatter(where, sub.str.replace(RAY_PREFIX, ""))
+    where = _rows(texts.str.contains("[repeated ", literal=True))
+    if where.len():
+        sub = texts.gather(where)
+        repeat = repeat.scatter(where, sub.str.extract(REPEATED, 1).cast(pl.Int32))
+        texts = texts.scatter(where, sub.str.replace(REPEATED, ""))
+    where = _rows(texts.str.contains("\x1b", literal=True))
+    if where.len():
+        texts = texts.scatter(where, texts.gather(where).str.replace_all(ANSI, ""))
+    out = pl.DataFrame([frame["line"], texts.alias("text"), actor, pid, ip, repeat])
+    if "\r" in text:
+        out = out.with_columns(pl.col("actor", "pid", "ip").forward_fill().over("line"))
+    return out.cast(LINES_SCHEMA)
+
+
+def _rows(mask: pl.Series) -> pl.Series:
+    return mask.fill_null(False).arg_true()
+
+
+class LineIssues:
+    """Unreadable lines of one file: every one counted, the first few named in the warning."""
+
+    def __init__(self, what: str = "line") -> None:
+        self.what = what
+        self.count = 0
+        self.listed: list[str] = []
+
+    def add(self, line: int, problem: str) -> None:
+        self.count += 1
+        if len(self.listed) < WARN_LISTED:
+            self.listed.append(f"line {line}: {problem}")
+
+    def add_frame(self, bad: pl.DataFrame, problem_col: str = "problem") -> None:
+        """Record every row of ``bad`` (columns ``line`` and ``problem_col``)."""
+        if bad.height == 0:
+            return
+        room = max(WARN_LISTED - len(self.listed), 0)
+        for line, problem in bad.head(room).select("line", problem_col).iter_rows():
+            self.listed.append(f"line {line}: {problem}")
+        self.count += bad.height
+
+    def message(self) -> str | None:
+        if not self.count:
+            return None
+        more = self.count - len(self.listed)
+        tail = f"; and {more} more" if more > 0 else ""
+        noun = self.what if self.count == 1 else f"{self.what}s"
+        return f"{self.count} unreadable {noun} skipped ({'; '.join(self.listed)}{tail})"
+
+
+TIMESTAMP_FORMATS: tuple[tuple[str, str], ...] = (
+    (r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)", "%Y-%m-%d %H:%M:%S"),
+    (r"(\d{8}-\d{2}:\d{2}:\d{2}(?:\.\d+)?)", "%Y%m%d-%H:%M:%S"),
+)
+"""Wall-clock stamps that carry a year (Ray/Python logging, AReaL); month-day-only stamps do not
+count, since they cannot be placed on the absolute clock."""
+
+
+def timestamp_ns(text: str) -> int | None:
+    """Epoch ns of the first full date-time in ``text`` (read as UTC: logs state no zone)."""
+    for pattern, fmt in TIMESTAMP_FORMATS:
+        found = re.search(pattern, text)
+        if not found:
+            continue
+        stamp = found.group(1).replace("T", " ").replace(",", ".")
+        whole, _, frac = stamp.partition(".")
+        try:
+            moment = datetime.strptime(whole, fmt).replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+        nanos = int((frac + "000000000")[:9]) if frac else 0
+        return int(moment.timestamp()) * 1_000_000_000 + nanos
+    return None
+
+
+def timestamps_ns(texts: pl.Expr) -> pl.Expr:
+    """Column form of :func:`timestamp_ns` for the ``YYYY-MM-DD HH:MM:SS[,ms]`` and AReaL forms."""
+    iso = (
+        texts.str.extract(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)", 1)
+        .str.replace("T", " ", literal=True)
+        .str.replace(",", ".", literal=True)
+        .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="ns", time_zone="UTC")
+    )
+    areal = texts.str.extract(r"(\d{8}-\d{2}:\d{2}:\d{2}(?:\.\d+)?)", 1).str.to_datetime(
+        "%Y%m%d-%H:%M:%S%.f", strict=False, time_unit="ns", time_zone="UTC"
+    )
+    return pl.coalesce(iso, areal).dt.epoch("ns")
+
+
+CRASH = r"^Traceback \(most recent call last\)|^Error executing job|RayTaskError|^\w*(?:Error|Exception): "
+
+
+def note_ending(out: ParsedSource, lines: pl.DataFrame, last_record_line: int | None) -> None:
+    """Say how the log ends: a traceback after the last step record means the run died in the
+    next step (which the log therefore does not contain); no record at all is worth a warning."""
+    after = lines.filter(
+        (pl.col("line") > (last_record_line or 0)) & pl.col("text").str.contains(CRASH)
+    )
+    if last_record_line is None:
+        if after.height:
+            out.meta["ended"] = "crashed"
+            out.warn(f"no step record: the run failed before its first step (traceback at line {after['line'][0]})")
+        return
+    if after.height:
+        out.meta["ended"] = "crashed"
+        out.warn(
+            f"the run stopped after step {out.meta.get('last_step')}: a traceback follows the last "
+            f"step record (line {after['line'][0]}); the unfinished step is not in the log"
+        )
+    else:
+        out.meta.setdefault("ended", "completed")

@@ -1,0 +1,113 @@
+"""TRL (``GRPOTrainer`` and the other HF-``Trainer`` based trainers) logs.
+
+``trainer_state.json`` (saved with every checkpoint) keeps every logged dict in
+``log_history`` with its ``step``; the console prints the same dicts without the step. Stage
+timings are the ``profiling/Time taken: <Class>.<method>`` keys of ``trl/extras/profiling.py``
+(seconds per call; they reach ``log_history`` when a callback or export puts them there) and the
+experimental async trainer's ``*_time_s`` keys. Everything else is a per-step metric.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from ..errors import InputError
+from ..source import ParsedSource
+from .lines import LineIssues, lines_frame, read_text
+from .records import ROWS_SCHEMA, record_rows, split_timers
+from .timers import finish
+from .values import flat_scalars
+
+FORMAT = "trl-log"
+EXTENSIONS: tuple[str, ...] = (".json", ".log", ".txt", ".out")
+
+TIMER_KEY = r"^profiling/Time taken: |(?:^|/)\w+_time_s$"
+RUN_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss")
+STATE_KEYS = ("global_step", "max_steps", "logging_steps", "eval_steps", "save_steps",
+              "num_train_epochs", "train_batch_size", "epoch")
+
+_STATE = re.compile(rb'"log_history"\s*:\s*\[')
+_CONSOLE = re.compile(rb"(?m)^\{'(?:loss|train_loss|reward|completions/mean_length)'[^\n]*'epoch': [\d.]+\}\s*$")
+
+
+def sniff(head: bytes, path: Path) -> int:
+    if head.lstrip().startswith(b"{") and _STATE.search(head):
+        return 90
+    if _CONSOLE.search(head) and (b"completions/" in head or b"profiling/Time taken" in head or b"'reward'" in head):
+        return 70
+    return 0
+
+
+def parse(path: Path, source: int = 0) -> ParsedSource:
+    path = Path(path)
+    out = ParsedSource(path=path, format=FORMAT, meta={"framework": "trl"})
+    text, _ = read_text(path)
+    if text.lstrip().startswith("{") and '"log_history"' in text[:1_000_000]:
+        rows = _state_rows(out, path, text)
+    else:
+        rows = _console_rows(out, text)
+    run_level = rows.filter(pl.col("key").is_in(list(RUN_KEYS)))
+    for key, value in run_level.select("key", "value").iter_rows():
+        out.meta[key] = value
+    rows = rows.filter(~pl.col("key").is_in(list(RUN_KEYS)))
+    timers, scalars = split_timers(rows, pl.col("key").str.contains(TIMER_KEY))
+    out.meta["time_base"] = "synthetic: logging steps laid end to end from 0 (the log records no time)"
+    finish(out, timers, scalars, source=source, unit="logging step")
+    if out.meta["n_steps"] == 0:
+        out.warn("no logged step found")
+    return out
+
+
+def _state_rows(out: ParsedSource, path: Path, text: str) -> pl.DataFrame:
+    try:
+        state = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise InputError(path, f"trainer_state.json is not valid JSON ({exc})") from None
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list):
+        raise InputError(path, "trainer_state.json has no log_history list")
+    for key in STATE_KEYS:
+        if isinstance(state.get(key), (int, float)):
+            out.meta[f"state_{key}" if key == "epoch" else key] = state[key]
+    issues = LineIssues("log_history entry")
+    rows: list[tuple[int, str, float, int, int]] = []
+    for index, entry in enumerate(history):
+        step = entry.get("step") if isinstance(entry, dict) else None
+        if not isinstance(step, int):
+            issues.add(index, "entry without an integer step")
+            continue
+        data: dict[str, Any] = {k: v for k, v in entry.items() if k != "step"}
+        rows.extend((step, key, value, 0, index) for key, value in flat_scalars(data).items())
+    if message := issues.message():
+        out.warn(message.replace("line ", "entry "))
+    out.meta["step_numbering"] = "trainer global_step"
+    return pl.DataFrame(rows, schema=ROWS_SCHEMA, orient="row")
+
+
+def _console_rows(out: ParsedSource, text: str) -> pl.DataFrame:
+    """Console dicts carry no step: they are numbered 1, 2, … in order (``logging_steps`` apart
+    in the real run, which the console does not say)."""
+    lines = lines_frame(text)
+    records = lines.filter(
+        pl.col("text").str.contains(r"^\{'[^']+': .*'epoch': [-\d.e]+\}\s*$")
+    ).with_row_index("step", offset=1).select(
+        "line", pl.col("step").cast(pl.Int32), pl.col("text").alias("payload")
+    )
+    issues = LineIssues()
+    cut = lines.filter(
+        pl.col("text").str.starts_with("{'")
+        & pl.col("text").str.contains("'epoch'|'loss'|'reward'")
+        & ~pl.col("line").is_in(records["line"].implode())
+    )
+    issues.add_frame(cut.with_columns(pl.lit("log dict cut short").alias("problem")))
+    rows = record_rows(records, issues)
+    if message := issues.message():
+        out.warn(message)
+    out.meta["step_numbering"] = "ordinal (the console prints no step; multiply by logging_steps)"
+    out.warn("console dicts carry no step number: logging steps are numbered 1, 2, … in order")
+    return rows.with_columns(pl.lit(0, dtype=pl.UInt32).alias("record"))

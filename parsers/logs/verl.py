@@ -1,0 +1,253 @@
+"""verl training logs: the console ``step:N - key:value - …`` lines and the JSONL file logger.
+
+Console grammar (``verl/utils/logger/aggregate_logger.py::LocalLogger``): one line per step
+from the driver (``TaskRunner``, ``main_task`` before 2025), behind a Ray prefix and often ANSI
+colours; `` - `` separated ``key:value`` pairs; numbers as ``.3f`` up to v0.4 and ``pprint``
+(full precision, ``np.float64(…)``) from v0.5. The ``file`` logger (v0.6+) writes
+``{"step": N, "data": {…}}`` per line. ``timing_s/*`` (``timing/*`` in v0.1) keys become
+``log_stage`` rows; every other key is a per-step metric. The printed config dict, when present,
+gives the run-level facts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from ..source import ParsedSource
+from .config import dig, printed_dict
+from .lines import LineIssues, lines_frame, note_ending, read_text, timestamps_ns
+from .timers import finish
+from .values import FIXED3, flat_scalars, numbers
+
+FORMAT = "verl-log"
+EXTENSIONS: tuple[str, ...] = (".log", ".txt", ".out", ".jsonl")
+
+TIMER_KEY = r"^timing(?:_s)?/"
+STEP_TOTALS: tuple[str, ...] = ("timing_s/step", "timing/step")
+RESUME = r"global_step_(\d+)"
+
+_CONSOLE_STEP = re.compile(
+    rb"(?m)^(?:\x1b\[[0-9;]*m)*(?:\(\S+ pid=\d+[^)]*\)(?:\x1b\[[0-9;]*m)* ?)?step:\d+ - [\w/@.\-]+:"
+)
+_JSONL_STEP = re.compile(rb'^\s*\{"step":\s*\d+,\s*"data":\s*\{')
+
+
+def sniff(head: bytes, path: Path) -> int:
+    """Step lines score 90; a printed verl config without steps (a crashed run) 60."""
+    if _CONSOLE_STEP.search(head):
+        return 90
+    first = head.lstrip().split(b"\n", 1)[0]
+    if _JSONL_STEP.match(first):
+        return 90
+    if b"'actor_rollout_ref':" in head and (b"'trainer':" in head or b"'algorithm':" in head):
+        return 60
+    return 0
+
+
+def parse(path: Path, source: int = 0) -> ParsedSource:
+    path = Path(path)
+    out = ParsedSource(path=path, format=FORMAT, meta={"framework": "verl"})
+    text, ends_with_newline = read_text(path)
+    if _JSONL_STEP.match(text.lstrip()[:200].encode()):
+        return _parse_jsonl(out, text, source)
+    return _parse_console(out, text, ends_with_newline, source)
+
+
+def _parse_console(out: ParsedSource, text: str, ends_with_newline: bool, source: int) -> ParsedSource:
+    lines = lines_frame(text)
+    issues = LineIssues("key:value pair")
+    step_lines = lines.filter(pl.col("text").str.starts_with("step:")).with_columns(
+        pl.col("text").str.extract(r"^step:(\d+)(?:\s|$)", 1).cast(pl.Int32, strict=False).alias("step"),
+    )
+    bad_steps = step_lines.filter(pl.col("step").is_null())
+    issues.add_frame(bad_steps.with_columns(pl.lit("no step number").alias("problem")))
+    step_lines = step_lines.filter(pl.col("step").is_not_null())
+
+    pairs = (
+        step_lines.select(
+            "line", "step", "pid", "actor",
+            pl.col("text").str.replace(r"^step:\d+(?: - )?", "").str.split(" - ").alias("pair"),
+        )
+        .explode("pair")
+        .filter(pl.col("pair").str.len_bytes() > 0)
+    )
+    if not ends_with_newline and step_lines.height and step_lines["line"][-1] == lines["line"][-1]:
+        cut = int(step_lines["line"][-1])
+        last = pairs.filter(pl.col("line") == cut).with_row_index("_i")["_i"].max()
+        pairs = pairs.with_row_index("_i").filter(
+            ~((pl.col("line") == cut) & (pl.col("_i") == pairs.height - 1))
+        ).drop("_i") if last is not None else pairs
+        out.warn(f"line {cut}: the file ends inside this step line; its last key:value pair was dropped")
+        out.meta["ended"] = "cut"
+
+    pairs = pairs.with_columns(
+        pl.col("pair").str.splitn(":", 2).struct.rename_fields(["key", "raw"])
+    ).unnest("pair", separator="_").rename({"pair_key": "key", "pair_raw": "raw"})
+    pairs = pairs.with_columns(numbers(pairs["raw"]).alias("value"))
+    bad = pairs.filter(pl.col("raw").is_null() | pl.col("value").is_null())
+    issues.add_frame(
+        bad.with_columns(
+            pl.format(
+                "unreadable pair '{}'",
+                pl.concat_str("key", pl.lit(":"), "raw", ignore_nulls=True).str.slice(0, 60),
+            ).alias("problem")
+        )
+    )
+    pairs = pairs.filter(pl.col("raw").is_not_null() & pl.col("value").is_not_null())
+    if message := issues.message():
+        out.warn(message)
+
+    is_timer = pl.col("key").str.contains(TIMER_KEY)
+    timers = pairs.filter(is_timer).select(
+        "step", pl.col("key").alias("name"), pl.col("value").alias("seconds"),
+        pl.col("line").alias("record"), "pid",
+    )
+    scalars = pairs.filter(~is_timer).select("step", "key", "value", pl.col("line").alias("record"))
+
+    first_step_line = int(step_lines["line"].min()) if step_lines.height else None
+    _console_meta(out, lines, step_lines, pairs, first_step_line)
+    base_ns = _base_time(out, lines, first_step_line)
+    finish(out, timers, scalars, source=source, step_totals=STEP_TOTALS, base_ns=base_ns)
+    note_ending(out, lines, int(step_lines["line"].max()) if step_lines.height else None)
+    if step_lines.height == 0 and "ended" not in out.meta:
+        out.warn("no step line found")
+    return out
+
+
+def _console_meta(
+    out: ParsedSource,
+    lines: pl.DataFrame,
+    step_lines: pl.DataFrame,
+    pairs: pl.DataFrame,
+    first_step_line: int | None,
+) -> None:
+    meta = out.meta
+    drivers = sorted(set(step_lines["actor"].drop_nulls().to_list()))
+    if drivers:
+        meta["driver_actor"] = drivers[0] if len(drivers) == 1 else drivers
+    pids = sorted(set(step_lines["pid"].drop_nulls().to_list()))
+    if len(pids) > 1:
+        meta["driver_pids"] = pids
+        out.warn(f"step lines come from {len(pids)} driver processes (pids {', '.join(map(str, pids))})")
+    if pairs.height:
+        fixed = pairs.select(pl.col("raw").str.contains(FIXED3).all()).item()
+        meta["number_format"] = "fixed3" if fixed else "full"
+    config, config_line = printed_dict(lines)
+    if config is None and first_step_line is None:
+        config_text = lines.filter(pl.col("text").str.contains("'actor_rollout_ref'"))
+        if config_text.height:
+            out.warn("a config dict is printed but could not be read")
+    if config is not None:
+        meta["config"] = config
+        meta["config_line"] = config_line
+        meta.update(config_facts(config))
+        if "driver_actor" not in meta:
+            actor = lines.filter(pl.col("line") == config_line)["actor"].to_list()
+            if actor and actor[0]:
+                meta["driver_actor"] = actor[0]
+    before = lines if first_step_line is None else lines.filter(pl.col("line") < first_step_line)
+    resumed = (
+        before.filter(pl.col("text").str.contains(r"(?i)load|resum") & pl.col("text").str.contains(RESUME))
+        .select(pl.col("text").str.extract(RESUME, 1).cast(pl.Int64, strict=False))
+        .to_series()
+        .drop_nulls()
+    )
+    if resumed.len():
+        meta["resumed_from_step"] = int(resumed.max())
+
+
+def config_facts(config: dict[str, Any]) -> dict[str, Any]:
+    """Run-level facts of a verl config (``ppo_trainer.yaml`` layout)."""
+    facts: dict[str, Any] = {}
+    nnodes = dig(config, "trainer", "nnodes")
+    per_node = dig(config, "trainer", "n_gpus_per_node")
+    if isinstance(nnodes, int) and isinstance(per_node, int):
+        facts.update(nnodes=nnodes, n_gpus_per_node=per_node, world_size=nnodes * per_node)
+    adv = dig(config, "algorithm", "adv_estimator")
+    if adv:
+        facts["algorithm"] = "ppo" if adv == "gae" else str(adv)
+        facts["adv_estimator"] = adv
+    rollout = dig(config, "actor_rollout_ref", "rollout") or {}
+    for key, fact in (("n", "rollout_n"), ("name", "rollout_engine"), ("mode", "rollout_mode"),
+                      ("tensor_model_parallel_size", "rollout_tp")):
+        if key in rollout:
+            facts[fact] = rollout[key]
+    for key in ("max_prompt_length", "max_response_length", "train_batch_size"):
+        value = dig(config, "data", key)
+        if value is not None:
+            facts[key] = value
+    hybrid = dig(config, "actor_rollout_ref", "hybrid_engine")
+    if hybrid is not None:
+        facts["hybrid_engine"] = bool(hybrid)
+        facts["placement"] = "colocated" if hybrid else "split"
+    if rollout.get("mode") == "async":
+        facts["async_rollout"] = True
+    strategy = dig(config, "actor_rollout_ref", "actor", "strategy")
+    if strategy:
+        facts["train_strategy"] = strategy
+    use_kl = dig(config, "actor_rollout_ref", "actor", "use_kl_loss") or dig(config, "algorithm", "use_kl_in_reward")
+    if use_kl is not None:
+        facts["uses_ref"] = bool(use_kl)
+    if adv is not None:
+        facts["uses_critic"] = adv == "gae"
+    for key in ("total_training_steps", "total_epochs", "test_freq", "save_freq", "logger"):
+        value = dig(config, "trainer", key)
+        if value is not None:
+            facts[key] = value
+    return facts
+
+
+def _base_time(out: ParsedSource, lines: pl.DataFrame, first_step_line: int | None) -> int:
+    """Epoch ns of the last full timestamp before the first step line (0 when the log has none)."""
+    before = lines if first_step_line is None else lines.filter(pl.col("line") < first_step_line)
+    stamps = before.filter(pl.col("text").str.contains(r"^\d{4}-\d{2}-\d{2}|^\[\d{4}-\d{2}-\d{2}"))
+    stamped = stamps.select(timestamps_ns(pl.col("text")).alias("ns")).drop_nulls()
+    if stamped.height:
+        out.meta["time_base"] = "synthetic: steps laid end to end from the last timestamp before the first step (read as UTC)"
+        return int(stamped["ns"][-1])
+    out.meta["time_base"] = "synthetic: steps laid end to end from 0 (the log has no wall-clock time)"
+    return 0
+
+
+def _parse_jsonl(out: ParsedSource, text: str, source: int) -> ParsedSource:
+    issues = LineIssues()
+    decoder = msgspec.json.Decoder()
+    timer_rows: list[tuple[int, str, float, int]] = []
+    scalar_rows: list[tuple[int, str, float, int]] = []
+    timer = re.compile(TIMER_KEY)
+    for number_, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = decoder.decode(line)
+            step = int(record["step"])
+            data = record["data"]
+            if not isinstance(data, dict):
+                raise TypeError("data is not an object")
+        except (msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
+            issues.add(number_, f"not a step record ({str(exc)[:60]})")
+            continue
+        for key, value in flat_scalars(data).items():
+            (timer_rows if timer.match(key) else scalar_rows).append((step, key, value, number_))
+    if message := issues.message():
+        out.warn(message)
+    timers = pl.DataFrame(
+        timer_rows, schema={"step": pl.Int32, "name": pl.String, "seconds": pl.Float64, "record": pl.UInt32},
+        orient="row",
+    )
+    scalars = pl.DataFrame(
+        scalar_rows, schema={"step": pl.Int32, "key": pl.String, "value": pl.Float64, "record": pl.UInt32},
+        orient="row",
+    )
+    out.meta["number_format"] = "full"
+    out.meta["logger"] = "file"
+    out.meta["time_base"] = "synthetic: steps laid end to end from 0 (the file logger records no time)"
+    finish(out, timers, scalars, source=source, step_totals=STEP_TOTALS)
+    if out.meta["n_steps"] == 0:
+        out.warn("no step record found")
+    return out

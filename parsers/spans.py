@@ -1,0 +1,363 @@
+"""Span traces that RL frameworks write themselves, in Chrome trace-event form.
+
+- verl / ROLL **Ray timeline** (``ray.timeline()``, verl ``ray_kwargs.timeline_json_file``): a
+  JSON array of ``X`` events in epoch µs; ``pid`` is the node (``"Node 10.0.0.2"`` or an index
+  named by a ``process_name`` event), ``tid`` the worker; names are Ray task names such as
+  ``WorkerDict.actor_rollout_generate_sequences`` plus ``task:execute``, ``ray.get`` …;
+- **AReaL perf_tracer** (``perf_tracer/<role>/traces-r<rank>.jsonl``): one event per line, ``ts``
+  in µs from the tracer's start, ``cat`` ∈ compute/comm/io/sync/scheduler/instr/misc,
+  ``args.global_step`` and ``args.rank``; on profiled steps torch-profiler events are merged in;
+- **NeMo-RL trace** (``NEMORL_TRACE_FILE``, ``nemo_rl/utils/trace.py``): a JSON array of
+  ``B``/``E`` pairs, ``X`` async spans, ``i`` and ``C`` events in µs of ``time.monotonic()``; a
+  ``step`` span carries ``args.step``.
+
+Ranges become ``annotation`` rows named as recorded (the taxonomy maps names to stages), torch
+events merged into a trace keep their Kineto kinds. Files that carry Kineto's own markers
+belong to :mod:`parsers.kineto` and score 0 here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from .discover import open_bytes
+from .errors import InputError
+from .events import conform
+from .source import METRICS_SCHEMA, ParsedSource
+
+FORMAT = "framework-spans"
+EXTENSIONS: tuple[str, ...] = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
+
+KINETO_MARKERS: tuple[bytes, ...] = (
+    b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"', b'"baseTimeNanoseconds"',
+    b'"cuda_runtime"', b'"ProfilerStep#', b'"displayTimeUnit"', b'"traceName"',
+)
+RAY_MARKERS: tuple[bytes, ...] = (b'"task:execute"', b'"worker_idle"', b'"task::', b'"cname"', b'"Node ', b'"worker:')
+AREAL_MARKERS: tuple[bytes, ...] = (b'"cat": "compute"', b'"cat": "comm"', b'"cat": "instr"', b'"cat": "io"',
+                                    b'"cat": "scheduler"', b'", Process"', b'"train.')
+NEMO_MARKERS: tuple[bytes, ...] = (b'"tracer_name"',)
+
+KIND_OF_CATEGORY: dict[str, str] = {
+    "kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_runtime": "runtime",
+    "cuda_driver": "runtime", "cpu_op": "cpu_op", "user_annotation": "annotation",
+    "gpu_user_annotation": "gpu_annotation", "python_function": "python",
+}
+"""Kineto categories that AReaL merges into its perf-tracer stream; everything else is a range."""
+GPU_CATEGORIES: tuple[str, ...] = ("kernel", "gpu_memcpy", "gpu_memset")
+"""GPU activity needs its device; without one it is kept as a plain range."""
+STEP_SPANS: tuple[str, ...] = ("step", "pipeline_step", "train_step")
+STEP_ARGS: tuple[str, ...] = ("global_step", "step")
+EPOCH_NS = 100_000_000_000_000_000
+"""Below this (1973 in ns) a trace's clock is relative to its own start, not the epoch."""
+
+
+class _Event(msgspec.Struct):
+    name: str | None = None
+    ph: str | None = None
+    ts: float | int | str | None = None
+    dur: float | int | str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    cat: str | None = None
+    args: dict[str, Any] | None = None
+
+
+class _Doc(msgspec.Struct):
+    traceEvents: list[_Event] = []  # the Chrome trace field name
+
+
+def sniff(head: bytes, path: Path) -> int:
+    """Framework span traces score 85; other Chrome traces without Kineto markers a weak 20–35."""
+    text = head.lstrip()
+    if text[:1] not in (b"[", b"{") or any(m in head for m in KINETO_MARKERS):
+        return 0
+    if b'"ph"' not in head or b'"ts"' not in head:
+        return 0
+    jsonl = text.startswith(b"{") and re.match(rb"\{[^\n]*\}\s*\n\s*\{", text) is not None
+    if sum(m in head for m in NEMO_MARKERS) or sum(m in head for m in RAY_MARKERS) >= 2:
+        return 85
+    if jsonl and sum(m in head for m in AREAL_MARKERS):
+        return 85
+    if text.startswith(b"{") and not jsonl:
+        return 20 if b'"traceEvents"' in head else 0
+    return 35 if b"aten::" not in head and b'"cpu_op"' not in head else 0
+
+
+def parse(path: Path, source: int = 0) -> ParsedSource:
+    path = Path(path)
+    out = ParsedSource(path=path, format=FORMAT)
+    try:
+        data = open_bytes(path)
+    except (OSError, EOFError) as exc:
+        raise InputError(path, f"cannot read ({exc})") from None
+    events = _decode(path, data, out)
+    if not events:
+        out.warn("no trace events")
+        return out
+    frame = _frame(events)
+    out.meta.update(_producer(frame))
+    meta = frame.filter(pl.col("ph") == "M")
+    procs, threads = _names(meta)
+    frame = frame.filter(pl.col("ph") != "M")
+    frame = frame.with_columns(
+        (pl.col("ts") * 1000).round(0).cast(pl.Int64).alias("start_ns"),
+        (pl.col("dur").fill_null(0) * 1000).round(0).cast(pl.Int64).alias("dur_ns"),
+    )
+    bad = frame.filter(pl.col("start_ns").is_null() & pl.col("ph").is_in(["X", "B", "E", "i", "I", "C"]))
+    if bad.height:
+        out.warn(f"{bad.height} events without a readable timestamp skipped")
+    frame = frame.filter(pl.col("start_ns").is_not_null())
+    spans = pl.concat([_complete(frame), _paired(frame, out), _instants(frame)], how="diagonal_relaxed")
+    ignored = frame.filter(~pl.col("ph").is_in(["X", "B", "E", "i", "I", "n", "C"]))
+    if ignored.height:
+        phases = ", ".join(sorted(set(ignored["ph"].drop_nulls().to_list())))
+        out.warn(f"{ignored.height} events of phases {phases} ignored (flows and async pairs carry no range)")
+    out.metrics = _counters(frame, source)
+    if spans.height == 0:
+        return out
+    spans = _identities(spans, procs, threads)
+    spans = _steps(_depths(spans))
+    base = int(spans["start_ns"].min())
+    if base < EPOCH_NS:
+        out.meta["time_base"] = "relative: the trace clock starts at the tracer, not the epoch; align before merging"
+    else:
+        out.meta["time_base"] = "epoch µs from the trace"
+    ranks = sorted(set(spans["rank"].drop_nulls().to_list()) - {-1})
+    if len(ranks) == 1:
+        out.meta["rank"] = ranks[0]
+    out.events = conform(spans.sort("start_ns"), source=source)
+    return out
+
+
+def _decode(path: Path, data: bytes, out: ParsedSource) -> list[_Event]:
+    text = data.lstrip()
+    try:
+        if text.startswith(b"["):
+            return msgspec.json.decode(data, type=list[_Event])
+        if not re.match(rb"\{[^\n]*\}\s*\n\s*\{", text):
+            return msgspec.json.decode(data, type=_Doc).traceEvents
+    except msgspec.ValidationError as exc:
+        raise InputError(path, f"not a trace-event file ({exc})") from None
+    except msgspec.DecodeError:
+        if text.startswith(b"["):
+            return _salvage(path, data, out)
+        raise InputError(path, "not valid JSON") from None
+    return _lines(data, out)
+
+
+def _salvage(path: Path, data: bytes, out: ParsedSource) -> list[_Event]:
+    """A JSON array cut short (a killed process): keep the events before the cut."""
+    cut = data.rfind(b"}")
+    while cut > 0:
+        try:
+            events = msgspec.json.decode(data[: cut + 1] + b"]", type=list[_Event])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            cut = data.rfind(b"}", 0, cut)
+            continue
+        out.warn(f"the file is cut short; {len(events)} complete events before the cut are kept")
+        out.meta["salvaged"] = round((cut + 1) / len(data), 4)
+        return events
+    raise InputError(path, "not valid JSON and nothing before the damage could be read")
+
+
+def _lines(data: bytes, out: ParsedSource) -> list[_Event]:
+    decoder = msgspec.json.Decoder(_Event)
+    events: list[_Event] = []
+    bad: list[int] = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            events.append(decoder.decode(line))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            bad.append(number)
+    if bad:
+        shown = ", ".join(str(n) for n in bad[:5])
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        out.warn(f"{len(bad)} unreadable lines skipped (lines {shown}{more})")
+    return events
+
+
+def _arg(events: list[_Event], key: str) -> list[Any]:
+    return [e.args.get(key) if e.args else None for e in events]
+
+
+def _frame(events: list[_Event]) -> pl.DataFrame:
+    def floats(values: list[Any]) -> pl.Series:
+        return pl.Series(values, dtype=pl.String, strict=False).cast(pl.Float64, strict=False) if any(
+            isinstance(v, str) for v in values
+        ) else pl.Series(values, dtype=pl.Float64, strict=False)
+
+    def ints(values: list[Any]) -> pl.Series:
+        return pl.Series([v if isinstance(v, int) and not isinstance(v, bool) else None for v in values], dtype=pl.Int64)
+
+    return pl.DataFrame({
+        "name": pl.Series([e.name for e in events], dtype=pl.String),
+        "ph": pl.Series([e.ph for e in events], dtype=pl.String),
+        "cat": pl.Series([e.cat for e in events], dtype=pl.String),
+        "ts": floats([e.ts for e in events]),
+        "dur": floats([e.dur for e in events]),
+        "pid_raw": pl.Series([None if e.pid is None else str(e.pid) for e in events], dtype=pl.String),
+        "tid_raw": pl.Series([None if e.tid is None else str(e.tid) for e in events], dtype=pl.String),
+        "arg_name": pl.Series([str(v) if v is not None else None for v in _arg(events, "name")], dtype=pl.String),
+        "arg_rank": ints(_arg(events, "rank")),
+        "arg_step": ints([a if a is not None else b for a, b in zip(_arg(events, STEP_ARGS[0]), _arg(events, STEP_ARGS[1]), strict=False)]),
+        "arg_device": ints(_arg(events, "device")),
+        "arg_stream": ints(_arg(events, "stream")),
+        "arg_corr": ints(_arg(events, "correlation")),
+        "arg_value": floats([v if isinstance(v, (int, float)) else None for v in _arg(events, "value")]),
+        "arg_tracer": pl.Series([str(v) if v is not None else None for v in _arg(events, "tracer_name")], dtype=pl.String),
+    })
+
+
+def _producer(frame: pl.DataFrame) -> dict[str, Any]:
+    names = frame["name"].drop_nulls()
+    cats = set(frame["cat"].drop_nulls().unique().to_list())
+    if frame["arg_name"].is_not_null().any() and names.str.contains(r"^task(::|:execute)|^ray\.(get|put|wait)$").any():
+        producer = "ray-timeline"
+    elif cats & {"compute", "comm", "io", "sync", "scheduler", "instr"}:
+        producer = "areal-perf-tracer"
+    elif frame["arg_tracer"].is_not_null().any():
+        producer = "nemo-rl-trace"
+    elif names.str.contains(r"^(task(::|:)|worker_idle|submit_task|ray\.)").any():
+        producer = "ray-timeline"
+    else:
+        producer = "chrome-trace"
+    meta: dict[str, Any] = {"producer": producer}
+    framework = {"areal-perf-tracer": "areal", "nemo-rl-trace": "nemo_rl"}.get(producer)
+    if names.str.contains(r"WorkerDict\.|TaskRunner\.|actor_rollout_").any():
+        framework = "verl"
+    elif names.str.contains(r"^(load_states|offload_states)$|ActorWorker\.|pipeline_step").any():
+        framework = "roll"
+    elif names.str.contains(r"_genertion|policy_worker/").any() or (producer == "chrome-trace" and names.str.contains(
+        r"^(generation|policy_training|policy_and_reference_logprobs)$"
+    ).any()):
+        framework = "nemo_rl"
+    if framework:
+        meta["framework"] = framework
+    return meta
+
+
+def _names(meta: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    procs = meta.filter(pl.col("name") == "process_name").select(
+        "pid_raw", pl.col("arg_name").alias("process")
+    ).unique(subset=["pid_raw"], keep="last")
+    threads = meta.filter(pl.col("name") == "thread_name").select(
+        "pid_raw", "tid_raw", pl.col("arg_name").alias("thread")
+    ).unique(subset=["pid_raw", "tid_raw"], keep="last")
+    return procs, threads
+
+
+def _complete(frame: pl.DataFrame) -> pl.DataFrame:
+    x = frame.filter(pl.col("ph") == "X")
+    return x.with_columns((pl.col("start_ns") + pl.col("dur_ns").clip(lower_bound=0)).alias("end_ns"))
+
+
+def _paired(frame: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
+    """``B``/``E`` pairs matched per thread by nesting level: the k-th ``B`` that opens level d
+    closes with the k-th ``E`` that leaves level d."""
+    be = frame.filter(pl.col("ph").is_in(["B", "E"])).with_row_index("_order")
+    if be.height == 0:
+        return be.drop("_order")
+    be = be.sort("pid_raw", "tid_raw", "start_ns", "_order").with_columns(
+        pl.when(pl.col("ph") == "B").then(1).otherwise(-1).alias("_d")
+    ).with_columns(pl.col("_d").cum_sum().over("pid_raw", "tid_raw").alias("_after"))
+    be = be.with_columns(
+        pl.when(pl.col("ph") == "B").then(pl.col("_after")).otherwise(pl.col("_after") + 1).alias("_level")
+    ).with_columns(pl.int_range(pl.len()).over("pid_raw", "tid_raw", "_level", "ph").alias("_k"))
+    opens = be.filter(pl.col("ph") == "B")
+    closes = be.filter(pl.col("ph") == "E").select("pid_raw", "tid_raw", "_level", "_k", pl.col("start_ns").alias("end_ns"))
+    paired = opens.join(closes, on=["pid_raw", "tid_raw", "_level", "_k"], how="left", nulls_equal=True)
+    unclosed = paired.filter(pl.col("end_ns").is_null())
+    if unclosed.height:
+        out.warn(f"{unclosed.height} ranges never closed (the trace ends inside them); dropped")
+    return paired.filter(pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))).drop(
+        "_order", "_d", "_after", "_level", "_k"
+    )
+
+
+def _instants(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.filter(pl.col("ph").is_in(["i", "I", "n"])).with_columns(pl.col("start_ns").alias("end_ns"))
+
+
+def _counters(frame: pl.DataFrame, source: int) -> pl.DataFrame:
+    counters = frame.filter((pl.col("ph") == "C") & pl.col("arg_value").is_not_null() & pl.col("arg_step").is_not_null())
+    return counters.select(
+        pl.lit(source, dtype=pl.UInt32).alias("source"), pl.col("arg_step").cast(pl.Int32).alias("step"),
+        pl.col("name").alias("key"), pl.col("arg_value").alias("value"),
+    ).cast(METRICS_SCHEMA)
+
+
+def _identities(spans: pl.DataFrame, procs: pl.DataFrame, threads: pl.DataFrame) -> pl.DataFrame:
+    """Numeric pid/tid (string ids get dense indexes), host and rank from the names."""
+    spans = spans.join(procs, on="pid_raw", how="left").join(threads, on=["pid_raw", "tid_raw"], how="left")
+    label = pl.coalesce(pl.col("process"), pl.col("pid_raw"))
+    return spans.with_columns(
+        pl.coalesce(
+            pl.col("pid_raw").cast(pl.Int64, strict=False), pl.col("pid_raw").rank("dense").cast(pl.Int64) - 1
+        ).alias("pid"),
+        pl.coalesce(
+            pl.col("tid_raw").cast(pl.Int64, strict=False), pl.col("tid_raw").rank("dense").cast(pl.Int64) - 1
+        ).alias("tid"),
+        label.str.extract(r"^Node (\S+)", 1).alias("host"),
+        pl.coalesce(
+            pl.col("arg_rank"), label.str.extract(r"(?i)\brank[ _-]?(\d+)", 1).cast(pl.Int64, strict=False)
+        ).fill_null(-1).alias("rank"),
+        pl.when(pl.col("ph").is_in(["i", "I", "n"]))
+        .then(pl.lit("marker"))
+        .when(pl.col("cat").is_in(list(GPU_CATEGORIES)) & pl.col("arg_device").is_null())
+        .then(pl.lit("annotation"))
+        .otherwise(pl.col("cat").replace_strict(KIND_OF_CATEGORY, default="annotation"))
+        .fill_null("annotation")
+        .alias("kind"),
+        pl.col("arg_device").alias("device"),
+        pl.col("arg_stream").alias("stream"),
+        pl.col("arg_corr").alias("corr"),
+        pl.col("name").fill_null(""),
+    )
+
+
+def _depths(spans: pl.DataFrame) -> pl.DataFrame:
+    """Nesting depth of each range on its thread: the number of open ranges when it starts
+    (ends sort before starts at the same instant; longer ranges open first)."""
+    spans = spans.with_row_index("_id")
+    edges = pl.concat([
+        spans.select("_id", "pid", "tid", pl.col("start_ns").alias("t"), pl.lit(1).alias("d"),
+                     (-(pl.col("end_ns") - pl.col("start_ns"))).alias("tie")),
+        spans.select("_id", "pid", "tid", pl.col("end_ns").alias("t"), pl.lit(-1).alias("d"),
+                     (pl.col("end_ns") - pl.col("start_ns")).alias("tie")),
+    ]).sort("pid", "tid", "t", "d", "tie")
+    edges = edges.with_columns(pl.col("d").cum_sum().over("pid", "tid").alias("open"))
+    depth = edges.filter(pl.col("d") == 1).select("_id", (pl.col("open") - 1).clip(lower_bound=0).alias("depth"))
+    return spans.join(depth, on="_id", how="left").drop("_id")
+
+
+def _steps(spans: pl.DataFrame) -> pl.DataFrame:
+    """Step from the event's own args, else from the innermost range on the same thread that
+    carries one, else from an enclosing ``step`` span anywhere (a driver's step range)."""
+    spans = spans.sort("start_ns")
+    own = spans.filter(pl.col("arg_step").is_not_null() & (pl.col("end_ns") > pl.col("start_ns"))).select(
+        "pid", "tid", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), pl.col("arg_step").alias("_step")
+    ).sort("_s")
+    step = pl.col("arg_step")
+    if own.height:
+        spans = spans.join_asof(
+            own, left_on="start_ns", right_on="_s", by=["pid", "tid"], strategy="backward", check_sortedness=False
+        )
+        step = pl.coalesce(step, pl.when(pl.col("_e").is_not_null() & (pl.col("end_ns") <= pl.col("_e"))).then(pl.col("_step")))
+        spans = spans.with_columns(step.alias("arg_step")).drop("_s", "_e", "_step")
+    marks = spans.filter(pl.col("name").is_in(list(STEP_SPANS)) & pl.col("arg_step").is_not_null()).select(
+        pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), pl.col("arg_step").alias("_step")
+    ).sort("_s")
+    if marks.height == 0:
+        return spans.with_columns(pl.col("arg_step").cast(pl.Int32).alias("step"))
+    spans = spans.join_asof(marks, left_on="start_ns", right_on="_s", strategy="backward")
+    inside = pl.col("_e").is_not_null() & (pl.col("start_ns") <= pl.col("_e"))
+    return spans.with_columns(
+        pl.coalesce(pl.col("arg_step"), pl.when(inside).then(pl.col("_step"))).cast(pl.Int32).alias("step")
+    ).drop("_s", "_e", "_step")
