@@ -119,7 +119,7 @@ class _Event(Struct, gc=False):
 class _Trace(Struct, gc=False):
     """Top-level keys we read; metadata is kept raw and decoded leniently (writers vary)."""
 
-    traceEvents: list[_Event] = []
+    traceEvents: list[Raw] = []
     distributedInfo: Raw = Raw(b"")
     deviceProperties: Raw = Raw(b"")
     baseTimeNanoseconds: int | None = None
@@ -175,7 +175,8 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     data = _read(path, out)
     trace = _decode(path, data, out)
     meta = _metadata(path, trace, out)
-    out.events = _events(trace, meta, source, out)
+    del data
+    out.events = _events(path, trace, meta, source, out)
     out.meta.update(meta)
     return out
 
@@ -194,7 +195,7 @@ def _read(path: Path, out: ParsedSource) -> bytes:
         return raw
     try:
         return _gunzip(raw)
-    except (OSError, EOFError, zlib.error):
+    except Exception:  # isal, zlib and gzip each raise their own type for a cut stream
         pass
     decomp = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
@@ -215,6 +216,11 @@ def _gunzip(raw: bytes) -> bytes:
         import gzip
 
         return gzip.decompress(raw)
+    size = int.from_bytes(raw[-4:], "little")  # gzip ISIZE: the content size mod 2**32
+    if len(raw) > 18 and 0 < size < 8 * 2**30:
+        from isal import isal_zlib
+
+        return isal_zlib.decompress(raw, wbits=31, bufsize=size + 1)
     return igzip.decompress(raw)
 
 
@@ -343,43 +349,77 @@ def _quarter_start_ns(epoch_ms: int) -> int:
 # --- events ------------------------------------------------------------------------------------
 
 
-def _events(trace: _Trace, meta: dict[str, Any], source: int, out: ParsedSource) -> pl.DataFrame:
-    events = trace.traceEvents
-    cats = list(map(_CAT, events))
-    kinds = list(map(_KIND_OF_ANY_CASE.get, cats))
-    unknown = {c for c in set(cats) if c not in _KIND_OF_ANY_CASE and c not in _NOT_EVENTS}
+def _events(path: Path, trace: _Trace, meta: dict[str, Any], source: int, out: ParsedSource) -> pl.DataFrame:
+    """Decode the events chunk by chunk (bounded memory) into one frame, then finish it."""
+    raws = trace.traceEvents
+    frames: list[pl.DataFrame] = []
+    unknown: set[str] = set()
+    for offset in range(0, len(raws), _CHUNK):
+        events = _decode_chunk(path, raws, offset, out)
+        cats = list(map(_CAT, events))
+        unknown.update(c for c in set(cats) if c not in _KIND_OF_ANY_CASE and c not in _NOT_EVENTS)
+        if "Trace" in cats:
+            span = events[cats.index("Trace")]
+            meta["profiler_window_us"] = (span.ts, span.ts + span.dur)
+        kinds = list(map(_KIND_OF_ANY_CASE.get, cats))
+        picked = list(compress(events, kinds))
+        if picked:
+            frames.append(_chunk_frame(picked, list(filter(None, kinds))))
+        del events, cats, kinds, picked
+    trace.traceEvents = []
+    del raws
     if unknown:
         meta["skipped_categories"] = sorted(unknown)
-    picked = list(compress(events, kinds))
-    picked_kinds = list(filter(None, kinds))
-    if "Trace" in cats:
-        span = events[cats.index("Trace")]
-        meta["profiler_window_us"] = (span.ts, span.ts + span.dur)
-    if not picked:
+    if not frames:
         out.warn("no trace events of a known kind")
         _time_base_ns(trace, 0.0, meta, out)
         return conform(pl.DataFrame(), source=source)
+    frame = pl.concat(frames, how="diagonal_relaxed", rechunk=False)
+    del frames
+    base = _time_base_ns(trace, frame["ts"].max() or 0.0, meta, out)
+    return _finish(frame, base, meta, source)
+
+
+_CHUNK = 16384
+"""Events decoded at a time: Python objects exist for one chunk only."""
+_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_AT_INDEX = re.compile(r"`\$\[(\d+)\]")
+
+
+def _decode_chunk(path: Path, raws: list[Raw], offset: int, out: ParsedSource) -> list[_Event]:
+    data = b"[" + b",".join(raws[offset : offset + _CHUNK]) + b"]"
+    try:
+        return _EVENTS_DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        where = _AT_INDEX.sub(lambda m: f"`$.traceEvents[{offset + int(m.group(1))}]", str(exc))
+        raise InputError(path, f"unexpected field type: {where}") from None
+    except msgspec.DecodeError as exc:
+        if "UTF-8" not in str(exc):
+            raise InputError(path, f"malformed JSON: {exc}") from None
+    out.warn("invalid UTF-8 in the file; bad bytes replaced")
+    return _EVENTS_DECODER.decode(data.decode("utf-8", errors="replace").encode("utf-8"))
+
+
+def _chunk_frame(picked: list[_Event], kinds: list[str]) -> pl.DataFrame:
     args = list(map(_ARGS, picked))
+    ext = list(map(_EXT, args))
+    if ext.count(None) == len(ext):
+        ext = list(map(_EXT_OLD, args))
     frame = pl.DataFrame(
         {
-            "kind": picked_kinds,
-            "name": list(map(_NAME, picked)),
+            "kind": kinds,
+            "name": pl.Series(list(map(_NAME, picked)), dtype=pl.Categorical),
             "pid": pl.Series(list(map(_PID, picked)), dtype=pl.Int64, strict=False),
             "tid": pl.Series(list(map(_TID, picked)), dtype=pl.Int64, strict=False),
             "ts": pl.Series(list(map(_TS, picked)), dtype=pl.Float64),
             "dur": pl.Series(list(map(_DUR, picked)), dtype=pl.Float64),
             "corr": _opt_int(list(map(_CORR, args))),
-            "ext_id": _opt_int(list(map(_EXT, args))),
+            "ext_id": _opt_int(ext),
         }
     )
-    if frame["ext_id"].null_count() == frame.height:
-        frame = frame.with_columns(ext_id=_opt_int(list(map(_EXT_OLD, args))))
-    base = _time_base_ns(trace, frame["ts"].max() or 0.0, meta, out)
     frame = frame.with_columns(_sparse(frame, args, "bytes", ("memcpy", "memset"), _copy_bytes))
     collectives = _collective_args(args)
-    if collectives is not None:
-        frame = frame.hstack(collectives)
-    return _finish(frame, base, meta, source)
+    return frame.hstack(collectives) if collectives is not None else frame
 
 
 _CAT = attrgetter("cat")
@@ -483,12 +523,12 @@ def _finish(frame: pl.DataFrame, base: int, meta: dict[str, Any], source: int) -
     dur = (pl.col("dur").clip(lower_bound=0.0) * _US_TO_NS).round(0).cast(pl.Int64)
     has_args = "coll_name" in frame.columns
     from_args = pl.col("coll_name") if has_args else pl.lit(None, dtype=pl.String)
-    frame = frame.join(_name_facts(frame["name"]), on="name", how="left")
+    facts = _name_facts(frame["name"])
     coll = (
         pl.when(kind == "kernel")
-        .then(pl.coalesce(from_args, pl.col("kernel_coll")))
+        .then(pl.coalesce(from_args, facts["kernel_coll"]))
         .when(kind.is_in(["cpu_op", "annotation"]))
-        .then(pl.coalesce(from_args, pl.col("op_coll")))
+        .then(pl.coalesce(from_args, facts["op_coll"]))
         .otherwise(from_args)
     )
     collective = coll.is_not_null()
@@ -505,7 +545,7 @@ def _finish(frame: pl.DataFrame, base: int, meta: dict[str, Any], source: int) -
         pl.col("ext_id"),
         coll.alias("coll"),
         pl.when(collective).then(pl.col("coll_bytes") if has_args else None).otherwise(pl.col("bytes")).alias("bytes"),
-        pl.col("step"),
+        facts["step"].alias("step"),
     ]
     if has_args:
         columns += [
@@ -516,18 +556,28 @@ def _finish(frame: pl.DataFrame, base: int, meta: dict[str, Any], source: int) -
     return conform(shaped, source=source, rank=meta.get("rank", -1), host=meta.get("host"))
 
 
-def _name_facts(names: pl.Series) -> pl.DataFrame:
-    """What a name alone says (NCCL kernel collective, collective op, profiler step), once per name."""
+def _name_facts(names: pl.Series) -> dict[str, pl.Expr]:
+    """What a name alone says (NCCL kernel collective, collective op, profiler step).
+
+    Worked out once per distinct name; the few names that say something become small lookup
+    tables applied to the column, so nothing per row is materialised.
+    """
     name = pl.col("name")
     op = pl.coalesce(
         name.str.extract(r"^(?:nccl|gloo|ucc|mpi|xccl):(\w+)", 1),
         name.str.extract(r"^c10d::(\w+)", 1),
     )
-    return pl.DataFrame({"name": names.unique()}).with_columns(
+    facts = pl.DataFrame({"name": names.unique().cast(pl.String)}).with_columns(
         kernel_coll=kernel_coll_expr(name),
         op_coll=op.map_elements(canonical_coll, return_dtype=pl.String, skip_nulls=True),
         step=name.str.extract(r"^ProfilerStep#(\d+)$", 1).cast(pl.Int32, strict=False),
     )
+    lookups = {}
+    for column, dtype in (("kernel_coll", pl.String), ("op_coll", pl.String), ("step", pl.Int32)):
+        known = facts.filter(pl.col(column).is_not_null())
+        mapping = dict(zip(known["name"].to_list(), known[column].to_list(), strict=True))
+        lookups[column] = name.replace_strict(mapping, default=None, return_dtype=dtype) if mapping else pl.lit(None, dtype=dtype)
+    return lookups
 
 
 _NESTING_KINDS = ("annotation", "cpu_op", "python", "gpu_annotation")
