@@ -1,0 +1,230 @@
+"""The frames that flow between assembly, classification, the analyses and the reports.
+
+Each schema here is a contract: the module that produces a frame returns exactly these columns
+(more may follow at the end), and every consumer reads only these. ``docs/api.md`` documents
+them for users of the Python API (``analyzer.load(paths)`` → ``Run``). Times are epoch ns on
+the aligned clock (docs/analyses.md §2).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from taxonomy.vocab import DIM, IDLE_CAUSE, POOL, ROLE, STAGE
+
+# --- produced by assembly and classification ----------------------------------------------------
+
+CLASSIFIED_COLUMNS: dict[str, pl.DataType] = {
+    "stage": STAGE,
+    "role": ROLE,
+    "dim": DIM,
+    "pool": POOL,
+    "inferred": pl.Boolean(),
+    "confidence": pl.Float32(),
+}
+"""Columns classification appends to the event table (``Run.events``): the stage and role of
+annotation, log and GPU rows (GPU rows inherit them from the range enclosing their launch), the
+parallelism dimension of collective rows, the pool of the row's rank, and whether the stage was
+inferred from operator signatures (with a confidence in [0, 1]) rather than named by a range."""
+
+STEPS: dict[str, pl.DataType] = {
+    "step": pl.Int32(),
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+    "source": pl.String(),
+}
+"""One row per step: the step window over all ranks (docs/analyses.md §1); ``source`` says what
+defined it (``ProfilerStep``, a step range name, ``log``)."""
+
+CLOCK: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "offset_ns": pl.Int64(),
+    "uncertainty_ns": pl.Int64(),
+    "matched": pl.Int64(),
+    "aligned": pl.Boolean(),
+}
+"""Per rank: the offset subtracted from its times, the residual uncertainty (MAD), how many
+matched collective instances it rests on, and whether the rank could be aligned at all."""
+
+POOLS: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "pool": POOL,
+    "host": pl.String(),
+    "device": pl.Int16(),
+}
+"""Per rank: its pool (rollout / train / shared), host and device."""
+
+STAGE_RANGES: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "step": pl.Int32(),
+    "stage": STAGE,
+    "role": ROLE,
+    "name": pl.String(),
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+    "depth": pl.Int16(),
+    "inferred": pl.Boolean(),
+    "confidence": pl.Float32(),
+}
+"""Every range that has a stage (named by a profile rule, or inferred), possibly nested."""
+
+STAGE_TIMELINE: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "step": pl.Int32(),
+    "stage": STAGE,
+    "role": ROLE,
+    "name": pl.String(),
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+    "inferred": pl.Boolean(),
+}
+"""Per rank, non-overlapping segments: at each time point the innermost staged range decides
+the stage (docs/analyses.md §1). Sorted by rank, start. Gaps are time no range covers."""
+
+COLLECTIVE_INSTANCES: dict[str, pl.DataType] = {
+    "instance": pl.Int64(),
+    "rank": pl.Int32(),
+    "step": pl.Int32(),
+    "coll": pl.String(),
+    "dim": DIM,
+    "pg": pl.String(),
+    "pg_ranks": pl.String(),
+    "group_size": pl.Int32(),
+    "bytes": pl.Int64(),
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+    "stage": STAGE,
+    "on_device": pl.Boolean(),
+}
+"""One row per rank and collective call (NCCL kernel, or host op on CPU-only ranks); rows of one
+collective instance across its members share ``instance`` (-1 when it could not be matched)."""
+
+ACTIVITY: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "device": pl.Int16(),
+    "stream": pl.Int32(),
+    "kind": pl.String(),
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+    "stage": STAGE,
+    "step": pl.Int32(),
+    "is_collective": pl.Boolean(),
+}
+"""A rank's device work (docs/analyses.md §1): kernels, copies, memsets — or, for CPU-only
+ranks, their outermost host ops — with the stage and step they belong to."""
+
+# --- produced by the analyses --------------------------------------------------------------------
+
+BREAKDOWN: dict[str, pl.DataType] = {
+    "step": pl.Int32(),
+    "rank": pl.Int32(),
+    "stage": STAGE,
+    "time_ns": pl.Int64(),
+    "share": pl.Float64(),
+}
+"""Per step × rank × stage: time on that rank in that stage, and its share of the step window."""
+
+CRITICAL_PATH: dict[str, pl.DataType] = {
+    "step": pl.Int32(),
+    "rank": pl.Int32(),
+    "stage": STAGE,
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+}
+"""The chain of stage intervals that sets each step's time (docs/analyses.md §3)."""
+
+BUBBLES: dict[str, pl.DataType] = {
+    "step": pl.Int32(),
+    "rank": pl.Int32(),
+    "window_ns": pl.Int64(),
+    "busy_ns": pl.Int64(),
+    "productive_ns": pl.Int64(),
+    "cause": IDLE_CAUSE,
+    "idle_ns": pl.Int64(),
+}
+"""Per step × rank × cause: idle time by cause (docs/analyses.md §4), with the device's window,
+busy and productive-busy time repeated on each row."""
+
+LARGEST_BUBBLES: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "step": pl.Int32(),
+    "cause": IDLE_CAUSE,
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+}
+"""The longest contiguous runs of one cause on one device."""
+
+COLLECTIVES_BY_DIM: dict[str, pl.DataType] = {
+    "dim": DIM,
+    "coll": pl.String(),
+    "count": pl.Int64(),
+    "bytes": pl.Int64(),
+    "time_ns": pl.Int64(),
+    "exposed_ns": pl.Int64(),
+    "wait_ns": pl.Int64(),
+    "transfer_ns": pl.Int64(),
+    "busbw_gbps": pl.Float64(),
+}
+"""Per dimension and collective kind (docs/analyses.md §5), summed over ranks."""
+
+WEIGHT_SYNC: dict[str, pl.DataType] = {
+    "step": pl.Int32(),
+    "time_ns": pl.Int64(),
+    "bytes": pl.Int64(),
+    "bandwidth_gbps": pl.Float64(),
+    "share": pl.Float64(),
+}
+"""Per step: weight-sync time, bytes moved, effective bandwidth, share of the step time."""
+
+STRAGGLERS: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "caused_wait_ns": pl.Int64(),
+    "last_arrivals": pl.Int64(),
+}
+"""Per rank: the total wait it caused others by arriving last at collectives."""
+
+WORKDEPTH: dict[str, pl.DataType] = {
+    "step": pl.Int32(),
+    "work_ns": pl.Int64(),
+    "depth_ns": pl.Int64(),
+    "parallelism": pl.Float64(),
+    "step_ns": pl.Int64(),
+    "async_overlap_bound": pl.Float64(),
+    "no_tail_step_ns": pl.Int64(),
+    "balanced_dp_step_ns": pl.Int64(),
+}
+"""Per step: W, D, W/D and the what-if bounds of docs/analyses.md §7."""
+
+VIOLATIONS: dict[str, pl.DataType] = {
+    "id": pl.String(),
+    "title": pl.String(),
+    "status": pl.String(),
+    "severity": pl.String(),
+    "value": pl.Float64(),
+    "threshold": pl.Float64(),
+    "unit": pl.String(),
+    "step": pl.Int32(),
+    "rank": pl.Int32(),
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+    "evidence": pl.String(),
+    "recommendation": pl.String(),
+    "source": pl.String(),
+}
+"""One row per guideline evaluated: ``status`` is ``violated``, ``passed`` or ``not_evaluated``
+(then ``evidence`` says what is missing: "needs …"); ``severity`` is ``info``/``warn``/``error``
+for violations."""
+
+
+def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)
+
+
+def check(frame: pl.DataFrame, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:
+    """Raise when ``frame`` lacks a contract column or has it with another dtype."""
+    for name, dtype in schema.items():
+        if name not in frame.columns:
+            raise ValueError(f"{what}: missing column {name!r}")
+        if frame.schema[name] != dtype:
+            raise ValueError(f"{what}: column {name!r} is {frame.schema[name]}, expected {dtype}")
+    return frame
