@@ -192,7 +192,7 @@ def test_areal_fancy_grid_tables():
     assert not any(k.endswith("__count") for k in m)
     end = datetime(2025, 5, 21, 14, 4, 19, tzinfo=timezone.utc)
     assert out.events.filter(pl.col("step") == 2)["start_ns"][0] == (
-        int(end.timestamp()) * 1_000_000_000 + 90_000_000 - int(round(sum(durations(out, 2).values()) * 1e9)))
+        int(end.timestamp()) * 1_000_000_000 + 90_000_000 - round(sum(durations(out, 2).values()) * 1e9))
 
 
 # --- ROLL ------------------------------------------------------------------------------------
