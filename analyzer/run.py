@@ -1,13 +1,16 @@
 """A run: every source of one training job, assembled into one event table, analysed lazily.
 
-``Run`` is the Python API (``analyzer.load(paths)``) and what every report renders. Analyses
-are computed on first access and cached; each is a polars frame.
+``Run`` is the Python API (``analyzer.load(paths)``) and what every report renders. Every
+product of assembly and analysis (``run.gpu_time``, ``run.steps``, ``run.bubbles``, …) is
+computed on first access by the module that provides it (``analyzer/analyses/REGISTRY``) and
+cached; frames follow the schemas in ``analyzer/frames.py``.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ import polars as pl
 from parsers import ParsedSource
 from parsers.events import concat
 
-from .analyses import annotations, gpu_time
+from .analyses import REGISTRY
 
 
 @dataclass
@@ -39,6 +42,23 @@ class Run:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     unknown: list[Path] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+    _products: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        module = _providers().get(name)
+        if module is None:
+            raise AttributeError(f"Run has no product {name!r}")
+        products = self.__dict__["_products"]
+        if name not in products:
+            products[name] = importlib.import_module(module).provide(self, name)
+        return products[name]
+
+    def product(self, name: str) -> Any:
+        """A product by name (same as the attribute)."""
+        return getattr(self, name)
 
     @classmethod
     def from_sources(
@@ -62,29 +82,34 @@ class Run:
     def ranks(self) -> list[int]:
         return sorted(self.events["rank"].unique().to_list())
 
-    @cached_property
-    def gpu_time(self) -> pl.DataFrame:
-        """Per rank: window, busy, idle, communication, computation, overlap (docs/analyses.md §6)."""
-        return gpu_time.compute(self.events)
-
-    @cached_property
-    def annotations(self) -> pl.DataFrame:
-        """Per rank: time by top-level user annotation."""
-        return annotations.compute(self.events)
-
     def summary(self) -> dict[str, Any]:
-        """Everything the reports show, as plain JSON-able data."""
-        return {
+        """Everything the reports show, as plain JSON-able data: one key per report section."""
+        from .report.sections import sections
+
+        document: dict[str, Any] = {
             "sources": [
                 {"path": str(s.path), "format": s.format, "rank": s.rank, "warnings": s.warnings}
                 for s in self.sources
             ],
             "unknown_files": [str(p) for p in self.unknown],
             "notes": self.notes,
-            "ranks": self.gpu_time.to_dicts(),
-            "annotations": self.annotations.to_dicts(),
             "warnings": self.warnings,
         }
+        for section in sections(self):
+            document[section.key] = section.frame.to_dicts() if section.frame is not None else []
+        return document
+
+
+@cache
+def _providers() -> dict[str, str]:
+    """Product name → module providing it."""
+    found: dict[str, str] = {}
+    for name in REGISTRY:
+        for product in importlib.import_module(name).PROVIDES:
+            if product in found:
+                raise RuntimeError(f"{product!r} provided by both {found[product]} and {name}")
+            found[product] = name
+    return found
 
 
 def _assign_ranks(parsed: list[ParsedSource]) -> tuple[pl.DataFrame, list[SourceInfo], list[str]]:

@@ -1,6 +1,19 @@
-"""The analyses: one module each, with declared inputs and outputs (polars frames).
+"""The analyses and assembly steps a run computes lazily, by name.
 
-Each module states ``INPUTS`` (what of a run it reads) and ``OUTPUTS`` (the frames it returns,
-with a one-line meaning each), and exposes a pure function over polars frames. ``Run`` calls
-them lazily and caches the results.
+Every module listed in :data:`REGISTRY` declares ``PROVIDES`` (the names of the frames — or
+values — it computes, each documented in its module docstring and, for frames, with a schema in
+``analyzer/frames.py``) and ``provide(run, name)``. ``Run`` computes a product on first access
+(``run.gpu_time``, ``run.bubbles``, …) and caches it. Modules read other products through the
+run, so data flows one way: assembly → classification → analyses → reports.
+
+A module may also define ``section(run) -> Section | None`` to put its results in the reports
+(see ``analyzer/report/sections.py``).
 """
+
+from __future__ import annotations
+
+REGISTRY: tuple[str, ...] = (
+    "analyzer.analyses.gpu_time",
+    "analyzer.analyses.annotations",
+)
+"""Modules providing run products, in report order. Add one line per module."""

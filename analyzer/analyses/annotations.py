@@ -15,7 +15,9 @@ OUTPUTS = {
     "annotations": "per rank and top-level annotation name: count, total time, share of the rank's trace window",
 }
 
+PROVIDES = ("annotations",)
 STEP_PREFIX = "ProfilerStep#"
+TOP = 8
 
 
 def compute(events: pl.DataFrame) -> pl.DataFrame:
@@ -36,4 +38,27 @@ def compute(events: pl.DataFrame) -> pl.DataFrame:
         )
         .drop("window_ns")
         .sort(["rank", "time_ns"], descending=[False, True])
+    )
+
+
+def provide(run, name: str) -> pl.DataFrame:
+    return compute(run.events)
+
+
+def section(run):
+    from ..report.sections import Column, Section
+
+    top = run.annotations
+    if top.height == 0:
+        return None
+    return Section(
+        "Time by top-level annotation",
+        top.group_by("rank", maintain_order=True).head(TOP),
+        columns=[
+            Column("rank", "rank"),
+            Column("name", "annotation"),
+            Column("count", "count"),
+            Column("time_ns", "time", "duration"),
+            Column("share", "share of trace", "percent"),
+        ],
     )

@@ -24,6 +24,8 @@ OUTPUTS = {
     ),
 }
 
+PROVIDES = ("gpu_time",)
+
 COLUMNS = [
     "rank", "trace_start_ns", "trace_end_ns", "gpu_start_ns", "gpu_end_ns", "gpu_window_ns",
     "busy_ns", "idle_ns", "idle_fraction", "comm_ns", "compute_ns", "memory_ns",
@@ -76,3 +78,30 @@ def compute(events: pl.DataFrame, *, hta_compatible: bool = False) -> pl.DataFra
     )
     return out.select(COLUMNS).sort("rank")
 
+
+
+def provide(run, name: str) -> pl.DataFrame:
+    return compute(run.events)
+
+
+def section(run):
+    from ..report.sections import Column, Section
+
+    frame = run.gpu_time.filter(pl.col("gpu_start_ns").is_not_null())
+    if frame.height == 0:
+        return Section("GPU time per rank", None, note="No GPU activity in these sources (CPU-only traces or logs).")
+    return Section(
+        "GPU time per rank",
+        frame,
+        columns=[
+            Column("rank", "rank"),
+            Column("gpu_window_ns", "GPU window", "duration"),
+            Column("busy_ns", "busy", "duration"),
+            Column("idle_ns", "idle", "duration"),
+            Column("idle_fraction", "idle %", "percent"),
+            Column("comm_ns", "comm", "duration"),
+            Column("compute_ns", "compute", "duration"),
+            Column("overlap_fraction", "comm overlapped", "percent"),
+        ],
+        note="Busy = union of kernels, copies and memsets over all streams; window = first to last GPU activity.",
+    )

@@ -1,4 +1,4 @@
-"""The terminal report (rich tables)."""
+"""The terminal report (rich tables), one table per report section."""
 
 from __future__ import annotations
 
@@ -6,54 +6,35 @@ from rich.console import Console
 from rich.table import Table
 
 from ..run import Run
-from .units import duration, percent
-
-TOP_ANNOTATIONS = 8
+from .sections import Section, sections
+from .units import cell
 
 
 def render(run: Run, console: Console) -> None:
     console.print(f"[bold]rlperf[/bold] — {len(run.sources)} source(s), {len(run.ranks)} rank(s)")
-    sources = Table(title="Sources", title_justify="left", show_edge=False)
+    files = Table(title="Sources", title_justify="left", show_edge=False)
     for column in ("file", "format", "rank"):
-        sources.add_column(column)
+        files.add_column(column)
     for s in run.sources:
-        sources.add_row(s.path.name, s.format, str(s.rank) if s.rank >= 0 else "–")
-    console.print(sources)
-
-    gpu = run.gpu_time.filter(run.gpu_time["gpu_start_ns"].is_not_null())
-    if gpu.height:
-        table = Table(title="GPU time per rank", title_justify="left", show_edge=False)
-        for column in ("rank", "GPU window", "busy", "idle", "idle %", "comm", "compute", "comm overlapped"):
-            table.add_column(column, justify="right")
-        for row in gpu.iter_rows(named=True):
-            table.add_row(
-                str(row["rank"]),
-                duration(row["gpu_window_ns"]),
-                duration(row["busy_ns"]),
-                duration(row["idle_ns"]),
-                percent(row["idle_fraction"]),
-                duration(row["comm_ns"]),
-                duration(row["compute_ns"]),
-                percent(row["overlap_fraction"]),
-            )
-        console.print(table)
-    else:
-        console.print("No GPU activity in these sources (CPU-only traces or logs).")
-
-    top = run.annotations
-    if top.height:
-        table = Table(title="Time by top-level annotation", title_justify="left", show_edge=False)
-        for column, justify in (("rank", "right"), ("annotation", "left"), ("count", "right"), ("time", "right"), ("share of trace", "right")):
-            table.add_column(column, justify=justify)
-        for rank in sorted(top["rank"].unique().to_list()):
-            rows = top.filter(top["rank"] == rank).head(TOP_ANNOTATIONS)
-            for row in rows.iter_rows(named=True):
-                table.add_row(str(rank), row["name"], str(row["count"]), duration(row["time_ns"]), percent(row["share"]))
-        console.print(table)
-
+        files.add_row(s.path.name, s.format, str(s.rank) if s.rank >= 0 else "–")
+    console.print(files)
+    for section in sections(run):
+        _section(section, console)
     for note in run.notes:
         console.print(f"[dim]note: {note}[/dim]")
     for path in run.unknown:
         console.print(f"[dim]skipped (not a format rlperf reads): {path}[/dim]")
     for warning in run.warnings:
         console.print(f"[yellow]warning: {warning}[/yellow]")
+
+
+def _section(section: Section, console: Console) -> None:
+    if section.frame is None or section.frame.height == 0:
+        console.print(f"[bold]{section.title}[/bold]: {section.note or 'nothing to show'}")
+        return
+    table = Table(title=section.title, title_justify="left", show_edge=False, caption=section.note or None, caption_justify="left")
+    for column in section.columns:
+        table.add_column(column.title, justify="left" if column.format == "text" else "right")
+    for row in section.rows():
+        table.add_row(*(cell(value, column.format) for value, column in zip(row, section.columns, strict=True)))
+    console.print(table)

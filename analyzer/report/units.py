@@ -26,3 +26,33 @@ def size(nbytes: float | int | None) -> str:
             return f"{value:.3g} {unit}" if unit != "B" else f"{value:.0f} B"
         value /= 1024
     return f"{value:.3g} TiB"
+
+
+def bandwidth(gbps: float | None) -> str:
+    return "–" if gbps is None else f"{gbps:.3g} GB/s"
+
+
+def number(value: float | int | None) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return f"{value:,}"
+
+
+def cell(value: object, fmt: str) -> str:
+    """A value as a report cell in one of the section formats."""
+    if value is None:
+        return "–"
+    match fmt:
+        case "duration":
+            return duration(value)  # type: ignore[arg-type]
+        case "percent":
+            return percent(value)  # type: ignore[arg-type]
+        case "bytes":
+            return size(value)  # type: ignore[arg-type]
+        case "bandwidth":
+            return bandwidth(value)  # type: ignore[arg-type]
+        case "number":
+            return number(value)  # type: ignore[arg-type]
+    return str(value)

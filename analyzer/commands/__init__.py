@@ -1,0 +1,1 @@
+"""One module per ``rlperf`` command; each registers itself on ``analyzer.cli.app``."""

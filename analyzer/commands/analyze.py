@@ -1,0 +1,61 @@
+"""``rlperf analyze``: the report of one run."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from ..cli import Jobs, NoCache, Output, Paths, Quiet, app
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+
+
+@app.command()
+def analyze(
+    paths: Paths,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.text,
+    output: Output = None,
+    jobs: Jobs = None,
+    no_cache: NoCache = False,
+    quiet: Quiet = False,
+) -> None:
+    """Analyze one run: per-rank GPU time, idle, communication overlap, time by annotation.
+
+    PATHS may mix PyTorch profiler traces (.json/.json.gz), Nsight Systems exports (.sqlite,
+    .nsys-rep with nsys on PATH, nsys stats CSV) and framework logs; formats are told by
+    content. Files rlperf cannot read are listed and skipped.
+    """
+    from ..ingest import ingest
+    from ..run import Run
+
+    found = ingest(paths, jobs=jobs, use_cache=not no_cache)
+    run = Run.from_sources(found.sources, unknown=found.unknown, notes=found.notes)
+    emit(run, fmt.value, output)
+
+
+def emit(run, fmt: str, output: Path | None) -> None:
+    """Write ``run``'s report in ``fmt`` to ``output`` (or stdout)."""
+    if fmt == "json":
+        from ..report import json as json_report
+
+        text = json_report.render(run) + "\n"
+        if output:
+            output.write_text(text)
+        else:
+            sys.stdout.write(text)
+        return
+    from ..report import text as text_report
+
+    if output:
+        with output.open("w") as fh:
+            text_report.render(run, Console(file=fh, width=120, color_system=None))
+    else:
+        text_report.render(run, Console())

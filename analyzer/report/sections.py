@@ -1,0 +1,58 @@
+"""Report sections: what every renderer (terminal, Markdown, HTML, JSON) shows, in order.
+
+An analysis module contributes a :class:`Section` through ``section(run)``; renderers only lay
+sections out. Column formats are names (``duration``, ``percent``, ``bytes``, ``number``,
+``text``), so every renderer formats a value the same way.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from ..analyses import REGISTRY
+
+if TYPE_CHECKING:
+    from ..run import Run
+
+FORMATS = ("text", "duration", "percent", "bytes", "number", "bandwidth")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    title: str
+    format: str = "text"
+
+
+@dataclass
+class Section:
+    title: str
+    frame: pl.DataFrame | None
+    columns: list[Column] = field(default_factory=list)
+    note: str = ""
+    key: str = ""
+
+    def rows(self) -> list[list[object]]:
+        if self.frame is None:
+            return []
+        names = [c.name for c in self.columns] or self.frame.columns
+        return [list(r) for r in self.frame.select(names).iter_rows()]
+
+
+def sections(run: Run) -> list[Section]:
+    """Every section the registered modules contribute, in registry order."""
+    out: list[Section] = []
+    for name in REGISTRY:
+        module = importlib.import_module(name)
+        build = getattr(module, "section", None)
+        if build is None:
+            continue
+        section = build(run)
+        if section is not None:
+            section.key = section.key or name.rsplit(".", 1)[-1]
+            out.append(section)
+    return out
