@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -76,24 +77,16 @@ def test_stats_csv_with_broken_numbers(tmp_path: Path) -> None:
     assert "cannot read" in one_line_error(bad)
 
 
-def test_cli_exit_status_two_with_one_line(tmp_path: Path) -> None:
-    """The CLI's handling of InputError, exercised on a parse of a bad export."""
-    bad = tmp_path / "capture.sqlite"
-    bad.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
-    code = (
-        "import sys; from analyzer.cli import app, main; from parsers import nsys\n"
-        "@app.command()\n"
-        "def read(path: str) -> None:\n"
-        "    nsys.parse(path)\n"
-        "@app.command()\n"
-        "def noop() -> None:\n"
-        "    pass\n"
-        "main()\n"
-    )
+@pytest.mark.parametrize("suffix", [".sqlite", ".nsys-rep"])
+def test_cli_exit_status_two_with_one_line(tmp_path: Path, suffix: str) -> None:
+    """``rlperf analyze`` on a bad export: one line naming the file, exit status 2."""
+    bad = tmp_path / f"capture{suffix}"
+    bad.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100 if suffix == ".sqlite" else b"not a report")
     run = subprocess.run(
-        [sys.executable, "-c", code, "read", str(bad)],
+        [sys.executable, "-c", "from analyzer.cli import main; main()", "analyze", str(bad)],
         capture_output=True, text=True, timeout=120, check=False, cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "RLPERF_CACHE_DIR": str(tmp_path / "cache")},
     )
-    assert run.returncode == 2
+    assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"rlperf: error: {bad}: ")
