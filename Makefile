@@ -29,6 +29,14 @@ test: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 
+$(VENV)/.installed-samples: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[samples]'
+	touch $@ $(VENV)/.installed
+
+# Regenerates sample_traces/runs/ from scratch (real tiny RL runs on CPU; nsys for one of them).
+samples: $(VENV)/.installed-samples
+	$(BIN)/python -m sample_traces.harness.run
+
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/ingest.py
 
