@@ -67,6 +67,10 @@ def capture_nsys(sc: Scenario, out: Path) -> None:
     environment and through a neutral temporary path to the repository: no variable of this
     machine and no path of this checkout ends up in a committed file (checked on the export).
     """
+    missing = [tool for tool in ("nsys", "unshare", "timeout") if shutil.which(tool) is None]
+    if missing or os.geteuid() != 0:
+        raise SystemExit(f"{sc.name}: the nsys capture needs {', '.join(missing) or 'root'} "
+                         "(Debian nsight-systems, util-linux; run as root for the namespace)")
     with tempfile.TemporaryDirectory(prefix="rlperf-nsys-") as tmp:
         t = Path(tmp)
         (t / "repo").mkdir()
