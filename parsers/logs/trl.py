@@ -21,18 +21,19 @@ from ..source import ParsedSource
 from .lines import LineIssues, lines_frame, read_text
 from .records import ROWS_SCHEMA, record_rows, split_timers
 from .timers import finish
-from .values import flat_scalars
+from .values import flat_scalars, python_literal
 
 FORMAT = "trl-log"
 EXTENSIONS: tuple[str, ...] = (".json", ".log", ".txt", ".out")
 
-TIMER_KEY = r"^profiling/Time taken: |(?:^|/)\w+_time_s$"
+TIMER_KEY = r"^profiling/Time taken: |(?:^|/)\w+_time_s$|^step_time$"
 RUN_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss")
 STATE_KEYS = ("global_step", "max_steps", "logging_steps", "eval_steps", "save_steps",
               "num_train_epochs", "train_batch_size", "epoch")
 
 _STATE = re.compile(rb'"log_history"\s*:\s*\[')
-_CONSOLE = re.compile(rb"(?m)^\{'(?:loss|train_loss|reward|completions/mean_length)'[^\n]*'epoch': [\d.]+\}\s*$")
+_CONSOLE = re.compile(rb"(?m)^\{'(?:loss|train_loss|reward|completions/mean_length)'[^\n]*'epoch': '?[\d.e-]+'?\}\s*$")
+CONSOLE_RECORD = r"^\{'[^']+': .*'epoch': '?[-\d.e]+'?\}\s*$"
 
 
 def sniff(head: bytes, path: Path) -> int:
@@ -93,21 +94,43 @@ def _console_rows(out: ParsedSource, text: str) -> pl.DataFrame:
     """Console dicts carry no step: they are numbered 1, 2, … in order (``logging_steps`` apart
     in the real run, which the console does not say)."""
     lines = lines_frame(text)
-    records = lines.filter(
-        pl.col("text").str.contains(r"^\{'[^']+': .*'epoch': [-\d.e]+\}\s*$")
-    ).with_row_index("step", offset=1).select(
+    dicts = lines.filter(pl.col("text").str.contains(CONSOLE_RECORD))
+    final = dicts.filter(pl.col("text").str.contains("'train_runtime'", literal=True))
+    records = dicts.filter(~pl.col("line").is_in(final["line"].implode())).with_row_index("step", offset=1).select(
         "line", pl.col("step").cast(pl.Int32), pl.col("text").alias("payload")
     )
     issues = LineIssues()
     cut = lines.filter(
         pl.col("text").str.starts_with("{'")
         & pl.col("text").str.contains("'epoch'|'loss'|'reward'")
-        & ~pl.col("line").is_in(records["line"].implode())
+        & ~pl.col("line").is_in(dicts["line"].implode())
     )
     issues.add_frame(cut.with_columns(pl.lit("log dict cut short").alias("problem")))
-    rows = record_rows(records, issues)
+    rows = record_rows(records, issues, decode=_numbers_in_strings)
+    run_level = record_rows(
+        final.select("line", pl.lit(0, dtype=pl.Int32).alias("step"), pl.col("text").alias("payload")),
+        issues, decode=_numbers_in_strings,
+    )
     if message := issues.message():
         out.warn(message)
     out.meta["step_numbering"] = "ordinal (the console prints no step; multiply by logging_steps)"
     out.warn("console dicts carry no step number: logging steps are numbered 1, 2, … in order")
-    return rows.with_columns(pl.lit(0, dtype=pl.UInt32).alias("record"))
+    return pl.concat([rows, run_level.filter(pl.col("key").is_in(list(RUN_KEYS)))]).with_columns(
+        pl.lit(0, dtype=pl.UInt32).alias("record")
+    )
+
+
+def _numbers_in_strings(text: str) -> dict[str, Any]:
+    """Recent ``transformers`` print every logged value as a short string (``'loss': '0.1925'``)."""
+    data = python_literal(text)
+    if not isinstance(data, dict):
+        raise TypeError("not a dict")
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        out[key] = value
+    return out
