@@ -125,12 +125,13 @@ def _numbers_in_strings(text: str) -> dict[str, Any]:
     data = python_literal(text)
     if not isinstance(data, dict):
         raise TypeError("not a dict")
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        out[key] = value
-    return out
+    return {key: _float_or_same(value) for key, value in data.items()}
+
+
+def _float_or_same(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        return value
