@@ -21,7 +21,7 @@ from ..source import ParsedSource
 
 ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
 RAY_PREFIX = (
-    r"^(?:" + ANSI + r")*\((?<actor>[^()\s]+) pid=(?<pid>\d+)(?:, ip=(?<ip>[^)\s]+))?\)(?:" + ANSI + r")* ?"
+    r"^(?<prefix>(?:" + ANSI + r")*\((?<actor>[^()\s]+) pid=(?<pid>\d+)(?:, ip=(?<ip>[^)\s]+))?\)(?:" + ANSI + r")* ?)"
 )
 REPEATED = r"\s*(?:" + ANSI + r")*\s*\[repeated (?<repeat>\d+)x across cluster\](?:" + ANSI + r")*\s*$"
 
@@ -88,7 +88,7 @@ def lines_frame(text: str) -> pl.DataFrame:
         actor = actor.scatter(where, groups["actor"])
         pid = pid.scatter(where, groups["pid"].cast(pl.Int64))
         ip = ip.scatter(where, groups["ip"])
-        texts = texts.scatter(where, sub.str.replace(RAY_PREFIX, ""))
+        texts = texts.scatter(where, sub.str.slice(groups["prefix"].str.len_chars().fill_null(0)))
     where = _rows(texts.str.contains("[repeated ", literal=True))
     if where.len():
         sub = texts.gather(where)
@@ -183,9 +183,8 @@ CRASH = r"^Traceback \(most recent call last\)|^Error executing job|RayTaskError
 def note_ending(out: ParsedSource, lines: pl.DataFrame, last_record_line: int | None) -> None:
     """Say how the log ends: a traceback after the last step record means the run died in the
     next step (which the log therefore does not contain); no record at all is worth a warning."""
-    after = lines.filter(
-        (pl.col("line") > (last_record_line or 0)) & pl.col("text").str.contains(CRASH)
-    )
+    after = lines.filter(pl.col("line") > (last_record_line or 0))
+    after = after.filter(pl.col("text").str.contains(CRASH))
     if last_record_line is None:
         if after.height:
             out.meta["ended"] = "crashed"

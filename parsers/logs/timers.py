@@ -19,7 +19,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..events import conform, empty_events
-from ..source import METRICS_SCHEMA, ParsedSource, empty_metrics
+from ..source import ParsedSource, empty_metrics
 
 NS = 1_000_000_000
 
@@ -31,15 +31,23 @@ def latest_records(timers: pl.DataFrame, scalars: pl.DataFrame) -> tuple[pl.Data
 
     Returns the filtered frames and the repeated steps.
     """
+    records = pl.concat(
+        [f.select("step", "record") for f in (timers, scalars) if f.height], how="vertical"
+    ).unique() if (timers.height or scalars.height) else None
+    if records is None or not records["step"].is_duplicated().any():
+        return timers, scalars, []
+    several = records.filter(pl.col("step").is_duplicated())["step"].unique()
     repeated: set[int] = set()
     kept = []
     for frame, key in ((timers, "name"), (scalars, "key")):
-        if frame.height == 0:
+        mine = frame.filter(pl.col("step").is_in(several.implode()))
+        if mine.height == 0:
             kept.append(frame)
             continue
-        twice = frame.group_by("step", key).agg(pl.col("record").n_unique().alias("_n"))
+        twice = mine.group_by("step", key).agg(pl.col("record").n_unique().alias("_n"))
         repeated.update(twice.filter(pl.col("_n") > 1)["step"].to_list())
-        kept.append(frame.unique(subset=["step", key], keep="last", maintain_order=True))
+        rest = frame.filter(~pl.col("step").is_in(several.implode()))
+        kept.append(pl.concat([rest, mine.unique(subset=["step", key], keep="last", maintain_order=True)]))
     return kept[0], kept[1], sorted(repeated)
 
 
@@ -120,20 +128,15 @@ def stage_events(
 
 
 def metrics_frame(scalars: pl.DataFrame, *, source: int) -> pl.DataFrame:
-    """The long metrics frame (one value per step and key; the last logged value wins)."""
+    """The long metrics frame, in the order the log states the values (one per step and key
+    once :func:`latest_records` has run)."""
     if scalars.height == 0:
         return empty_metrics()
-    return (
-        scalars.filter(pl.col("value").is_not_null())
-        .unique(subset=["step", "key"], keep="last", maintain_order=True)
-        .select(
-            pl.lit(source, dtype=pl.UInt32).alias("source"),
-            pl.col("step").cast(pl.Int32),
-            pl.col("key").cast(pl.String),
-            pl.col("value").cast(pl.Float64),
-        )
-        .sort("step", "key")
-        .cast(METRICS_SCHEMA)
+    return scalars.filter(pl.col("value").is_not_null()).select(
+        pl.lit(source, dtype=pl.UInt32).alias("source"),
+        pl.col("step").cast(pl.Int32),
+        pl.col("key").cast(pl.String),
+        pl.col("value").cast(pl.Float64),
     )
 
 

@@ -87,7 +87,10 @@ def _state_rows(out: ParsedSource, path: Path, text: str) -> pl.DataFrame:
     if message := issues.message():
         out.warn(message.replace("line ", "entry "))
     out.meta["step_numbering"] = "trainer global_step"
-    return pl.DataFrame(rows, schema=ROWS_SCHEMA, orient="row")
+    # A step can have several entries (training, evaluation): one value per key, the last.
+    return pl.DataFrame(rows, schema=ROWS_SCHEMA, orient="row").unique(
+        subset=["step", "key"], keep="last", maintain_order=True
+    )
 
 
 def _console_rows(out: ParsedSource, text: str) -> pl.DataFrame:

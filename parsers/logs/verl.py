@@ -70,8 +70,7 @@ def _parse_console(out: ParsedSource, text: str, ends_with_newline: bool, source
 
     pairs = (
         step_lines.select(
-            "line", "step", "pid", "actor",
-            pl.col("text").str.replace(r"^step:\d+(?: - )?", "").str.split(" - ").alias("pair"),
+            "line", "step", "pid", "actor", pl.col("text").str.split(" - ").list.slice(1).alias("pair"),
         )
         .explode("pair")
         .filter(pl.col("pair").str.len_bytes() > 0)
@@ -102,7 +101,7 @@ def _parse_console(out: ParsedSource, text: str, ends_with_newline: bool, source
     if message := issues.message():
         out.warn(message)
 
-    is_timer = pl.col("key").str.contains(TIMER_KEY)
+    is_timer = pl.col("key").str.starts_with("timing_s/") | pl.col("key").str.starts_with("timing/")
     timers = pairs.filter(is_timer).select(
         "step", pl.col("key").alias("name"), pl.col("value").alias("seconds"),
         pl.col("line").alias("record"), "pid",
