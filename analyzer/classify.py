@@ -1,0 +1,513 @@
+"""Classification: the stage and role of every range, of the GPU work launched inside it, the
+dimension of every collective, the pool of every rank.
+
+Products (schemas in ``analyzer/frames.py``):
+
+* ``profile`` — the framework profile detected from the run's names (or named with
+  ``--framework``), the version assumed and why; ``--rules`` puts a user's rules first.
+* ``ranges`` — every annotation range on the aligned clock with its class (stage, role,
+  relation), plus the ranges :mod:`analyzer.infer` infers on ranks without stage annotations.
+* ``stage_ranges`` — the ranges that name a stage, with their step. Composite timers (OpenRLHF
+  ``make_experience``: several stages, not split) are not stage ranges; the generic fallback's
+  ranges (``Optimizer.step#…``) count only where no framework range encloses them.
+* ``stage_timeline`` — per rank, disjoint segments: at each time the innermost staged range
+  decides (docs/analyses.md §1).
+* ``pools`` — rollout / train / shared per rank, from the stages it runs.
+* ``classified`` — the event table plus ``stage, role, dim, pool, inferred, confidence`` and
+  ``step`` filled: GPU work takes the stage of the timeline segment at its launch (correlation
+  → runtime call on the launching thread), else of the device's ``gpu_user_annotation``, else
+  of its own start.
+* ``collectives`` — one row per rank and collective call, matched into instances, with the
+  dimension: process-group description, else pool-spanning group → ``weight_sync``, else rank
+  layout, else kernel-name and pattern rules (``taxonomy/collectives.toml``).
+* ``activity`` — a rank's device work (or, on CPU-only ranks, its outermost host ops and host
+  collective calls) with stage and step.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from parsers.events import GPU_ACTIVITY_KINDS, nesting_depth
+from taxonomy import collectives as tc
+from taxonomy import profiles as tp
+from taxonomy.vocab import DIM, POOL, ROLE, STAGE
+
+from . import frames, intervals
+from .assemble import (
+    log_step_stages,
+    match_log_steps,
+    parse_selection,
+    step_markers,
+    step_of,
+)
+
+if TYPE_CHECKING:
+    from .run import Run
+
+PROVIDES = ("profile", "ranges", "stage_ranges", "stage_timeline", "pools", "classified", "collectives", "activity")
+
+RANGE_KINDS = ("annotation",)
+UPDATE_STAGES = ("actor_update", "critic_update", "old_logprob", "ref_logprob", "values")
+"""Stages that mark a rank as part of the training pool (it holds the trained models)."""
+RANGES_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(), "source": pl.UInt32(), "pid": pl.Int64(), "tid": pl.Int64(), "name": pl.String(),
+    "start_ns": pl.Int64(), "end_ns": pl.Int64(), "stage": STAGE, "role": ROLE, "relation": tp.RELATION,
+    "composite": pl.Boolean(), "weak": pl.Boolean(), "inferred": pl.Boolean(), "confidence": pl.Float32(),
+}
+
+
+# --- profile and name classes ------------------------------------------------------------------
+
+
+def detect_profile(run: Run) -> dict[str, Any]:
+    """The profile of the run: ``--framework`` if given, else a parser's ``framework``, else the
+    one whose detection patterns match the most names."""
+    names = run.events.filter(pl.col("kind").is_in(["annotation", "gpu_annotation", "log_stage"]))["name"].cast(pl.String).unique()
+    framework = run.options.get("framework")
+    profiles = tp.load_profiles(run.options.get("rules"))
+    if framework and not any(framework == p.name or framework in p.frameworks for p in profiles.values()):
+        raise tp.ProfileError(f"--framework {framework}: no such profile ({', '.join(sorted(profiles))})")
+    meta = next((s.meta for s in run.sources if s.meta.get("framework")), {})
+    detection = tp.detect(names, meta=meta, profiles=profiles, framework=framework)
+    return {
+        "profile": detection.profile, "name": detection.profile.name, "title": detection.profile.title,
+        "version": detection.version, "reason": detection.reason, "scores": dict(detection.scores),
+        "detection": detection, "profiles": profiles,
+    }
+
+
+def name_classes(run: Run, names: pl.Series, source: str) -> pl.DataFrame:
+    facts = run.profile
+    return tp.classify(names, source, facts["detection"], profiles=facts["profiles"])
+
+
+# --- ranges, steps, stage ranges, timeline -------------------------------------------------------
+
+
+def all_ranges(run: Run) -> pl.DataFrame:
+    """Annotation ranges with their class; inferred ranges for ranks without stage annotations."""
+    from .infer import infer_ranges
+
+    ev = run.aligned.filter(pl.col("kind").is_in(list(RANGE_KINDS)) & (pl.col("end_ns") > pl.col("start_ns")))
+    names = ev["name"].cast(pl.String).unique()
+    classes = name_classes(run, names, "trace").select(
+        "name", "stage", "role", "relation", "rule",
+        (pl.col("covers").list.len().fill_null(0) > 1).alias("composite"),
+    )
+    ranges = ev.select("rank", "source", "pid", "tid", pl.col("name").cast(pl.String), "start_ns", "end_ns").join(
+        classes, on="name", how="left"
+    ).with_columns(
+        pl.col("rule").fill_null("").str.starts_with(tp.GENERIC + ":").alias("weak"),
+        pl.lit(False).alias("inferred"),
+        pl.lit(1.0, pl.Float32).alias("confidence"),
+    ).drop("rule")
+    named = ranges.filter(_is_staged() & ~pl.col("weak"))
+    workers = set(run.aligned.filter(pl.col("rank") >= 0)["rank"].unique().to_list())
+    needs = sorted(workers - set(named["rank"].unique().to_list()))
+    if needs:
+        inferred = infer_ranges(run.aligned.filter(pl.col("rank").is_in(needs)))
+        if inferred.height:
+            inferred = inferred.with_columns(
+                pl.lit(None, pl.UInt32).alias("source"), pl.lit(-1, pl.Int64).alias("pid"), pl.lit(-1, pl.Int64).alias("tid"),
+                pl.lit("stage").alias("relation"), pl.lit(False).alias("composite"), pl.lit(False).alias("weak"),
+                pl.lit(True).alias("inferred"),
+            )
+            ranges = pl.concat([ranges.cast(RANGES_SCHEMA), inferred.select(list(RANGES_SCHEMA)).cast(RANGES_SCHEMA)])
+    return ranges.select(list(RANGES_SCHEMA)).cast(RANGES_SCHEMA)
+
+
+def _is_staged() -> pl.Expr:
+    return pl.col("relation").is_in(["stage", "part"]) & (pl.col("stage") != "other") & ~pl.col("composite")
+
+
+def staged(ranges: pl.DataFrame) -> pl.DataFrame:
+    """Ranges that name a stage; generic-profile ranges only where no framework range of the
+    same rank encloses them."""
+    rows = ranges.filter(_is_staged())
+    strong = rows.filter(~pl.col("weak"))
+    weak = rows.filter(pl.col("weak"))
+    if weak.height and strong.height:
+        covered = intervals.overlap_each(weak, strong, by=["rank"])
+        weak = weak.filter(covered < (pl.col("end_ns") - pl.col("start_ns")))
+    return pl.concat([strong, weak]).sort("rank", "start_ns", "end_ns", descending=[False, False, True])
+
+
+def step_table(run: Run) -> pl.DataFrame:
+    """Step windows (docs/analyses.md §1) before the ``--steps`` selection."""
+    return _stepping(run)["steps"]
+
+
+def _stepping(run: Run) -> dict[str, Any]:
+    cache = run._products.setdefault("_stepping", {})
+    if cache:
+        return cache
+    ranges = run.ranges
+    markers, origin = step_markers(ranges)
+    rows = staged(ranges)
+    if markers.height:
+        starts = markers.group_by("step").agg(pl.col("start_ns").min()).sort("start_ns")
+        rows = rows.with_columns(step_of(rows, starts).alias("step"))
+        rows = _rollout_by_driver(rows)
+        windows = _windows(rows, markers if origin != "rollout waves" else markers.head(0), starts)
+    else:
+        rows = rows.with_columns(pl.lit(None, pl.Int32).alias("step"))
+        windows = _log_windows(run)
+        origin = "log" if windows.height else "none"
+    shift = 0
+    note = ""
+    logs = run.aligned.filter(pl.col("kind") == "log_stage")
+    if markers.height and logs.height:
+        log_classes = name_classes(run, logs["name"].cast(pl.String).unique(), "log")
+        trace = _trace_step_stages(rows)
+        found = match_log_steps(trace, log_step_stages(logs, log_classes))
+        if found is not None:
+            shift, err = found
+            note = f"trace steps numbered as the log's (shift {shift:+d}; stage durations agree within {err:.1%})"
+    if shift:
+        rows = rows.with_columns(pl.col("step") + shift)
+        windows = windows.with_columns(pl.col("step") + shift)
+    cache.update(rows=rows, steps=windows.with_columns(pl.lit(origin).alias("source")).select(list(frames.STEPS)).cast(frames.STEPS),
+                 origin=origin, note=note, shift=shift)
+    return cache
+
+
+def _rollout_by_driver(rows: pl.DataFrame) -> pl.DataFrame:
+    """A worker's rollout belongs to the step whose driver rollout range (verl ``gen``, the
+    controller collecting the results) is the first to end after it: with one-step-off
+    asynchrony the engines generate step s+1 while step s trains."""
+    driver = rows.filter((pl.col("rank") < 0) & (pl.col("stage") == "rollout") & pl.col("step").is_not_null())
+    if driver.height == 0:
+        return rows
+    marks = driver.group_by("step").agg(pl.col("end_ns").max().alias("t")).sort("t")
+    workers = (pl.col("rank") >= 0) & (pl.col("stage") == "rollout")
+    probe = rows.with_row_index("_row").filter(workers).select("_row", pl.col("end_ns").alias("t")).sort("t")
+    found = probe.join_asof(marks.rename({"step": "_s"}), on="t", strategy="forward")
+    return rows.with_row_index("_row").join(found.select("_row", "_s"), on="_row", how="left").with_columns(
+        pl.when(pl.col("_row").is_in(found["_row"].implode())).then(pl.col("_s")).otherwise(pl.col("step")).alias("step")
+    ).drop("_row", "_s")
+
+
+def _windows(rows: pl.DataFrame, markers: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
+    spans = pl.concat([
+        rows.filter(pl.col("step").is_not_null()).select("step", "start_ns", "end_ns"),
+        markers.select("step", "start_ns", "end_ns"),
+        starts.select("step", "start_ns", pl.col("start_ns").alias("end_ns")),
+    ])
+    return spans.group_by("step").agg(pl.col("start_ns").min(), pl.col("end_ns").max()).sort("step")
+
+
+def _log_windows(run: Run) -> pl.DataFrame:
+    logs = run.aligned.filter((pl.col("kind") == "log_stage") & pl.col("step").is_not_null())
+    return logs.group_by("step").agg(pl.col("start_ns").min(), pl.col("end_ns").max()).sort("step")
+
+
+def _trace_step_stages(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per step and stage, the most time one rank spent in that stage's outermost ranges (the
+    driver's, when there is one: its timers are what a log reports)."""
+    if rows.height == 0:
+        return pl.DataFrame(schema={"step": pl.Int32, "stage": pl.String, "dur": pl.Int64})
+    if (rows["rank"] < 0).any():
+        rows = rows.filter(pl.col("rank") < 0)
+    merged = intervals.union(rows.filter(pl.col("step").is_not_null()).with_columns(pl.col("stage").cast(pl.String)),
+                             by=["step", "stage", "rank"])
+    return (
+        merged.group_by("step", "stage", "rank").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("dur"))
+        .group_by("step", "stage").agg(pl.col("dur").max())
+    )
+
+
+def stage_ranges(run: Run) -> pl.DataFrame:
+    rows = _stepping(run)["rows"]
+    depth = nesting_depth(rows, ["rank"]) if rows.height else pl.Series("depth", [], dtype=pl.Int16)
+    out = rows.with_columns(depth.alias("depth")).select(list(frames.STAGE_RANGES)).cast(frames.STAGE_RANGES)
+    return _select_steps(run, out)
+
+
+def timeline(ranges: pl.DataFrame) -> pl.DataFrame:
+    """Disjoint per-rank segments where the innermost range decides (ranges carry ``depth``)."""
+    cols = list(frames.STAGE_TIMELINE)
+    if ranges.height == 0:
+        return frames.empty(frames.STAGE_TIMELINE)
+    pieces = []
+    deepest = int(ranges["depth"].max())
+    for d in range(deepest + 1):
+        level = ranges.filter(pl.col("depth") == d)
+        if level.height == 0:
+            continue
+        inner = ranges.filter(pl.col("depth") > d)
+        own = intervals.difference(level, inner, by=["rank"]) if inner.height else intervals.union(level, by=["rank"])
+        if own.height == 0:
+            continue
+        tagged = own.sort("rank", "start_ns").join_asof(
+            level.sort("rank", "start_ns").select("rank", pl.col("start_ns").alias("_s"), *[c for c in cols if c not in ("rank", "start_ns", "end_ns")]),
+            left_on="start_ns", right_on="_s", by="rank", strategy="backward",
+        )
+        pieces.append(tagged.select(cols))
+    return pl.concat(pieces).sort("rank", "start_ns").cast(frames.STAGE_TIMELINE)
+
+
+def _select_steps(run: Run, frame: pl.DataFrame) -> pl.DataFrame:
+    selected = parse_selection(run.options.get("steps"))
+    return frame if selected is None else frame.filter(pl.col("step").is_in(selected))
+
+
+# --- pools ---------------------------------------------------------------------------------------
+
+
+def pools(run: Run) -> pl.DataFrame:
+    """Pool of every rank (docs/analyses.md §1): rollout only → rollout, training models only →
+    train, both (or neither) → shared."""
+    ev = run.aligned.filter(pl.col("rank") >= 0)
+    ranks = ev.group_by("rank").agg(
+        pl.col("host").cast(pl.String).drop_nulls().first().alias("host"),
+        pl.col("device").filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("device") >= 0)).first().alias("device"),
+    )
+    stages = stage_ranges(run).filter(pl.col("rank") >= 0).group_by("rank").agg(
+        (pl.col("stage") == "rollout").any().alias("gen"),
+        pl.col("stage").cast(pl.String).is_in(list(UPDATE_STAGES)).any().alias("train"),
+    )
+    out = ranks.join(stages, on="rank", how="left").with_columns(
+        pl.when(pl.col("gen") & ~pl.col("train")).then(pl.lit("rollout"))
+        .when(pl.col("train") & ~pl.col("gen")).then(pl.lit("train"))
+        .otherwise(pl.lit("shared")).alias("pool"),
+        pl.col("device").fill_null(-1),
+    )
+    return out.select(list(frames.POOLS)).cast(frames.POOLS).sort("rank")
+
+
+# --- GPU work → stage, classified events ---------------------------------------------------------
+
+
+def _anchors(ev: pl.DataFrame, formats: dict[int, str]) -> pl.Series:
+    """The time that decides a row's stage: for GPU work the start of the runtime call that
+    launched it (linked on source, correlation id and, in multi-process nsys reports, pid),
+    else the row's own start."""
+    gpu = pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & pl.col("corr").is_not_null()
+    by_pid = [s for s, f in formats.items() if f.startswith("nsys")]
+    link_pid = pl.when(pl.col("source").is_in(by_pid)).then(pl.col("pid")).otherwise(-1)
+    launches = ev.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null()).select(
+        "source", "corr", link_pid.alias("_lp"), pl.col("start_ns").alias("_launch")
+    ).unique(["source", "corr", "_lp"], keep="first")
+    rows = ev.select("source", "corr", "start_ns", gpu.alias("_gpu"), link_pid.alias("_lp")).with_row_index("_row")
+    linked = rows.filter(pl.col("_gpu")).join(launches, on=["source", "corr", "_lp"], how="inner").select("_row", "_launch")
+    return rows.join(linked, on="_row", how="left").sort("_row").select(
+        pl.coalesce("_launch", "start_ns").alias("anchor"))["anchor"], rows.join(linked, on="_row", how="left").sort("_row")["_launch"].is_not_null()
+
+
+def _stage_at(points: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
+    """For ``_row, rank, t``: the segment (stage, role, step, inferred, confidence) covering t."""
+    if segments.height == 0 or points.height == 0:
+        return points.select("_row").with_columns(
+            pl.lit(None, STAGE).alias("stage"), pl.lit(None, ROLE).alias("role"), pl.lit(None, pl.Int32).alias("seg_step"),
+            pl.lit(None, pl.Boolean).alias("inferred"), pl.lit(None, pl.Float32).alias("confidence"))
+    if "confidence" not in segments.columns:
+        segments = segments.with_columns(pl.lit(1.0, pl.Float32).alias("confidence"))
+    segs = segments.sort("rank", "start_ns").select(
+        "rank", pl.col("start_ns").alias("t"), pl.col("end_ns").alias("_end"), "stage", "role",
+        pl.col("step").alias("seg_step"), "inferred", "confidence")
+    hit = points.sort("rank", "t").join_asof(segs, on="t", by="rank", strategy="backward")
+    inside = pl.col("t") < pl.col("_end")
+    return hit.select(
+        "_row",
+        *[pl.when(inside).then(pl.col(c)).alias(c) for c in ("stage", "role", "seg_step", "inferred", "confidence")],
+    )
+
+
+def _segments_with_confidence(run: Run) -> pl.DataFrame:
+    tl = run.stage_timeline
+    conf = run.stage_ranges.select("rank", "start_ns", "name", "confidence").unique(["rank", "start_ns", "name"])
+    return tl.join(conf, on=["rank", "start_ns", "name"], how="left").with_columns(pl.col("confidence").fill_null(1.0))
+
+
+def classified(run: Run) -> pl.DataFrame:
+    ev = run.aligned
+    formats = {s.index: s.format for s in run.sources}
+    anchor, _linked = _anchors(ev, formats)
+    points = ev.select("rank").with_columns(anchor.alias("t")).with_row_index("_row")
+    hit = _stage_at(points, _segments_with_confidence(run)).sort("_row")
+    steps = run.steps
+    by_window = _window_step(points, steps)
+    out = ev.with_columns(
+        hit["stage"].alias("stage"), hit["role"].alias("role"),
+        pl.coalesce(hit["seg_step"], by_window).alias("_step"),
+        hit["inferred"].fill_null(False).alias("inferred"), hit["confidence"].alias("confidence"),
+    )
+    logs = ev.filter(pl.col("kind") == "log_stage")
+    if logs.height:
+        lc = name_classes(run, logs["name"].cast(pl.String).unique(), "log").select(
+            "name", pl.col("stage").alias("_ls"), pl.col("role").alias("_lr"))
+        out = out.with_columns(pl.col("name").cast(pl.String).alias("_name")).join(
+            lc, left_on="_name", right_on="name", how="left", maintain_order="left"
+        ).with_columns(
+            pl.when(pl.col("kind") == "log_stage").then(pl.col("_ls")).otherwise(pl.col("stage")).alias("stage"),
+            pl.when(pl.col("kind") == "log_stage").then(pl.col("_lr")).otherwise(pl.col("role")).alias("role"),
+        ).drop("_name", "_ls", "_lr")
+    out = out.with_columns(
+        pl.when(pl.col("kind") == "log_stage").then(pl.col("step")).otherwise(pl.col("_step")).alias("step")
+    ).drop("_step")
+    dims = _row_dims(run, out)
+    pool = run.pools.select("rank", "pool")
+    out = out.with_columns(dims.alias("dim")).join(pool, on="rank", how="left", maintain_order="left")
+    out = out.with_columns(
+        pl.col("stage").cast(STAGE), pl.col("role").cast(ROLE), pl.col("dim").cast(DIM), pl.col("pool").cast(POOL),
+        pl.col("inferred").cast(pl.Boolean), pl.col("confidence").cast(pl.Float32),
+    )
+    out = _select_steps(run, out) if parse_selection(run.options.get("steps")) is not None else out
+    return out
+
+
+def _window_step(points: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
+    """Step whose window holds the point (the latest-starting one when windows overlap)."""
+    if steps.height == 0:
+        return pl.Series("step", [None] * points.height, dtype=pl.Int32)
+    w = steps.sort("start_ns").select(pl.col("start_ns").alias("t"), pl.col("end_ns").alias("_we"), "step")
+    hit = points.select("_row", "t").sort("t").join_asof(w, on="t", strategy="backward")
+    return hit.sort("_row").select(pl.when(pl.col("t") < pl.col("_we")).then(pl.col("step")).cast(pl.Int32))["step"]
+
+
+# --- collectives ---------------------------------------------------------------------------------
+
+
+def _dim_rules(run: Run) -> tc.CollectiveRules:
+    rules = tc.load_rules(run.options.get("collective_rules"))
+    layout = run.options.get("layout")
+    if layout:
+        given = tc.parse_layout(layout) if isinstance(layout, str) else layout
+        rules = tc.CollectiveRules(rules.descriptions, rules.kernels, rules.patterns, given,
+                                   rules.layout_note, rules.paths)
+    return rules
+
+
+def group_dims(run: Run, groups: pl.DataFrame) -> pl.DataFrame:
+    """Per unique (group, pg_desc): the dimension from the description, else pool spanning,
+    else the rank layout (null when none of them decides) and which of them decided."""
+    rules = _dim_rules(run)
+    groups = groups.unique(["group", "pg_desc"]).filter(pl.col("group").is_not_null())
+    if groups.height == 0:
+        return groups.with_columns(pl.lit(None, pl.String).alias("gdim"), pl.lit(None, pl.String).alias("by"))
+    by_desc = tc.description_dims(groups["pg_desc"], rules)
+    pool_of = dict(run.pools.select("rank", pl.col("pool").cast(pl.String)).iter_rows())
+    ranks_text = [g.split("|", 1)[0] or None for g in groups["group"].to_list()]
+    spans = tc.spans_pools(ranks_text, pool_of)
+    out = groups.with_columns(by_desc.alias("_desc"), pl.Series("_span", spans))
+    known = [(d, g) for d, g in zip(out["_desc"].to_list(), ranks_text, strict=True) if d and g]
+    layout_of: list[str | None] = []
+    for g in ranks_text:
+        if g is None:
+            layout_of.append(None)
+            continue
+        members = [int(x) for x in g.split(",")]
+        pool_names = {pool_of.get(r) for r in members}
+        pool = sorted(r for r, p in pool_of.items() if p in pool_names) if pool_names <= {"rollout", "train", "shared"} and len(pool_names) == 1 else sorted(pool_of)
+        lay = tc.infer_layout([(d, k) for d, k in known if set(map(int, k.split(","))) <= set(pool)], rules.layout, len(pool))
+        layout_of.append(tc.layout_dims([g], pool, lay)[0])
+    out = out.with_columns(pl.Series("_layout", layout_of, dtype=pl.String))
+    return out.with_columns(
+        pl.coalesce(pl.col("_desc"), pl.when(pl.col("_span")).then(pl.lit("weight_sync")), pl.col("_layout")).alias("gdim"),
+        pl.when(pl.col("_desc").is_not_null()).then(pl.lit("description"))
+        .when(pl.col("_span")).then(pl.lit("pools"))
+        .when(pl.col("_layout").is_not_null()).then(pl.lit("layout")).alias("by"),
+    ).select("group", "pg_desc", "gdim", "by")
+
+
+def _dims_for(run: Run, rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (group, pg_desc, name, coll, stage, bytes) → dim and ``dim_by``."""
+    rules = _dim_rules(run)
+    g = group_dims(run, rows.select("group", "pg_desc"))
+    names = rows["name"].unique()
+    kd = pl.DataFrame({"name": names, "_kdim": tc.kernel_dims(names, rules)})
+    out = rows.join(g, on=["group", "pg_desc"], how="left", nulls_equal=True, maintain_order="left").join(
+        kd, on="name", how="left", maintain_order="left")
+    pattern = tc.pattern_dim(rules)
+    return out.with_columns(
+        pl.coalesce("gdim", "_kdim", pattern.cast(pl.String)).cast(DIM).alias("dim"),
+        pl.coalesce("by", pl.when(pl.col("_kdim").is_not_null()).then(pl.lit("kernel name")), pl.lit("pattern")).alias("dim_by"),
+    ).drop("gdim", "by", "_kdim")
+
+
+def _row_dims(run: Run, ev: pl.DataFrame) -> pl.Series:
+    """Dimension of every collective row of the event table (null elsewhere)."""
+    from .assemble import _fill_groups, _pg_config
+
+    coll = ev.with_row_index("_row").filter(pl.col("coll").is_not_null() & (pl.col("kind") != "log_stage"))
+    if coll.height == 0:
+        return pl.Series("dim", [None] * ev.height, dtype=DIM)
+    calls = coll.select(
+        "_row", "rank", "source", pl.col("name").cast(pl.String), pl.col("coll").cast(pl.String), pl.col("pg").cast(pl.String),
+        pl.col("pg_desc").cast(pl.String), "pg_ranks", "group_size", "bytes", "stage",
+    )
+    filled = _fill_groups(calls, _pg_config(run))
+    dims = _dims_for(run, filled)
+    return pl.DataFrame({"_row": pl.int_range(ev.height, eager=True).cast(pl.UInt32)}).join(
+        dims.select(pl.col("_row").cast(pl.UInt32), "dim"), on="_row", how="left").sort("_row")["dim"]
+
+
+def collectives(run: Run) -> pl.DataFrame:
+    calls = run.collective_calls
+    offsets = run.clock.select("rank", "offset_ns")
+    calls = calls.join(offsets, on="rank", how="left").with_columns(
+        (pl.col("start_ns") - pl.col("offset_ns").fill_null(0)).alias("start_ns"),
+        (pl.col("end_ns") - pl.col("offset_ns").fill_null(0)).alias("end_ns"),
+    )
+    points = calls.select("rank", pl.col("start_ns").alias("t")).with_row_index("_row")
+    hit = _stage_at(points, run.stage_timeline).sort("_row")
+    calls = calls.with_columns(
+        hit["stage"].alias("stage"), pl.coalesce(hit["seg_step"], _window_step(points, run.steps)).alias("step"),
+        (pl.col("kind") == "kernel").alias("on_device"),
+    )
+    calls = _dims_for(run, calls)
+    out = calls.select(
+        "instance", "rank", "step", "coll", "dim", pl.col("pg"), "pg_ranks", "group_size", "bytes", "start_ns", "end_ns",
+        "stage", "on_device", "pg_desc", "dim_by", "name",
+    )
+    ranks = parse_selection(run.options.get("ranks"))
+    if ranks is not None:
+        out = out.filter(pl.col("rank").is_in(ranks))
+    out = out.cast(frames.COLLECTIVE_INSTANCES).sort("rank", "start_ns")
+    return _select_steps(run, out)
+
+
+# --- activity ------------------------------------------------------------------------------------
+
+
+def activity(run: Run) -> pl.DataFrame:
+    cl = run.classified.filter(pl.col("rank") >= 0)
+    device = cl.filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("stream") >= 0))
+    device_ranks = device["rank"].unique()
+    host = cl.filter(~pl.col("rank").is_in(device_ranks.implode()) & (
+        ((pl.col("kind") == "cpu_op") & (pl.col("depth") == 0))
+        | ((pl.col("kind") == "annotation") & pl.col("coll").is_not_null())
+    ))
+    out = pl.concat([device, host]).select(
+        "rank", "device", "stream", pl.col("kind").cast(pl.String), "start_ns", "end_ns", "stage", "step",
+        pl.col("coll").is_not_null().alias("is_collective"),
+    )
+    return out.cast(frames.ACTIVITY).sort("rank", "start_ns")
+
+
+# --- products ------------------------------------------------------------------------------------
+
+
+def provide(run: Run, name: str) -> Any:
+    if name == "profile":
+        return detect_profile(run)
+    if name == "ranges":
+        return all_ranges(run)
+    if name == "stage_ranges":
+        return frames.check(stage_ranges(run), frames.STAGE_RANGES, "stage_ranges")
+    if name == "stage_timeline":
+        rows = stage_ranges(run)
+        return frames.check(timeline(rows), frames.STAGE_TIMELINE, "stage_timeline")
+    if name == "pools":
+        return frames.check(pools(run), frames.POOLS, "pools")
+    if name == "classified":
+        return classified(run)
+    if name == "collectives":
+        return frames.check(collectives(run), frames.COLLECTIVE_INSTANCES, "collectives")
+    if name == "activity":
+        return frames.check(activity(run), frames.ACTIVITY, "activity")
+    raise KeyError(name)
+
