@@ -154,6 +154,36 @@ LARGEST_BUBBLES: dict[str, pl.DataType] = {
 }
 """The longest contiguous runs of one cause on one device."""
 
+DEVICE_STATES: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "step": pl.Int32(),
+    "cause": IDLE_CAUSE,
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+}
+"""Every device's step window cut into disjoint runs: productive busy (``cause`` null) or idle
+time of one cause (docs/analyses.md §4). Sorted by rank, step, start; the runs tile the window."""
+
+COLLECTIVE_WAITS: dict[str, pl.DataType] = {
+    "instance": pl.Int64(),
+    "rank": pl.Int32(),
+    "step": pl.Int32(),
+    "dim": DIM,
+    "coll": pl.String(),
+    "group_size": pl.Int32(),
+    "bytes": pl.Int64(),
+    "stage": STAGE,
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+    "arrival_ns": pl.Int64(),
+    "wait_ns": pl.Int64(),
+    "exposed_ns": pl.Int64(),
+}
+"""One row per collective row of ``collectives``: when the instance's last member arrived
+(its own start when unmatched), the sync wait of docs/analyses.md §4 (the part of
+``[start, min(end, arrival))`` no non-collective activity of the rank overlaps) and the exposed
+time of §5 (the part of ``[start, end)`` no non-collective activity overlaps)."""
+
 COLLECTIVES_BY_DIM: dict[str, pl.DataType] = {
     "dim": DIM,
     "coll": pl.String(),

@@ -85,3 +85,101 @@ def _sweep(tagged: pl.DataFrame, by: list[str], keep: pl.Expr) -> pl.DataFrame:
     ).filter(keep & pl.col("_next").is_not_null() & (pl.col("_next") > pl.col("t")))
     merged = segments.select([*by, pl.col("t").alias(START), pl.col("_next").alias(END)])
     return union(merged, by) if merged.height else merged
+
+
+def clip_to_windows(frame: pl.DataFrame, windows: pl.DataFrame, on: Sequence[str] = ()) -> pl.DataFrame:
+    """Each interval cut to every window it overlaps, tagged with that window's ``step``.
+
+    ``windows`` holds ``step``, start_ns, end_ns (plus the ``on`` keys when windows differ per
+    group); windows may overlap, and an interval in two windows appears once in each. A
+    ``step`` column already on ``frame`` is replaced.
+    """
+    on = list(on)
+    left = frame.drop("step", strict=False)
+    right = windows.select([*on, "step", pl.col(START).alias("_ws"), pl.col(END).alias("_we")])
+    if left.height == 0 or right.height == 0:
+        return left.clear().with_columns(pl.lit(None, pl.Int32).alias("step"))
+    predicates = [pl.col(START) < pl.col("_we"), pl.col(END) > pl.col("_ws")]
+    if on:
+        right = right.rename({k: f"_w_{k}" for k in on})
+        predicates += [pl.col(k) == pl.col(f"_w_{k}") for k in on]
+    joined = left.join_where(right, *predicates)
+    return joined.with_columns(
+        pl.max_horizontal(START, "_ws").alias(START), pl.min_horizontal(END, "_we").alias(END)
+    ).drop(["_ws", "_we", *[f"_w_{k}" for k in on]])
+
+
+def labelled_sweep(tagged: pl.DataFrame, by: Sequence[str], labels: int) -> pl.DataFrame:
+    """Cut time at every boundary and give each piece the lowest ``label`` whose intervals cover it.
+
+    ``tagged`` holds ``by`` + ``label`` (0 … labels-1, lower wins) + start_ns, end_ns; intervals
+    of one label may overlap. Returns ``by`` + label + start_ns, end_ns: disjoint runs, adjacent
+    pieces of one label merged, time no label covers left out. This is a precedence rule over
+    several interval sets in one pass (e.g. the idle causes of docs/analyses.md §4).
+    """
+    by = list(by)
+    live = tagged.filter(pl.col(END) > pl.col(START))
+    if live.height == 0:
+        return pl.DataFrame(schema={**{k: tagged.schema[k] for k in by}, "label": pl.Int8(), START: pl.Int64(), END: pl.Int64()})
+    deltas = [
+        pl.when(pl.col("label") == k).then(pl.col("_d")).otherwise(0).cast(pl.Int32).alias(f"_d{k}")
+        for k in range(labels)
+    ]
+    points = (
+        pl.concat(
+            [
+                live.select([*by, "label", pl.col(START).alias("t"), pl.lit(1, pl.Int32).alias("_d")]),
+                live.select([*by, "label", pl.col(END).alias("t"), pl.lit(-1, pl.Int32).alias("_d")]),
+            ]
+        )
+        .lazy()
+        .with_columns(deltas)
+        .group_by([*by, "t"])
+        .agg(pl.col(f"_d{k}").sum() for k in range(labels))
+        .sort([*by, "t"])
+    )
+    over = (lambda e: e.over(by)) if by else (lambda e: e)
+    winner = pl.coalesce(
+        [pl.when(over(pl.col(f"_d{k}").cum_sum()) > 0).then(pl.lit(k, pl.Int8)) for k in range(labels)]
+    )
+    pieces = points.select(
+        [*by, pl.col("t").alias(START), over(pl.col("t").shift(-1)).alias(END), winner.alias("label")]
+    ).filter(pl.col("label").is_not_null() & pl.col(END).is_not_null() & (pl.col(END) > pl.col(START)))
+    run = (pl.col("label") != pl.col("label").shift(1)) | (pl.col(START) != pl.col(END).shift(1))
+    return (
+        pieces.with_columns(over(run.fill_null(True).cum_sum()).alias("_run"))
+        .group_by([*by, "_run"])
+        .agg(pl.col("label").first(), pl.col(START).min(), pl.col(END).max())
+        .drop("_run")
+        .sort([*by, START])
+        .collect()
+    )
+
+
+def overlap_each(frame: pl.DataFrame, cover: pl.DataFrame, by: Sequence[str] = ()) -> pl.Series:
+    """For each interval of ``frame`` (in row order), how much of it ``cover`` covers.
+
+    ``cover`` is merged into a union per ``by`` group first; the answer is C(end) − C(start),
+    with C(x) the covered length before x, found by an as-of join on the union's pieces.
+    """
+    by = list(by)
+    if frame.height == 0:
+        return pl.Series("overlap_ns", [], dtype=pl.Int64)
+    pieces = union(cover, by).sort([*by, START])
+    lengths = pl.col(END) - pl.col(START)
+    before = lengths.cum_sum().shift(1, fill_value=0)
+    pieces = pieces.with_columns((before.over(by) if by else before).alias("_before")).select(
+        [*by, pl.col(START).alias("_ps"), pl.col(END).alias("_pe"), "_before"]
+    )
+    rows = frame.select([*by, START, END]).with_row_index("_row")
+
+    def covered_before(col: str) -> pl.DataFrame:
+        points = rows.select(["_row", *by, pl.col(col).alias("_x")]).sort([*by, "_x"])
+        hit = points.join_asof(
+            pieces, left_on="_x", right_on="_ps", by=by or None, strategy="backward", check_sortedness=False
+        )
+        inside = (pl.min_horizontal("_x", "_pe") - pl.col("_ps")).clip(lower_bound=0)
+        return hit.select("_row", (pl.col("_before") + inside).fill_null(0).alias(col))
+
+    both = covered_before(START).join(covered_before(END), on="_row").sort("_row")
+    return (both[END] - both[START]).clip(lower_bound=0).cast(pl.Int64).alias("overlap_ns")

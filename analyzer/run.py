@@ -48,10 +48,12 @@ class Run:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
+        products = self.__dict__["_products"]
+        if name in products:
+            return products[name]
         module = _providers().get(name)
         if module is None:
             raise AttributeError(f"Run has no product {name!r}")
-        products = self.__dict__["_products"]
         if name not in products:
             products[name] = importlib.import_module(module).provide(self, name)
         return products[name]
@@ -59,6 +61,10 @@ class Run:
     def product(self, name: str) -> Any:
         """A product by name (same as the attribute)."""
         return getattr(self, name)
+
+    def provides(self, *names: str) -> bool:
+        """Whether every product in ``names`` is injected or computed by a registered module."""
+        return all(n in self.__dict__["_products"] or n in _providers() for n in names)
 
     @classmethod
     def from_sources(

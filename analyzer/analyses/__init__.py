@@ -15,5 +15,9 @@ from __future__ import annotations
 REGISTRY: tuple[str, ...] = (
     "analyzer.analyses.gpu_time",
     "analyzer.analyses.annotations",
+    "analyzer.analyses.breakdown",
+    "analyzer.analyses.bubbles",
+    "analyzer.analyses.sync",
+    "analyzer.analyses.workdepth",
 )
 """Modules providing run products, in report order. Add one line per module."""

@@ -56,3 +56,12 @@ def sections(run: Run) -> list[Section]:
             section.key = section.key or name.rsplit(".", 1)[-1]
             out.append(section)
     return out
+
+
+def gated(run: Run, title: str, product: str, needs: tuple[str, ...], empty: str) -> pl.DataFrame | Section:
+    """``run.<product>`` when its inputs exist and it has rows; else a frameless section saying
+    what is missing ("needs …"), so a report never shows an analysis its input cannot support."""
+    if not run.provides(*needs):
+        return Section(title, None, note=f"needs {', '.join(needs)} (not available for these sources)")
+    frame = run.product(product)
+    return frame if frame.height else Section(title, None, note=empty)

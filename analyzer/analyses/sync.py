@@ -1,0 +1,193 @@
+"""Synchronisation overhead: collectives per dimension, weight sync, stragglers.
+
+Definitions are docs/analyses.md §4–§5. Everything rests on ``collective_waits``: per
+collective row, when its instance's last member arrived, the sync wait (time before that
+arrival not hidden behind the rank's own non-collective activity) and the exposed time (time
+no non-collective activity overlaps). From it:
+
+- ``collectives_by_dim``: per dimension and collective kind, count, bytes, time, exposed, wait,
+  transfer and the bytes-weighted bus bandwidth (nccl-tests convention, :data:`BUSBW_FACTOR`);
+- ``weight_sync``: per step, the wall time some rank spends in the ``weight_sync`` stage, the
+  bytes its collectives move (each instance once) and the effective bandwidth;
+- ``stragglers``: per rank, the wait it caused by arriving last.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from taxonomy.vocab import STAGE
+
+from .. import frames, intervals
+
+PROVIDES = ("collective_waits", "collectives_by_dim", "weight_sync", "stragglers")
+
+BUSBW_FACTOR: dict[str, tuple[float, float]] = {
+    "all_reduce": (2.0, 0.0),
+    "all_gather": (1.0, 0.0),
+    "reduce_scatter": (1.0, 0.0),
+    "all_to_all": (1.0, 0.0),
+    "gather": (1.0, 0.0),
+    "scatter": (1.0, 0.0),
+    "broadcast": (0.0, 1.0),
+    "reduce": (0.0, 1.0),
+    "send": (0.0, 1.0),
+    "recv": (0.0, 1.0),
+    "send_recv": (0.0, 1.0),
+}
+"""busbw = algbw × (a·(n−1)/n + b) per collective kind, n the group size (nccl-tests
+PERFORMANCE.md); kinds not listed (barrier, other) get no bus bandwidth."""
+
+
+def compute_waits(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
+    """COLLECTIVE_WAITS: arrival, sync wait and exposed time of every collective row."""
+    if collectives.height == 0:
+        return frames.empty(frames.COLLECTIVE_WAITS)
+    arrivals = (
+        collectives.filter(pl.col("instance") >= 0)
+        .group_by("instance")
+        .agg(pl.col("start_ns").max().alias("arrival_ns"))
+    )
+    rows = collectives.join(arrivals, on="instance", how="left").with_columns(
+        pl.col("arrival_ns").fill_null(pl.col("start_ns"))
+    )
+    wait_end = pl.max_horizontal("start_ns", pl.min_horizontal("end_ns", "arrival_ns"))
+    compute = activity.filter(~pl.col("is_collective")).select("rank", "start_ns", "end_ns")
+    waiting = rows.select("rank", "start_ns", wait_end.alias("end_ns"))
+    hidden_wait = intervals.overlap_each(waiting, compute, ["rank"])
+    hidden = intervals.overlap_each(rows.select("rank", "start_ns", "end_ns"), compute, ["rank"])
+    return rows.with_columns(
+        ((waiting["end_ns"] - waiting["start_ns"]) - hidden_wait).alias("wait_ns"),
+        ((pl.col("end_ns") - pl.col("start_ns")) - hidden).alias("exposed_ns"),
+    ).select(
+        pl.col(name).cast(dtype) for name, dtype in frames.COLLECTIVE_WAITS.items()
+    )
+
+
+def compute_by_dim(waits: pl.DataFrame) -> pl.DataFrame:
+    """COLLECTIVES_BY_DIM from ``collective_waits``."""
+    if waits.height == 0:
+        return frames.empty(frames.COLLECTIVES_BY_DIM)
+    factors = pl.DataFrame(
+        {"coll": list(BUSBW_FACTOR), "_a": [a for a, _ in BUSBW_FACTOR.values()], "_b": [b for _, b in BUSBW_FACTOR.values()]}
+    )
+    n = pl.col("group_size").cast(pl.Float64)
+    transfer = pl.col("end_ns") - pl.col("start_ns") - pl.col("wait_ns")
+    rows = waits.join(factors, on="coll", how="left").with_columns(
+        pl.when((transfer > 0) & (n >= 1) & pl.col("_a").is_not_null() & pl.col("bytes").is_not_null())
+        .then(pl.col("bytes") / transfer * (pl.col("_a") * (n - 1) / n + pl.col("_b")))
+        .alias("_busbw")
+    )
+    weighted = pl.col("_busbw").is_not_null()
+    return (
+        rows.group_by("dim", "coll")
+        .agg(
+            pl.len().cast(pl.Int64).alias("count"),
+            pl.col("bytes").sum().cast(pl.Int64).alias("bytes"),
+            (pl.col("end_ns") - pl.col("start_ns")).sum().alias("time_ns"),
+            pl.col("exposed_ns").sum().alias("exposed_ns"),
+            pl.col("wait_ns").sum().alias("wait_ns"),
+            pl.when(pl.col("bytes").filter(weighted).sum() > 0)
+            .then((pl.col("_busbw") * pl.col("bytes")).filter(weighted).sum() / pl.col("bytes").filter(weighted).sum())
+            .alias("busbw_gbps"),
+        )
+        .with_columns((pl.col("time_ns") - pl.col("wait_ns")).alias("transfer_ns"))
+        .select(pl.col(name).cast(dtype) for name, dtype in frames.COLLECTIVES_BY_DIM.items())
+        .sort(["dim", "time_ns"], descending=[False, True])
+    )
+
+
+def compute_weight_sync(stage_timeline: pl.DataFrame, waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """WEIGHT_SYNC: per step with a weight sync, its wall time, bytes and effective bandwidth."""
+    syncing = intervals.clip_to_windows(
+        stage_timeline.filter(pl.col("stage") == "weight_sync").select("rank", "start_ns", "end_ns"), steps
+    )
+    if syncing.height == 0:
+        return frames.empty(frames.WEIGHT_SYNC)
+    time = intervals.union_length(syncing, ["step"], "time_ns")
+    inside = waits.filter(pl.col("stage") == pl.lit("weight_sync", STAGE))
+    per_instance = pl.concat(
+        [
+            inside.filter(pl.col("instance") >= 0).group_by("step", "instance").agg(pl.col("bytes").max()),
+            inside.filter(pl.col("instance") < 0).select("step", "instance", "bytes"),
+        ]
+    )
+    moved = per_instance.group_by("step").agg(pl.col("bytes").sum())
+    windows = steps.select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("_window"))
+    return (
+        time.join(moved, on="step", how="left")
+        .join(windows, on="step")
+        .with_columns(pl.col("bytes").fill_null(0))
+        .with_columns(
+            pl.when(pl.col("time_ns") > 0).then(pl.col("bytes") / pl.col("time_ns")).alias("bandwidth_gbps"),
+            (pl.col("time_ns") / pl.col("_window")).alias("share"),
+        )
+        .select(pl.col(name).cast(dtype) for name, dtype in frames.WEIGHT_SYNC.items())
+        .sort("step")
+    )
+
+
+def compute_stragglers(waits: pl.DataFrame) -> pl.DataFrame:
+    """STRAGGLERS: per rank that arrived last at some matched instance, the others' wait there."""
+    matched = waits.filter(pl.col("instance") >= 0)
+    members = matched.group_by("instance").agg(pl.len().alias("_members"), pl.col("wait_ns").sum().alias("_all"))
+    last = (
+        matched.sort(["instance", "start_ns", "rank"], descending=[False, True, False])
+        .group_by("instance", maintain_order=True)
+        .first()
+        .select("instance", "rank", pl.col("wait_ns").alias("_own"))
+    )
+    return (
+        last.join(members, on="instance")
+        .filter(pl.col("_members") >= 2)
+        .group_by("rank")
+        .agg((pl.col("_all") - pl.col("_own")).sum().alias("caused_wait_ns"), pl.len().alias("last_arrivals"))
+        .select(pl.col(name).cast(dtype) for name, dtype in frames.STRAGGLERS.items())
+        .sort(["caused_wait_ns", "rank"], descending=[True, False])
+    )
+
+
+def provide(run, name: str) -> pl.DataFrame:
+    if name == "collective_waits":
+        return compute_waits(run.collectives, run.activity)
+    if name == "collectives_by_dim":
+        return compute_by_dim(run.collective_waits)
+    if name == "weight_sync":
+        return compute_weight_sync(run.stage_timeline, run.collective_waits, run.steps)
+    return compute_stragglers(run.collective_waits)
+
+
+def section(run):
+    from ..report.sections import Column, Section, gated
+
+    title = "Collectives by parallelism dimension"
+    table = gated(run, title, "collectives_by_dim", ("collectives", "activity"), "no collectives in these sources")
+    if isinstance(table, Section):
+        return table
+    notes = []
+    if run.provides("stage_timeline", "steps"):
+        for r in run.weight_sync.iter_rows(named=True):
+            bw = f", {r['bandwidth_gbps']:.3g} GB/s" if r["bandwidth_gbps"] else ""
+            notes.append(f"step {r['step']}: weight sync {r['time_ns'] / 1e6:.3g} ms ({100 * r['share']:.1f}% of the step){bw}")
+    top = run.stragglers.head(3)
+    if top.height:
+        notes.append(
+            "stragglers (wait caused by arriving last): "
+            + ", ".join(f"rank {r['rank']} {r['caused_wait_ns'] / 1e6:.3g} ms" for r in top.iter_rows(named=True))
+        )
+    return Section(
+        title,
+        table,
+        columns=[
+            Column("dim", "dim"),
+            Column("coll", "collective"),
+            Column("count", "count", "number"),
+            Column("bytes", "bytes", "bytes"),
+            Column("time_ns", "time", "duration"),
+            Column("exposed_ns", "exposed", "duration"),
+            Column("wait_ns", "wait", "duration"),
+            Column("transfer_ns", "transfer", "duration"),
+            Column("busbw_gbps", "bus bw", "bandwidth"),
+        ],
+        note="; ".join(notes),
+    )

@@ -1,0 +1,205 @@
+"""The analyses recover the ground truth of every synthetic run (docs/analyses.md §3–§7).
+
+The synthetic generator computes its truth from its own true timeline with its own interval
+code (sample_traces/synth/truth.py, no analyzer code). Here the analyses run on frames built
+from what the traces say — every rank's kernels, copies and NCCL calls as parsed from its
+Kineto file, with the truth's clock offsets removed and instances matched by (group, seq) —
+plus the truth's stage intervals and step windows, and must give the truth's numbers: stage
+durations per rank and step within 2% (or 1 ms), idle time by cause within 2% of the device's
+window, collective time by dimension within 2%, the critical path's rank and stage.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+import parsers
+from analyzer import frames
+from analyzer.analyses.breakdown import critical_summary
+from analyzer.run import Run
+from parsers.events import empty_events
+from sample_traces.synth import generate, preset
+from taxonomy.vocab import DIM, POOL, ROLE, STAGE
+
+STAGE_TOL_NS = 1_000_000
+REL = 0.02
+
+RUNS: dict[str, dict[str, Any]] = {
+    "colocated-8": {"scenario": "colocated", "ranks": 8, "seed": 11},
+    "disaggregated-8": {"scenario": "disaggregated", "ranks": 8, "seed": 12},
+    "one_step_off-8": {"scenario": "one_step_off", "ranks": 8, "seed": 13},
+    "stage_fused-8": {"scenario": "stage_fused", "ranks": 8, "seed": 14},
+    "disaggregated-16-tp2-pp2": {"scenario": "disaggregated", "ranks": 16, "seed": 3, "tp": 2, "pp": 2},
+    "stage_fused-16": {"scenario": "stage_fused", "ranks": 16, "seed": 5, "steps": 3},
+}
+"""The committed samples' shapes and seeds, and two larger layouts (pipeline, expert parallel)."""
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("synthetic")
+    out = {}
+    for name, spec in RUNS.items():
+        spec = dict(spec)
+        cfg = preset(spec.pop("scenario"), spec.pop("ranks"), steps=spec.pop("steps", 2), **spec)
+        generate(cfg, root / name, jobs=1)
+        out[name] = root / name
+    return out
+
+
+def truth_run(folder: Path) -> tuple[Run, dict[str, Any]]:
+    """A run whose assembly products are built from the traces (activity, collectives) and the
+    truth (steps, pools, stage intervals): only the analyses are under test."""
+    t = json.loads((folder / "truth.json").read_text())
+    steps = pl.DataFrame(t["step_windows"]).select(
+        pl.col("step").cast(pl.Int32), "start_ns", "end_ns", pl.lit("ProfilerStep").alias("source")
+    )
+    pools = pl.DataFrame(t["ranks"]).select(
+        pl.col("rank").cast(pl.Int32), pl.col("pool").cast(POOL), "host", pl.col("device").cast(pl.Int16)
+    )
+    st = pl.DataFrame(t["stages"]).with_columns(
+        pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), pl.col("stage").cast(STAGE), pl.col("role").cast(ROLE)
+    )
+    common = ["rank", "step", "stage", "role"]
+    outer = st.select(*common, "name", "start_ns", "end_ns", pl.lit(0, pl.Int16).alias("depth"))
+    inner = st.filter(pl.col("worker_name").is_not_null()).select(
+        *common, pl.col("worker_name").alias("name"), pl.col("worker_start_ns").alias("start_ns"),
+        pl.col("worker_end_ns").alias("end_ns"), pl.lit(1, pl.Int16).alias("depth"),
+    )
+    flags = [pl.lit(False).alias("inferred"), pl.lit(1.0, pl.Float32).alias("confidence")]
+    stage_ranges = pl.concat([outer, inner]).with_columns(flags)
+    timeline = outer.with_columns(flags[0]).select(list(frames.STAGE_TIMELINE)).sort("rank", "start_ns")
+
+    dims = {g["pg_name"]: g["dim"] for g in t["config"]["process_groups"]}
+    per_rank = []
+    for entry in t["ranks"]:
+        offset = t["clock_offsets_ns"][str(entry["rank"])]
+        events = parsers.parse_file(folder / entry["trace"]).events
+        per_rank.append(
+            events.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"])).with_columns(
+                pl.col("start_ns") - offset, pl.col("end_ns") - offset
+            )
+        )
+    device = pl.concat(per_rank)
+    activity = device.select(
+        "rank", "device", "stream", pl.col("kind").cast(pl.String), "start_ns", "end_ns",
+        pl.lit(None, STAGE).alias("stage"), pl.lit(None, pl.Int32).alias("step"),
+        pl.col("coll").is_not_null().alias("is_collective"),
+    )
+    nccl = device.filter(pl.col("coll").is_not_null()).with_columns(pl.col("pg").cast(pl.String))
+    enclosing = timeline.select("rank", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), pl.col("stage").alias("_stage"))
+    windows = steps.select(pl.col("step").alias("_step"), pl.col("start_ns").alias("_ws"))
+    collectives = (
+        nccl.with_columns(pl.struct("pg", "seq").rank("dense").cast(pl.Int64).alias("instance"))
+        .sort("rank", "start_ns")
+        .join_asof(enclosing.sort("rank", "_s"), left_on="start_ns", right_on="_s", by="rank", check_sortedness=False)
+        .sort("start_ns")
+        .join_asof(windows.sort("_ws"), left_on="start_ns", right_on="_ws")
+        .select(
+            "instance", "rank", pl.col("_step").alias("step"), pl.col("coll").cast(pl.String),
+            pl.col("pg").replace_strict(dims).cast(DIM).alias("dim"), "pg", "pg_ranks", "group_size", "bytes",
+            "start_ns", "end_ns", pl.when(pl.col("start_ns") < pl.col("_e")).then(pl.col("_stage")).alias("stage"),
+            pl.lit(True).alias("on_device"),
+        )
+    )
+    for frame, schema, what in (
+        (steps, frames.STEPS, "steps"), (pools, frames.POOLS, "pools"),
+        (stage_ranges, frames.STAGE_RANGES, "stage_ranges"), (timeline, frames.STAGE_TIMELINE, "stage_timeline"),
+        (activity, frames.ACTIVITY, "activity"), (collectives, frames.COLLECTIVE_INSTANCES, "collectives"),
+    ):
+        frames.check(frame, schema, what)
+    run = Run(sources=[], events=empty_events(), metrics=pl.DataFrame())
+    run._products.update(
+        steps=steps, pools=pools, stage_ranges=stage_ranges, stage_timeline=timeline, activity=activity,
+        collectives=collectives,
+    )
+    return run, t
+
+
+@pytest.fixture(scope="module")
+def runs(synthetic: dict[str, Path]) -> dict[str, tuple[Run, dict[str, Any]]]:
+    return {name: truth_run(folder) for name, folder in synthetic.items()}
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_stage_durations_per_rank_and_step(runs: dict, name: str) -> None:
+    run, t = runs[name]
+    got = frames.check(run.breakdown, frames.BREAKDOWN, "breakdown").with_columns(pl.col("stage").cast(pl.String))
+    want = pl.DataFrame(t["stage_durations"])
+    both = got.join(want, on=["rank", "step", "stage"], how="full", coalesce=True)
+    assert both.filter(pl.col("time_ns").is_null() | pl.col("duration_ns").is_null()).height == 0
+    off = both.filter((pl.col("time_ns") - pl.col("duration_ns")).abs() > pl.max_horizontal(pl.lit(STAGE_TOL_NS), REL * pl.col("duration_ns")))
+    assert off.height == 0, off
+    windows = pl.DataFrame(t["step_windows"]).select(pl.col("step").cast(pl.Int32), (pl.col("end_ns") - pl.col("start_ns")).alias("w"))
+    shares = got.join(windows, on="step")
+    assert ((shares["share"] - shares["time_ns"] / shares["w"]).abs() < 1e-12).all()
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_idle_by_cause_per_device_and_step(runs: dict, name: str) -> None:
+    run, t = runs[name]
+    got = frames.check(run.bubbles, frames.BUBBLES, "bubbles").with_columns(pl.col("cause").cast(pl.String))
+    want = pl.DataFrame(
+        [
+            {"rank": d["rank"], "step": d["step"], "cause": cause, "want_idle": idle, "want_window": d["window_ns"],
+             "want_busy": d["busy_ns"], "want_productive": d["productive_busy_ns"]}
+            for d in t["devices"] for cause, idle in d["idle_ns"].items()
+        ]
+    )
+    both = got.join(want, on=["rank", "step", "cause"], how="full", coalesce=True)
+    assert both.height == len(t["devices"]) * 7
+    assert both.null_count().sum_horizontal().item() == 0
+    tol = REL * pl.col("window_ns")
+    for have, expect in (("idle_ns", "want_idle"), ("busy_ns", "want_busy"), ("productive_ns", "want_productive")):
+        off = both.filter((pl.col(have) - pl.col(expect)).abs() > tol)
+        assert off.height == 0, (have, off)
+    assert (both["window_ns"] == both["want_window"]).all()
+    assert both["idle_ns"].sum() > 0 and both.filter(pl.col("cause") == "sync_wait")["idle_ns"].sum() > 0
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_collectives_by_dimension(runs: dict, name: str) -> None:
+    run, t = runs[name]
+    got = (
+        frames.check(run.collectives_by_dim, frames.COLLECTIVES_BY_DIM, "collectives_by_dim")
+        .group_by(pl.col("dim").cast(pl.String))
+        .agg(pl.col("count", "bytes", "time_ns", "wait_ns", "transfer_ns", "exposed_ns").sum())
+    )
+    want = pl.DataFrame(t["collectives_by_dim"])
+    both = got.join(want, on="dim", how="full", coalesce=True, suffix="_truth")
+    assert both.null_count().sum_horizontal().item() == 0, both
+    assert (both["count"] == both["count_truth"]).all() and (both["bytes"] == both["bytes_truth"]).all()
+    for col in ("time_ns", "wait_ns"):
+        assert ((both[col] - both[f"{col}_truth"]).abs() <= REL * both["time_ns_truth"]).all(), (col, both)
+    assert ((both["transfer_ns"] + both["wait_ns"]) == both["time_ns"]).all()
+    assert ((both["exposed_ns"] >= 0) & (both["exposed_ns"] <= both["time_ns"])).all()
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_critical_path_rank_stage_and_length(runs: dict, name: str) -> None:
+    run, t = runs[name]
+    chain = frames.check(run.critical_path, frames.CRITICAL_PATH, "critical_path")
+    got = critical_summary(chain).with_columns(pl.col("stage").cast(pl.String))
+    want = pl.DataFrame([{k: c[k] for k in ("step", "rank", "stage", "length_ns")} for c in t["critical_path"]])
+    both = got.join(want, on="step")
+    assert both.height == len(t["critical_path"])
+    assert (both["rank"] == both["rank_right"]).all() and (both["stage"] == both["stage_right"]).all(), both
+    assert ((both["depth_ns"] - both["length_ns"]).abs() <= REL * both["length_ns"]).all()
+    links = chain.group_by("step").len().sort("step")["len"].to_list()
+    assert links == [len(c["chain"]) for c in sorted(t["critical_path"], key=lambda c: c["step"])]
+    wd = frames.check(run.workdepth, frames.WORKDEPTH, "workdepth").join(want, on="step")
+    assert (wd["depth_ns"] == got.sort("step")["depth_ns"]).all()
+    assert (wd["parallelism"] > 1).all() and (wd["work_ns"] <= wd["step_ns"] * len(t["ranks"])).all()
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_work_is_the_productive_time_of_every_device(runs: dict, name: str) -> None:
+    run, t = runs[name]
+    work = pl.DataFrame([{"step": d["step"], "p": d["productive_busy_ns"]} for d in t["devices"]]).group_by("step").agg(pl.col("p").sum())
+    both = run.workdepth.join(work, on="step")
+    assert ((both["work_ns"] - both["p"]).abs() <= REL * both["p"]).all()

@@ -1,0 +1,160 @@
+"""Synchronisation overhead (docs/analyses.md §4–§5): sync wait and exposed time per call,
+collectives by dimension with the nccl-tests bus bandwidth, weight sync, stragglers."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from analyzer import frames, intervals
+from analyzer.analyses.sync import (
+    BUSBW_FACTOR,
+    compute_by_dim,
+    compute_stragglers,
+    compute_waits,
+    compute_weight_sync,
+)
+
+MB = 1 << 20
+
+
+def frame(columns: dict[str, list], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return frames.check(pl.DataFrame(columns, schema=schema), schema, "input")
+
+
+def collectives(rows: list[tuple]) -> pl.DataFrame:
+    """(instance, rank, coll, dim, group size, bytes, start, end, stage) rows."""
+    cols = list(zip(*rows, strict=True))
+    n = len(rows)
+    return frame(
+        {"instance": list(cols[0]), "rank": list(cols[1]), "step": [1] * n, "coll": list(cols[2]), "dim": list(cols[3]),
+         "pg": ["g"] * n, "pg_ranks": [None] * n, "group_size": list(cols[4]), "bytes": list(cols[5]),
+         "start_ns": list(cols[6]), "end_ns": list(cols[7]), "stage": list(cols[8]), "on_device": [True] * n},
+        frames.COLLECTIVE_INSTANCES,
+    )
+
+
+def activity(rows: list[tuple[int, int, int, bool]]) -> pl.DataFrame:
+    n = len(rows)
+    rank, start, end, coll = (list(c) for c in zip(*rows, strict=True)) if rows else ([],) * 4
+    return frame(
+        {"rank": rank, "device": rank, "stream": [7] * n, "kind": ["kernel"] * n, "start_ns": start, "end_ns": end,
+         "stage": [None] * n, "step": [None] * n, "is_collective": coll},
+        frames.ACTIVITY,
+    )
+
+
+# One all-reduce over three ranks arriving at 0, 10 and 20, all leaving at 30; rank 0 runs a
+# kernel [5, 8) meanwhile on another stream. Plus an unmatched broadcast on rank 1.
+CALLS = [
+    (0, 0, "all_reduce", "dp", 3, 8 * MB, 0, 30, "actor_update"),
+    (0, 1, "all_reduce", "dp", 3, 8 * MB, 10, 30, "actor_update"),
+    (0, 2, "all_reduce", "dp", 3, 8 * MB, 20, 30, "actor_update"),
+    (-1, 1, "broadcast", "tp", 2, 2 * MB, 40, 50, None),
+]
+KERNELS = [(0, 5, 8, False), (1, 45, 47, False)] + [(r, a, b, True) for _, r, *_, a, b, _ in CALLS]
+
+
+def test_wait_exposed_and_arrival_per_call() -> None:
+    waits = frames.check(compute_waits(collectives(CALLS), activity(KERNELS)), frames.COLLECTIVE_WAITS, "collective_waits")
+    got = waits.select("rank", "coll", "arrival_ns", "wait_ns", "exposed_ns").rows()
+    assert got == [
+        (0, "all_reduce", 20, 17, 27),  # waits [0, 20) except the kernel's 3
+        (1, "all_reduce", 20, 10, 20),
+        (2, "all_reduce", 20, 0, 10),
+        (1, "broadcast", 40, 0, 8),  # unmatched: no wait; 2 of 10 hidden behind a kernel
+    ]
+
+
+def test_by_dimension_with_bus_bandwidth() -> None:
+    by_dim = frames.check(compute_by_dim(compute_waits(collectives(CALLS), activity(KERNELS))), frames.COLLECTIVES_BY_DIM, "by_dim")
+    dp = by_dim.filter(pl.col("dim") == "dp").row(0, named=True)
+    assert (dp["count"], dp["bytes"], dp["time_ns"], dp["exposed_ns"], dp["wait_ns"], dp["transfer_ns"]) == (
+        3, 24 * MB, 60, 57, 27, 33
+    )
+    # all-reduce: busbw = bytes / transfer × 2(n−1)/n, bytes-weighted (equal bytes: the mean)
+    transfers = [30 - 17, 20 - 10, 10 - 0]
+    assert dp["busbw_gbps"] == pytest.approx(sum(8 * MB / t * 4 / 3 for t in transfers) / 3)
+    tp = by_dim.filter(pl.col("dim") == "tp").row(0, named=True)
+    assert tp["busbw_gbps"] == pytest.approx(2 * MB / 10)  # broadcast: factor 1
+
+
+@pytest.mark.parametrize(
+    ("coll", "n", "factor"),
+    [("all_reduce", 8, 2 * 7 / 8), ("all_gather", 4, 3 / 4), ("reduce_scatter", 2, 1 / 2), ("all_to_all", 8, 7 / 8),
+     ("broadcast", 8, 1.0), ("send", 2, 1.0)],
+)
+def test_bus_bandwidth_factors_follow_nccl_tests(coll: str, n: int, factor: float) -> None:
+    calls = [(-1, 0, coll, "dp", n, 1000, 0, 10, None)]
+    got = compute_by_dim(compute_waits(collectives(calls), activity([(0, 0, 10, True)])))
+    assert got["busbw_gbps"][0] == pytest.approx(100 * factor)
+    a, b = BUSBW_FACTOR[coll]
+    assert a * (n - 1) / n + b == pytest.approx(factor)
+
+
+def test_barrier_has_no_bus_bandwidth() -> None:
+    got = compute_by_dim(compute_waits(collectives([(-1, 0, "barrier", "world", 2, 0, 0, 10, None)]), activity([])))
+    assert got["busbw_gbps"][0] is None and got["time_ns"][0] == 10
+
+
+def test_stragglers_are_the_last_to_arrive() -> None:
+    calls = [
+        *CALLS[:3],
+        (1, 0, "all_reduce", "dp", 3, MB, 100, 130, None),
+        (1, 1, "all_reduce", "dp", 3, MB, 125, 130, None),
+        (1, 2, "all_reduce", "dp", 3, MB, 110, 130, None),
+    ]
+    got = frames.check(compute_stragglers(compute_waits(collectives(calls), activity(KERNELS))), frames.STRAGGLERS, "stragglers")
+    assert got.rows() == [(2, 27, 1), (1, 40, 1)] or got.sort("rank").rows() == [(1, 40, 1), (2, 27, 1)]
+    assert got["rank"].to_list() == [1, 2]  # most wait caused first
+
+
+def test_weight_sync_time_bytes_and_bandwidth() -> None:
+    tl = frame(
+        {"rank": [0, 1, 1], "step": [1, 1, 1], "stage": ["weight_sync", "weight_sync", "actor_update"],
+         "role": ["actor", "rollout", "actor"], "name": ["update_weights"] * 3, "start_ns": [100, 110, 0],
+         "end_ns": [150, 160, 100], "inferred": [False] * 3},
+        frames.STAGE_TIMELINE,
+    )
+    calls = [
+        (7, 0, "broadcast", "weight_sync", 2, 1000, 120, 140, "weight_sync"),
+        (7, 1, "broadcast", "weight_sync", 2, 1000, 125, 140, "weight_sync"),
+        (-1, 1, "all_gather", "tp", 2, 500, 150, 155, "weight_sync"),
+        (3, 0, "all_reduce", "dp", 2, 9999, 10, 20, "actor_update"),
+    ]
+    steps = frame({"step": [1], "start_ns": [0], "end_ns": [200], "source": ["ProfilerStep"]}, frames.STEPS)
+    got = frames.check(
+        compute_weight_sync(tl, compute_waits(collectives(calls), activity([])), steps), frames.WEIGHT_SYNC, "weight_sync"
+    )
+    row = got.row(0, named=True)
+    assert (row["step"], row["time_ns"], row["bytes"]) == (1, 60, 1500)  # each instance once
+    assert row["bandwidth_gbps"] == pytest.approx(25.0) and row["share"] == pytest.approx(0.3)
+
+
+call = st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(1, 20))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(call, min_size=1, max_size=12), st.lists(call, max_size=12), st.randoms(use_true_random=False))
+def test_waits_are_bounded_and_order_free(calls: list, kernels: list, rnd) -> None:
+    rows = [(i % 3 - (1 if i % 5 == 4 else 0), r, "all_reduce", "dp", 4, MB, a, a + d, None) for i, (r, a, d) in enumerate(calls)]
+    acts = [(r, a, a + d, False) for r, a, d in kernels] + [(r[1], r[6], r[7], True) for r in rows]
+    waits = compute_waits(collectives(rows), activity(acts))
+    dur = waits["end_ns"] - waits["start_ns"]
+    assert ((waits["wait_ns"] >= 0) & (waits["wait_ns"] <= dur)).all()
+    assert ((waits["exposed_ns"] >= 0) & (waits["exposed_ns"] <= dur)).all()
+    compute = activity([k for k in acts if not k[3]])
+    for row, w in zip(rows, waits.iter_rows(named=True), strict=True):
+        covered = intervals.union(compute.filter(pl.col("rank") == row[1]))
+        hidden = sum(max(0, min(b, row[7]) - max(a, row[6])) for a, b in covered.select("start_ns", "end_ns").rows())
+        assert w["exposed_ns"] == (row[7] - row[6]) - hidden
+    shuffled_rows, shuffled_acts = rows[:], acts[:]
+    rnd.shuffle(shuffled_rows)
+    rnd.shuffle(shuffled_acts)
+    again = compute_waits(collectives(shuffled_rows), activity(shuffled_acts))
+    key = ["rank", "start_ns", "end_ns", "instance"]
+    assert again.sort(key).equals(waits.sort(key))
+    assert_frame_equal(compute_by_dim(again), compute_by_dim(waits), check_exact=False, rel_tol=1e-12)

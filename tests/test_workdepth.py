@@ -1,0 +1,79 @@
+"""Work–depth and the what-if bounds (docs/analyses.md §7) on hand-built products."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from analyzer import frames
+from analyzer.run import Run
+from parsers.events import empty_events
+
+MS = 1_000_000
+
+
+def frame(columns: dict[str, list], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return frames.check(pl.DataFrame(columns, schema=schema), schema, "input")
+
+
+def run_with(chain: list[tuple], rollout_ends: list[int], update_productive: list[int]) -> Run:
+    """One step [0, 120 ms) on three ranks: ``chain`` as the critical path, rank r's rollout
+    ending at ``rollout_ends[r]``, and ``update_productive[r]`` of productive time inside r's
+    actor update (which runs [70, 110) ms on every rank)."""
+    ranks = range(len(rollout_ends))
+    n = len(rollout_ends)
+    steps = frame({"step": [1], "start_ns": [0], "end_ns": [120 * MS], "source": ["ProfilerStep"]}, frames.STEPS)
+    rank, stage, start, end = (list(c) for c in zip(*chain, strict=True))
+    critical = frame({"step": [1] * len(rank), "rank": rank, "stage": stage, "start_ns": start, "end_ns": end}, frames.CRITICAL_PATH)
+    ranges = frame(
+        {"rank": [*ranks, *ranks], "step": [1] * 2 * n, "stage": ["rollout"] * n + ["actor_update"] * n,
+         "role": ["rollout"] * n + ["actor"] * n, "name": ["gen"] * n + ["update_actor"] * n,
+         "start_ns": [0] * n + [70 * MS] * n, "end_ns": [*rollout_ends, *[110 * MS] * n],
+         "depth": [0] * 2 * n, "inferred": [False] * 2 * n, "confidence": [1.0] * 2 * n},
+        frames.STAGE_RANGES,
+    )
+    timeline = ranges.select(list(frames.STAGE_TIMELINE))
+    states = frame(
+        {"rank": [*ranks, *ranks], "step": [1] * 2 * n, "cause": [None] * n + ["sync_wait"] * n,
+         "start_ns": [70 * MS] * n + [70 * MS + p for p in update_productive],
+         "end_ns": [70 * MS + p for p in update_productive] + [110 * MS] * n},
+        frames.DEVICE_STATES,
+    )
+    bubbles = frame(
+        {"step": [1] * n, "rank": list(ranks), "window_ns": [120 * MS] * n, "busy_ns": update_productive,
+         "productive_ns": update_productive, "cause": ["sync_wait"] * n,
+         "idle_ns": [40 * MS - p for p in update_productive]},
+        frames.BUBBLES,
+    )
+    run = Run(sources=[], events=empty_events(), metrics=pl.DataFrame())
+    run._products.update(
+        steps=steps, critical_path=critical, stage_ranges=ranges, stage_timeline=timeline, device_states=states,
+        bubbles=bubbles,
+    )
+    return run
+
+
+def test_colocated_step_with_a_rollout_tail_and_uneven_updates() -> None:
+    run = run_with(
+        chain=[(1, "rollout", 0, 70 * MS), (0, "actor_update", 70 * MS, 110 * MS)],
+        rollout_ends=[50 * MS, 70 * MS, 60 * MS],
+        update_productive=[30 * MS, 20 * MS, 25 * MS],
+    )
+    row = frames.check(run.workdepth, frames.WORKDEPTH, "workdepth").row(0, named=True)
+    assert (row["step"], row["step_ns"], row["depth_ns"], row["work_ns"]) == (1, 120 * MS, 110 * MS, 75 * MS)
+    assert row["parallelism"] == pytest.approx(75 / 110)
+    assert row["async_overlap_bound"] == pytest.approx((70 + 40) / 70)
+    assert row["no_tail_step_ns"] == 120 * MS - 10 * MS  # rollout ends at the median rank's 60 ms
+    assert row["balanced_dp_step_ns"] == 120 * MS - 5 * MS  # max 30 − mean 25
+
+
+def test_a_step_whose_path_holds_no_rollout_gains_nothing_from_overlap_or_the_tail() -> None:
+    run = run_with(
+        chain=[(2, "actor_update", 70 * MS, 110 * MS)],
+        rollout_ends=[10 * MS, 60 * MS, 30 * MS],
+        update_productive=[20 * MS, 20 * MS, 20 * MS],
+    )
+    row = run.workdepth.row(0, named=True)
+    assert row["async_overlap_bound"] == 1.0
+    assert row["no_tail_step_ns"] == row["step_ns"] == row["balanced_dp_step_ns"]
+    assert row["depth_ns"] == 40 * MS and row["parallelism"] == pytest.approx(60 / 40)
