@@ -22,6 +22,8 @@ from ..events import conform, empty_events
 from ..source import ParsedSource, empty_metrics
 
 NS = 1_000_000_000
+MAX_SECONDS = 366 * 86_400
+"""A timer longer than a year is a corrupt value, not a duration (and would overflow ns)."""
 
 
 def latest_records(timers: pl.DataFrame, scalars: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, list[int]]:
@@ -142,7 +144,8 @@ def metrics_frame(scalars: pl.DataFrame, *, source: int) -> pl.DataFrame:
 
 def checked_timers(timers: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split timer rows into usable ones and those with no finite, non-negative duration."""
-    good = pl.col("seconds").is_not_null() & pl.col("seconds").is_finite() & (pl.col("seconds") >= 0)
+    seconds = pl.col("seconds")
+    good = seconds.is_not_null() & seconds.is_finite() & (seconds >= 0) & (seconds <= MAX_SECONDS)
     return timers.filter(good), timers.filter(~good)
 
 
@@ -170,7 +173,7 @@ def finish(
     timers, bad = checked_timers(timers)
     if bad.height:
         names = ", ".join(sorted(set(bad["name"].to_list()))[:5])
-        out.warn(f"{bad.height} timer values dropped: not a finite, non-negative duration ({names})")
+        out.warn(f"{bad.height} timer values dropped: not a finite, non-negative duration under a year ({names})")
     out.events = stage_events(
         timers, source=source, step_totals=step_totals, base_ns=base_ns, anchors=anchors
     )
