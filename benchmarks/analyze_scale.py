@@ -1,0 +1,118 @@
+"""``rlperf analyze`` on a 64-rank synthetic run, generated on the fly: is it well under a minute?
+
+Measured in one run, on the same files:
+- the reference: a fresh process that only parses every trace (``analyzer.ingest``, same
+  ``--jobs``, no cache) — what any tool must pay to read the run;
+- the whole command: a fresh ``rlperf analyze DIR --format json --no-cache`` (wall time and
+  peak RSS), and its ratio to the reference (what assembly, classification, the analyses and
+  the report add on top of reading);
+- in process, after loading: seconds per product (the analyses' own cost, by name).
+
+    .venv/bin/python benchmarks/analyze_scale.py [--ranks 64] [--scenario colocated] [--json OUT]
+
+Exit status 1 when the whole command takes longer than ``--goal`` seconds (default 60).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from ingest import _env  # noqa: E402  (the same environment as the ingest benchmark: no cache)
+
+ANALYSES = (
+    "breakdown", "critical_path", "collective_waits", "device_states", "bubbles", "largest_bubbles",
+    "collectives_by_dim", "weight_sync", "stragglers", "workdepth",
+)
+SECTIONS = ("breakdown", "bubbles", "sync", "workdepth")
+"""Report sections the analyses contribute; each must hold rows for the run to count."""
+
+INGEST = "import sys; from analyzer.ingest import ingest; ingest([sys.argv[1]], jobs=int(sys.argv[2]), use_cache=False)"
+
+PRODUCTS = r"""
+import json, sys, time
+from analyzer import load
+t = time.perf_counter(); run = load([sys.argv[1]], jobs=int(sys.argv[2]), use_cache=False)
+out = {"load": time.perf_counter() - t}
+for name in sys.argv[3].split(","):
+    t = time.perf_counter()
+    try:
+        value = run.product(name)
+    except AttributeError:
+        continue
+    out[name] = time.perf_counter() - t
+print(json.dumps(out))
+"""
+
+
+def timed(argv: list[str]) -> dict[str, float]:
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    if status != 0:
+        raise RuntimeError(f"{' '.join(argv[:4])}… failed (status {status}): {proc.stderr.read().decode()[-2000:]}")
+    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--scenario", default="colocated")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--goal", type=float, default=60.0, help="seconds the whole command may take")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+
+    from sample_traces.synth import generate, preset
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        t = time.perf_counter()
+        generate(preset(args.scenario, args.ranks, steps=args.steps), run_dir, jobs=args.jobs)
+        generated = time.perf_counter() - t
+        size = sum(f.stat().st_size for f in run_dir.iterdir())
+        report = Path(tmp) / "report.json"
+        ingest = timed([sys.executable, "-c", INGEST, str(run_dir), str(args.jobs)])
+        rlperf = Path(sys.executable).with_name("rlperf")
+        whole = timed([str(rlperf), "analyze", str(run_dir), "--format", "json", "-o", str(report),
+                       "--no-cache", "--quiet", "--jobs", str(args.jobs)])
+        document = json.loads(report.read_text())
+        products = json.loads(
+            subprocess.run([sys.executable, "-c", PRODUCTS, str(run_dir), str(args.jobs), ",".join(ANALYSES)],
+                           env=_env(), capture_output=True, text=True, check=True, timeout=900).stdout.splitlines()[-1]
+        )
+    missing = [s for s in SECTIONS if not document.get(s)]
+    row = {
+        "scenario": args.scenario, "ranks": args.ranks, "steps": args.steps, "jobs": args.jobs,
+        "trace_mb": size / 1e6, "generate_s": generated, "ingest": ingest, "analyze": whole,
+        "ratio": whole["seconds"] / ingest["seconds"], "products_s": products, "empty_sections": missing,
+    }
+    print(f"synthetic {args.scenario}: {args.ranks} ranks × {args.steps} steps, {size / 1e6:.1f} MB of traces "
+          f"(generated in {generated:.1f} s), {args.jobs} jobs")
+    print(f"  reference: parse every trace    {ingest['seconds']:6.2f} s   {ingest['peak_rss_mib']:5.0f} MiB")
+    print(f"  rlperf analyze --format json    {whole['seconds']:6.2f} s   {whole['peak_rss_mib']:5.0f} MiB   "
+          f"= {row['ratio']:.2f}× the parse")
+    print(f"  in process: load {products.pop('load'):.2f} s; analyses "
+          + ", ".join(f"{k} {v:.3f} s" for k, v in products.items()))
+    if missing:
+        print(f"  sections without rows: {', '.join(missing)} (their inputs were not computed)")
+    verdict = whole["seconds"] <= args.goal
+    print(f"  goal: under {args.goal:.0f} s — {'met' if verdict else 'MISSED'}")
+    if args.json:
+        args.json.write_text(json.dumps(row, indent=2))
+    return 0 if verdict and not missing else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
