@@ -50,6 +50,10 @@ SIGNIFICANCE = 3.0
 """An estimated offset is applied when |offset| > SIGNIFICANCE × its uncertainty (MAD)."""
 MIN_OFFSET_NS = 1_000
 """Offsets below a microsecond are below what the clocks tell apart; never applied."""
+SYMMETRIC: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
+"""Collectives every member leaves together (the last arrival releases everyone)."""
+ROOTED_DISCOUNT = 1000
+"""A pair linked by symmetric collectives outweighs this many rooted ones."""
 MATCH_TOLERANCE = 0.10
 """Trace steps take a log's numbering when their stage durations agree within this (mean
 relative error; log rounding and the untimed driver work between timers stay well inside)."""
@@ -108,13 +112,11 @@ def assign_ranks(parsed: list[ParsedSource]) -> tuple[pl.DataFrame, list[int], l
             )
         out.append(table)
     ranks, roles = [], []
-    for i, p in enumerate(parsed):
-        mine = [u for u in units if u["source"] == i]
-        worker_ranks = sorted({u["rank"] for u in mine if u["role"] == WORKER and u["rank"] >= 0})
-        ranks.append(worker_ranks[0] if len(worker_ranks) == 1 and len(mine) == 1 else
-                     (worker_ranks[0] if len(worker_ranks) == 1 else p.meta.get("rank", -1) if not worker_ranks else -1))
-        roles.append(LOG if not any(u["trace"] for u in mine) else
-                     DRIVER if all(u["role"] == DRIVER for u in mine if u["trace"]) else WORKER)
+    for i in range(len(parsed)):
+        mine = [u for u in units if u["source"] == i and u["trace"]]
+        worker_ranks = {u["rank"] for u in mine if u["role"] == WORKER and u["rank"] >= 0}
+        ranks.append(worker_ranks.pop() if len(worker_ranks) == 1 else -1)
+        roles.append(LOG if not mine else DRIVER if all(u["role"] == DRIVER for u in mine) else WORKER)
     return concat(out), ranks, roles, notes
 
 
@@ -256,14 +258,18 @@ def estimate_clock(calls: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
     Each matched instance gives every member's end minus the end of its lowest member; the
     median of those differences per rank pair is that pair's offset. Offsets then follow the
     pairs resting on the most instances outwards from the lowest rank of each connected set
-    (a maximum spanning tree), which is exact when ends coincide and robust to odd instances."""
-    matched = calls.filter(pl.col("instance") >= 0).group_by("instance", "rank").agg(pl.col("end_ns").max())
+    (a maximum spanning tree), which is exact when ends coincide and robust to odd instances.
+    Rooted collectives (broadcast, send/recv, …) let the root leave early, so pairs that share
+    a symmetric collective are preferred; rooted ones only link what nothing else links."""
+    matched = calls.filter(pl.col("instance") >= 0).group_by("instance", "rank").agg(
+        pl.col("end_ns").max(), pl.col("coll").is_in(list(SYMMETRIC)).all().alias("sym"))
     ref = matched.group_by("instance").agg(pl.col("rank").min().alias("ref"))
     rows = matched.join(ref, on="instance")
     ref_end = rows.filter(pl.col("rank") == pl.col("ref")).select("instance", pl.col("end_ns").alias("ref_end"))
     edges = (
         rows.filter(pl.col("rank") != pl.col("ref")).join(ref_end, on="instance")
-        .group_by("rank", "ref").agg((pl.col("end_ns") - pl.col("ref_end")).median().alias("d"), pl.len().alias("w"))
+        .group_by("rank", "ref", "sym").agg((pl.col("end_ns") - pl.col("ref_end")).median().alias("d"), pl.len().alias("w"))
+        .with_columns(pl.when(pl.col("sym")).then(pl.col("w") * ROOTED_DISCOUNT).otherwise(pl.col("w")).alias("w"))
     )
     offsets = _spanning_offsets(edges.iter_rows(named=True))
     table = pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int32}).join(

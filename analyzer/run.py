@@ -17,7 +17,6 @@ from typing import Any
 import polars as pl
 
 from parsers import ParsedSource
-from parsers.events import concat
 
 from .analyses import REGISTRY
 
@@ -86,7 +85,8 @@ class Run:
 
     @property
     def ranks(self) -> list[int]:
-        return sorted(self.events["rank"].unique().to_list())
+        """The devices' ranks (the driver, rank -1, and logs are not devices)."""
+        return sorted(r for r in self.events["rank"].unique().to_list() if r is not None and r >= 0)
 
     def summary(self) -> dict[str, Any]:
         """Everything the reports show, as plain JSON-able data: one key per report section."""
@@ -119,27 +119,13 @@ def _providers() -> dict[str, str]:
 
 
 def _assign_ranks(parsed: list[ParsedSource]) -> tuple[pl.DataFrame, list[SourceInfo], list[str]]:
-    """Rank from the source, else the next free number in input order (and say so)."""
-    notes: list[str] = []
-    taken: set[int] = set()
-    for p in parsed:
-        taken.update(r for r in p.events["rank"].unique().to_list() if r is not None and r >= 0)
-    next_free = 0
-    tables = []
-    infos = []
-    for index, p in enumerate(parsed):
-        events = p.events.with_columns(pl.lit(index, dtype=pl.UInt32).alias("source"))
-        rank = p.meta.get("rank", -1)
-        is_trace = events.height and (events["kind"] != "log_stage").any()
-        if is_trace and (events["rank"] < 0).any():
-            while next_free in taken:
-                next_free += 1
-            events = events.with_columns(
-                pl.when(pl.col("rank") < 0).then(pl.lit(next_free, pl.Int32)).otherwise(pl.col("rank")).alias("rank")
-            )
-            notes.append(f"{p.path.name}: no rank recorded; numbered {next_free} by input order")
-            rank = next_free
-            taken.add(next_free)
-        tables.append(events)
-        infos.append(SourceInfo(index, p.path, p.format, rank if rank is not None else -1, p.meta, p.warnings))
-    return concat(tables), infos, notes
+    """Ranks and roles of the sources (``analyzer/assemble.py``); ``meta["role"]`` is ``worker``,
+    ``driver`` (the single controller, rank -1) or ``log``."""
+    from .assemble import assign_ranks
+
+    events, ranks, roles, notes = assign_ranks(parsed)
+    infos = [
+        SourceInfo(i, p.path, p.format, ranks[i], {**p.meta, "role": roles[i]}, p.warnings)
+        for i, p in enumerate(parsed)
+    ]
+    return events, infos, notes

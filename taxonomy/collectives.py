@@ -59,7 +59,7 @@ class DimRule:
 
     @property
     def id(self) -> str:
-        return f"{self.origin}:{self.kind}:{self.index}"
+        return f"{self.kind}:{self.index}" if self.origin == "builtin" else f"{self.origin}:{self.kind}:{self.index}"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,120 @@
+"""``rlperf taxonomy``: the vocabulary and the rules every run is classified by."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import polars as pl
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..cli import Output, app
+
+
+class Part(str, Enum):
+    all = "all"
+    stages = "stages"
+    roles = "roles"
+    dimensions = "dimensions"
+    placements = "placements"
+    profiles = "profiles"
+    collectives = "collectives"
+    guidelines = "guidelines"
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    md = "md"
+
+
+def parts(profile: str | None = None, rules: Path | None = None, collective_rules: Path | None = None) -> dict[str, tuple[str, pl.DataFrame]]:
+    """Every part of the taxonomy as (title, frame), in print order."""
+    from taxonomy import collectives, profiles, vocab
+
+    out: dict[str, tuple[str, pl.DataFrame]] = {
+        "stages": ("Stages of an RL step (design/TAXONOMY.md §2)", pl.DataFrame(
+            [{"id": s.id, "stage": s.name, "title": s.title, "what": s.description} for s in vocab.STAGES])),
+        "roles": ("Roles", pl.DataFrame({"role": list(vocab.ROLES)})),
+        "dimensions": ("Parallelism dimensions of collectives", pl.DataFrame({"dim": list(vocab.DIMENSIONS)})),
+        "placements": ("Placements, execution modes and pools", pl.DataFrame(
+            [{"kind": "placement", "value": v} for v in vocab.PLACEMENTS]
+            + [{"kind": "execution", "value": v} for v in vocab.EXECUTION_MODES]
+            + [{"kind": "pool", "value": v} for v in vocab.POOLS])),
+    }
+    table = profiles.profiles_frame(profiles.load_profiles(rules))
+    if profile:
+        table = table.filter(pl.col("profile") == profile)
+        if table.height == 0:
+            raise typer.BadParameter(f"no profile {profile!r}", param_hint="--profile")
+    out["profiles"] = ("Framework profiles: name rules → stage and role, first match wins", table.select(
+        "profile", "rule", "source", "match", "stage", "role", "relation", "versions", "note"))
+    out["collectives"] = ("Collective → dimension rules (description, then pools, layout, kernel name, pattern)",
+                          collectives.rules_frame(collectives.load_rules(collective_rules)))
+    catalogue = Path(profiles.__file__).with_name("guidelines.toml")
+    if catalogue.is_file():
+        from taxonomy import guidelines
+
+        out["guidelines"] = ("Guideline catalogue (design/TAXONOMY.md §6)", guidelines.catalogue_frame())
+    return out
+
+
+@app.command()
+def taxonomy(
+    part: Annotated[Part, typer.Option("--part", "-p", help="Print only this part.")] = Part.all,
+    profile: Annotated[str | None, typer.Option("--profile", help="Only this framework profile's rules.")] = None,
+    rules: Annotated[Path | None, typer.Option("--rules", help="A user rules file, shown merged in front of the profiles.")] = None,
+    collective_rules: Annotated[Path | None, typer.Option("--collective-rules", help="A user collective-rules file (same tables as taxonomy/collectives.toml).")] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
+    output: Output = None,
+) -> None:
+    """Print the taxonomy: stages, roles, dimensions, placements and execution modes, the
+    framework profiles with their rules, the collective rules and the guideline catalogue."""
+    from parsers.errors import InputError
+    from taxonomy.collectives import CollectiveRulesError
+    from taxonomy.profiles import ProfileError
+
+    try:
+        chosen = parts(profile, rules, collective_rules)
+    except (ProfileError, CollectiveRulesError) as exc:
+        raise InputError(Path(str(rules or collective_rules or "taxonomy")), str(exc)) from None
+    if part != Part.all:
+        if part.value not in chosen:
+            raise InputError(Path("taxonomy/guidelines.toml"), "no guideline catalogue in this installation")
+        chosen = {part.value: chosen[part.value]}
+    text = render(chosen, fmt.value)
+    if text is not None:
+        if output:
+            output.write_text(text)
+        else:
+            sys.stdout.write(text)
+        return
+    console = Console(file=output.open("w") if output else None, width=160 if output else None)
+    for title, frame in chosen.values():
+        table = Table(title=title, title_justify="left", show_lines=False)
+        for col in frame.columns:
+            table.add_column(col, overflow="fold")
+        for row in frame.iter_rows():
+            table.add_row(*["" if v is None else str(v) for v in row])
+        console.print(table)
+
+
+def render(chosen: dict[str, tuple[str, pl.DataFrame]], fmt: str) -> str | None:
+    """JSON or Markdown text of the parts; None for the terminal (rich tables)."""
+    if fmt == "json":
+        return json.dumps({k: {"title": t, "rows": f.to_dicts()} for k, (t, f) in chosen.items()}, indent=1, default=str) + "\n"
+    if fmt == "md":
+        lines = []
+        for title, frame in chosen.values():
+            lines += [f"## {title}", "", "| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+            for row in frame.iter_rows():
+                cells = ["" if v is None else str(v).replace("|", "\\|").replace("\n", " ") for v in row]
+                lines.append("| " + " | ".join(cells) + " |")
+            lines.append("")
+        return "\n".join(lines)
+    return None
