@@ -200,7 +200,9 @@ def _outermost(rows: pl.DataFrame) -> pl.DataFrame:
 
 def _fill_groups(calls: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]]) -> pl.DataFrame:
     """Group ranks and description from ``pg_config`` where rows name only the group; for rows
-    with no group at all, the ranks that make calls of that kind the same number of times."""
+    with no group at all (gloo on CPU), the ranks that make calls of that kind the same number
+    of times — named after the one ``pg_config`` group with exactly those ranks, and left
+    without a description when several groups have them."""
     config = pl.DataFrame(
         [{"source": s, "pg": str(g.get("pg_name")), "cfg_desc": g.get("pg_desc"), "cfg_ranks": g.get("ranks")}
          for s, groups in pg_config.items() for g in groups or []],
@@ -218,8 +220,13 @@ def _fill_groups(calls: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]]
             (pl.col("len").n_unique() == 1).alias("even"),
             pl.len().alias("n"),
         ).filter(pl.col("even") & (pl.col("n") > 1))
-        by_ranks = config.group_by("cfg_ranks").agg(pl.col("cfg_desc").first(), pl.col("pg").first().alias("cfg_pg"))
-        members = members.join(by_ranks, left_on="members", right_on="cfg_ranks", how="left")
+        by_ranks = (
+            config.unique(["cfg_ranks", "pg"]).group_by("cfg_ranks")
+            .agg(pl.col("cfg_desc").first(), pl.col("pg").first().alias("cfg_pg"), pl.len().alias("_n"))
+            .filter(pl.col("_n") == 1).drop("_n")
+        )
+        members = members.join(by_ranks, left_on="members", right_on="cfg_ranks", how="left").with_columns(
+            pl.coalesce(pl.col("cfg_pg"), pl.lit("~") + pl.col("coll")).alias("cfg_pg"))
         calls = calls.join(members.select("coll", "members", "cfg_desc", "cfg_pg"), on="coll", how="left").with_columns(
             pl.when(pl.col("pg_ranks").is_null()).then(pl.col("members")).otherwise(pl.col("pg_ranks")).alias("pg_ranks"),
             pl.when(pl.col("pg_ranks").is_null()).then(pl.col("cfg_desc")).otherwise(pl.col("pg_desc")).alias("pg_desc"),

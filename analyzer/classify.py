@@ -243,7 +243,7 @@ def timeline(ranges: pl.DataFrame) -> pl.DataFrame:
             continue
         tagged = own.sort("rank", "start_ns").join_asof(
             level.sort("rank", "start_ns").select("rank", pl.col("start_ns").alias("_s"), *[c for c in cols if c not in ("rank", "start_ns", "end_ns")]),
-            left_on="start_ns", right_on="_s", by="rank", strategy="backward",
+            left_on="start_ns", right_on="_s", by="rank", strategy="backward", check_sortedness=False,
         )
         pieces.append(tagged.select(cols))
     return pl.concat(pieces).sort("rank", "start_ns").cast(frames.STAGE_TIMELINE)
@@ -308,7 +308,7 @@ def _stage_at(points: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
     segs = segments.sort("rank", "start_ns").select(
         "rank", pl.col("start_ns").alias("t"), pl.col("end_ns").alias("_end"), "stage", "role",
         pl.col("step").alias("seg_step"), "inferred", "confidence")
-    hit = points.sort("rank", "t").join_asof(segs, on="t", by="rank", strategy="backward")
+    hit = points.sort("rank", "t").join_asof(segs, on="t", by="rank", strategy="backward", check_sortedness=False)
     inside = pl.col("t") < pl.col("_end")
     return hit.select(
         "_row",
@@ -382,12 +382,13 @@ def _dim_rules(run: Run) -> tc.CollectiveRules:
 
 
 def group_dims(run: Run, groups: pl.DataFrame) -> pl.DataFrame:
-    """Per unique (group, pg_desc): the dimension from the description, else pool spanning,
-    else the rank layout (null when none of them decides) and which of them decided."""
+    """Per unique (group, pg_desc): the dimension from the description, else pool spanning
+    (``gdim``, and ``by`` which of them decided), and what the rank layout says (``_layout``)."""
     rules = _dim_rules(run)
     groups = groups.unique(["group", "pg_desc"]).filter(pl.col("group").is_not_null())
     if groups.height == 0:
-        return groups.with_columns(pl.lit(None, pl.String).alias("gdim"), pl.lit(None, pl.String).alias("by"))
+        return groups.with_columns(pl.lit(None, pl.String).alias("gdim"), pl.lit(None, pl.String).alias("by"),
+                                   pl.lit(None, pl.String).alias("_layout"))
     by_desc = tc.description_dims(groups["pg_desc"], rules)
     pool_of = dict(run.pools.select("rank", pl.col("pool").cast(pl.String)).iter_rows())
     ranks_text = [g.split("|", 1)[0] or None for g in groups["group"].to_list()]
@@ -406,11 +407,10 @@ def group_dims(run: Run, groups: pl.DataFrame) -> pl.DataFrame:
         layout_of.append(tc.layout_dims([g], pool, lay)[0])
     out = out.with_columns(pl.Series("_layout", layout_of, dtype=pl.String))
     return out.with_columns(
-        pl.coalesce(pl.col("_desc"), pl.when(pl.col("_span")).then(pl.lit("weight_sync")), pl.col("_layout")).alias("gdim"),
+        pl.coalesce(pl.col("_desc"), pl.when(pl.col("_span")).then(pl.lit("weight_sync"))).alias("gdim"),
         pl.when(pl.col("_desc").is_not_null()).then(pl.lit("description"))
-        .when(pl.col("_span")).then(pl.lit("pools"))
-        .when(pl.col("_layout").is_not_null()).then(pl.lit("layout")).alias("by"),
-    ).select("group", "pg_desc", "gdim", "by")
+        .when(pl.col("_span")).then(pl.lit("pools")).alias("by"),
+    ).select("group", "pg_desc", "gdim", "by", "_layout")
 
 
 def _dims_for(run: Run, rows: pl.DataFrame) -> pl.DataFrame:
@@ -422,10 +422,15 @@ def _dims_for(run: Run, rows: pl.DataFrame) -> pl.DataFrame:
     out = rows.join(g, on=["group", "pg_desc"], how="left", nulls_equal=True, maintain_order="left").join(
         kd, on="name", how="left", maintain_order="left")
     pattern = tc.pattern_dim(rules)
+    in_sync = pl.when(pl.col("stage").cast(pl.String) == "weight_sync").then(pl.lit("weight_sync"))
     return out.with_columns(
-        pl.coalesce("gdim", "_kdim", pattern.cast(pl.String)).cast(DIM).alias("dim"),
-        pl.coalesce("by", pl.when(pl.col("_kdim").is_not_null()).then(pl.lit("kernel name")), pl.lit("pattern")).alias("dim_by"),
-    ).drop("gdim", "by", "_kdim")
+        pl.coalesce("gdim", in_sync, "_layout", "_kdim", pattern.cast(pl.String)).cast(DIM).alias("dim"),
+        pl.coalesce(
+            "by", pl.when(in_sync.is_not_null()).then(pl.lit("stage")),
+            pl.when(pl.col("_layout").is_not_null()).then(pl.lit("layout")),
+            pl.when(pl.col("_kdim").is_not_null()).then(pl.lit("kernel name")), pl.lit("pattern"),
+        ).alias("dim_by"),
+    ).drop("gdim", "by", "_kdim", "_layout")
 
 
 def _row_dims(run: Run, ev: pl.DataFrame) -> pl.Series:

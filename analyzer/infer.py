@@ -74,7 +74,7 @@ def _rollouts(m: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("n") >= MIN_DECODE_STEPS)
     )
     embeds = m.filter(pl.col("mark") == "embed").select("rank", pl.col("start_ns").alias("first"), pl.col("start_ns").alias("embed"))
-    loops = loops.sort("first").join_asof(embeds.sort("first"), on="first", by="rank", strategy="backward")
+    loops = loops.sort("first").join_asof(embeds.sort("first"), on="first", by="rank", strategy="backward", check_sortedness=False)
     return loops.select("rank", pl.coalesce("embed", "first").alias("start_ns"), "end_ns", "n")
 
 
@@ -91,10 +91,10 @@ def _passes(m: pl.DataFrame, rollouts: pl.DataFrame) -> pl.DataFrame:
     embeds = m.filter(pl.col("mark") == "embed").select("rank", pl.col("start_ns").alias("t"))
     backward = m.filter(pl.col("mark") == "backward").select("rank", pl.col("start_ns").alias("t"), pl.col("start_ns").alias("next_bwd"))
     keyed = lp.with_columns(pl.col("start_ns").alias("t")).sort("t")
-    keyed = keyed.join_asof(embeds.with_columns(pl.col("t").alias("fwd_start")).sort("t"), on="t", by="rank", strategy="backward")
+    keyed = keyed.join_asof(embeds.with_columns(pl.col("t").alias("fwd_start")).sort("t"), on="t", by="rank", strategy="backward", check_sortedness=False)
     after = lp.select("rank", "start_ns", pl.col("end_ns").alias("t")).sort("t")
-    after = after.join_asof(embeds.with_columns(pl.col("t").alias("next_fwd")).sort("t"), on="t", by="rank", strategy="forward")
-    after = after.join_asof(backward.sort("t"), on="t", by="rank", strategy="forward")
+    after = after.join_asof(embeds.with_columns(pl.col("t").alias("next_fwd")).sort("t"), on="t", by="rank", strategy="forward", check_sortedness=False)
+    after = after.join_asof(backward.sort("t"), on="t", by="rank", strategy="forward", check_sortedness=False)
     trained = pl.col("next_bwd").is_not_null() & (pl.col("next_fwd").is_null() | (pl.col("next_bwd") < pl.col("next_fwd")))
     return keyed.join(after.select("rank", "start_ns", trained.alias("trained")), on=["rank", "start_ns"]).select(
         "rank", pl.coalesce("fwd_start", "start_ns").alias("fwd_start"), "start_ns", "end_ns", "trained"
@@ -112,8 +112,8 @@ def _updates(m: pl.DataFrame, passes: pl.DataFrame) -> pl.DataFrame:
     starts = pl.concat([trained, firsts])
     optim = m.filter(pl.col("mark") == "optimizer").select("rank", pl.col("start_ns").alias("t"), pl.col("end_ns").alias("opt_end"))
     last_bwd = backward.select("rank", pl.col("start_ns").alias("t"), pl.col("end_ns").alias("bwd_end"))
-    spans = starts.sort("t").join_asof(optim.sort("t"), on="t", by="rank", strategy="forward")
-    spans = spans.sort("t").join_asof(last_bwd.sort("t"), on="t", by="rank", strategy="backward")
+    spans = starts.sort("t").join_asof(optim.sort("t"), on="t", by="rank", strategy="forward", check_sortedness=False)
+    spans = spans.sort("t").join_asof(last_bwd.sort("t"), on="t", by="rank", strategy="backward", check_sortedness=False)
     spans = spans.select("rank", "start_ns", pl.coalesce("opt_end", "bwd_end").alias("end_ns")).filter(pl.col("end_ns") > pl.col("start_ns"))
     ordered = spans.sort("rank", "start_ns")
     piece = (pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1).over("rank")).fill_null(True).cum_sum().over("rank")
@@ -127,7 +127,7 @@ def _logprobs(passes: pl.DataFrame, rollouts: pl.DataFrame) -> pl.DataFrame:
         return fwd.with_columns(pl.lit(None, pl.String).alias("stage"))
     if rollouts.height:
         epochs = rollouts.select("rank", pl.col("start_ns").alias("t"), pl.int_range(pl.len()).over("rank").alias("epoch"))
-        fwd = fwd.with_columns(pl.col("start_ns").alias("t")).sort("t").join_asof(epochs.sort("t"), on="t", by="rank", strategy="backward")
+        fwd = fwd.with_columns(pl.col("start_ns").alias("t")).sort("t").join_asof(epochs.sort("t"), on="t", by="rank", strategy="backward", check_sortedness=False)
     else:
         fwd = fwd.with_columns(pl.lit(0).alias("epoch"))
     position = pl.int_range(pl.len()).over("rank", "epoch")
@@ -143,10 +143,10 @@ def _weight_syncs(m: pl.DataFrame, updates: pl.DataFrame, rollouts: pl.DataFrame
     last_update = updates.select("rank", pl.col("end_ns").alias("t"), pl.col("end_ns").alias("upd_end"))
     next_rollout = rollouts.select("rank", pl.col("start_ns").alias("t"), pl.col("start_ns").alias("ro_start"))
     keyed = sync.with_columns(pl.col("start_ns").alias("t")).sort("t")
-    keyed = keyed.join_asof(last_update.sort("t"), on="t", by="rank", strategy="backward")
-    keyed = keyed.join_asof(next_rollout.sort("t"), on="t", by="rank", strategy="forward")
+    keyed = keyed.join_asof(last_update.sort("t"), on="t", by="rank", strategy="backward", check_sortedness=False)
+    keyed = keyed.join_asof(next_rollout.sort("t"), on="t", by="rank", strategy="forward", check_sortedness=False)
     last_rollout = rollouts.select("rank", pl.col("start_ns").alias("t"), pl.col("start_ns").alias("prev_ro"))
-    keyed = keyed.join_asof(last_rollout.sort("t"), on="t", by="rank", strategy="backward")
+    keyed = keyed.join_asof(last_rollout.sort("t"), on="t", by="rank", strategy="backward", check_sortedness=False)
     between = (
         pl.col("upd_end").is_not_null() & pl.col("ro_start").is_not_null() & (pl.col("start_ns") >= pl.col("upd_end"))
         & (pl.col("prev_ro").is_null() | (pl.col("prev_ro") < pl.col("upd_end")))
