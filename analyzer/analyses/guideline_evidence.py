@@ -1,0 +1,292 @@
+"""What the guideline metrics read: views over a run's products, its logged metrics and config.
+
+A metric (``guideline_metrics.py``) asks for evidence here and gets a per-step frame or a
+:class:`Missing` saying what the run lacks. Trace products are preferred; log products, logged
+metrics (keys from the catalogue's ``[keys]`` and the framework profiles' ``[metrics]``) and the
+config a log header states (``[config]`` paths) are the fallback, so logs-only runs get every
+guideline logs can decide. Nothing here recomputes another module's product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from taxonomy import profiles
+from taxonomy.guidelines import Catalogue, Check
+
+from .. import intervals
+
+if TYPE_CHECKING:
+    from ..run import Run
+
+LOG_STAGES = "log_stages"
+"""log_steps' per step × stage frame (step, stage, label, seconds, share, in_step, keys)."""
+LOG_STEPS = "log_steps"
+"""log_steps' per-step frame (step, total_s, total_from, …, wall_s)."""
+LOG_WEIGHT_SYNC = "log_weight_sync"
+"""log_steps' weight-sync frame (status, …, note): says when a version hides the sync in a timer."""
+STEP_SOURCE_SUM = "sum of stage timers"
+"""``total_from`` of a log step that has no step timer of its own."""
+
+PER_STEP: dict[str, pl.DataType] = {
+    "step": pl.Int32(),
+    "value": pl.Float64(),
+    "num": pl.Float64(),
+    "den": pl.Float64(),
+    "rank": pl.Int32(),
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+}
+"""What a metric measures: one row per step (or one row with a null step for a run-level
+value); ``num``/``den`` for shares, the rank and time window it was seen in where known."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    per_step: pl.DataFrame
+    basis: str
+    """Where the number comes from, e.g. "trace stage ranges, 2 steps"."""
+
+
+@dataclass(frozen=True)
+class Missing:
+    needs: str
+
+
+@dataclass(frozen=True)
+class Inapplicable:
+    """The run cannot break the guideline (e.g. no critic to overlap): it passes, saying why."""
+
+    reason: str
+
+
+Result = Measured | Missing | Inapplicable
+
+
+def per_step(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` shaped to :data:`PER_STEP` (absent columns null), sorted by step."""
+    cols = [
+        (pl.col(name) if name in frame.columns else pl.lit(None)).cast(dtype).alias(name)
+        for name, dtype in PER_STEP.items()
+    ]
+    return frame.select(cols).sort("step", nulls_last=True)
+
+
+def run_value(frame: pl.DataFrame, check: Check) -> float | None:
+    """The run's value from per-step values by the check's ``aggregate``."""
+    values = frame["value"].drop_nulls()
+    if check.aggregate == "share":
+        den = frame["den"].sum()
+        return float(frame["num"].sum() / den) if den else None
+    if values.len() == 0:
+        return None
+    match check.aggregate:
+        case "mean":
+            return float(values.mean())  # type: ignore[arg-type]
+        case "median":
+            return float(values.median())  # type: ignore[arg-type]
+        case "max":
+            return float(values.max())  # type: ignore[arg-type]
+    return float(values[-1])
+
+
+class Evidence:
+    """Cached views over one run for the metrics of one catalogue."""
+
+    def __init__(self, run: Run, catalogue: Catalogue) -> None:
+        self.run = run
+        self.catalogue = catalogue
+
+    # --- products -------------------------------------------------------------------------
+
+    def has(self, name: str) -> bool:
+        provides = getattr(self.run, "provides", None)
+        if provides is not None:
+            return bool(provides(name))
+        from ..run import _providers
+
+        return name in self.run._products or name in _providers()
+
+    def product(self, name: str) -> Any:
+        """A product, or None when the run has no such product."""
+        if not self.has(name):
+            return None
+        try:
+            return self.run.product(name)
+        except AttributeError as exc:
+            if "has no product" not in str(exc):
+                raise
+            return None  # a product whose own inputs this run's modules do not provide
+
+    def frame(self, name: str) -> pl.DataFrame | None:
+        """A frame product with rows, or None when the run has no such product or it is empty."""
+        value = self.product(name)
+        return value if isinstance(value, pl.DataFrame) and value.height else None
+
+    @cached_property
+    def placement(self) -> tuple[str | None, str | None, str]:
+        """(placement, execution mode, where from): the trace's inference, else the config."""
+        facts = self.product("placement")
+        if isinstance(facts, dict) and facts.get("placement"):
+            return facts["placement"], facts.get("execution"), "trace"
+        stated = self.config("placement")
+        return (str(stated) if stated else None), None, "config"
+
+    @cached_property
+    def windows(self) -> pl.DataFrame | None:
+        """Trace step windows: step, start_ns, end_ns, wall_ns."""
+        steps = self.frame("steps")
+        if steps is None:
+            return None
+        return steps.select("step", "start_ns", "end_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("wall_ns"))
+
+    @cached_property
+    def timeline(self) -> pl.DataFrame | None:
+        """The stage timeline's segments that belong to a step."""
+        timeline = self.frame("stage_timeline")
+        if timeline is None or self.windows is None:
+            return None
+        inside = timeline.filter(pl.col("step").is_not_null())
+        return inside if inside.height else None
+
+    @cached_property
+    def device_timeline(self) -> pl.DataFrame | None:
+        """The timeline of device ranks only (the single controller, rank -1, is not a device)."""
+        if self.timeline is None:
+            return None
+        devices = self.timeline.filter(pl.col("rank") >= 0)
+        return devices if devices.height else None
+
+    @cached_property
+    def pools(self) -> pl.DataFrame | None:
+        return self.frame("pools")
+
+    @cached_property
+    def disaggregated(self) -> bool | None:
+        """True when some ranks only generate or only train (separate pools), False when every
+        rank is shared (colocated), None when neither the trace nor the config says."""
+        if self.pools is not None:
+            return bool(self.pools["pool"].cast(pl.String).is_in(["rollout", "train"]).any())
+        placement = self.placement[0]
+        return None if placement is None else placement != "colocated"
+
+    # --- stage time -----------------------------------------------------------------------
+
+    def stage_time(self, stages: Iterable[str], *, absent_is_zero: bool = False) -> Measured | Missing:
+        """Per step: time in any of ``stages`` (num) over the step's wall time (den). From the
+        trace (union over ranks of the stages' segments) when it has them, else from the log."""
+        wanted = sorted(set(stages))
+        label = " + ".join(wanted)
+        traced = self._trace_stage_time(wanted)
+        if traced is not None and (traced["num"].sum() > 0 or absent_is_zero):
+            return Measured(traced, f"trace stage ranges, {traced.height} steps")
+        logged = self._log_stage_time(wanted, absent_is_zero)
+        if isinstance(logged, Measured) or traced is None:
+            return logged
+        return Missing(f"{label} ranges (the trace has none) or {logged.needs}")
+
+    def _trace_stage_time(self, stages: list[str]) -> pl.DataFrame | None:
+        if self.timeline is None or self.windows is None:
+            return None
+        segments = self.timeline.filter(pl.col("stage").cast(pl.String).is_in(stages))
+        spent = intervals.union_length(segments, ["step"], "num") if segments.height else pl.DataFrame(
+            schema={"step": pl.Int32, "num": pl.Int64}
+        )
+        frame = self.windows.join(spent, on="step", how="left").with_columns(
+            pl.col("num").fill_null(0).cast(pl.Float64), pl.col("wall_ns").cast(pl.Float64).alias("den")
+        )
+        return per_step(frame.with_columns((pl.col("num") / pl.col("den")).alias("value")))
+
+    def _log_stage_time(self, stages: list[str], absent_is_zero: bool) -> Measured | Missing:
+        label = " + ".join(stages)
+        rows, walls = self.frame(LOG_STAGES), self.frame(LOG_STEPS)
+        if rows is None or walls is None:
+            return Missing(f"{label} times (stage ranges in a trace, or a framework log's timers)")
+        covers = rows.with_columns(pl.col("label").str.split("+").alias("_covers"))
+        inside = pl.col("_covers").list.eval(pl.element().is_in(stages))
+        pure = covers.filter(inside.list.all())
+        mixed = covers.filter(inside.list.any() & ~inside.list.all())
+        if mixed.height:
+            names = ", ".join(sorted(set(mixed["keys"].to_list())))
+            return Missing(f"{label} timed on their own (the log times them together with other stages: {names})")
+        if pure.height == 0 and not absent_is_zero:
+            return Missing(f"a {label} timer (the log has none)")
+        spent = pure.group_by("step").agg(pl.col("seconds").sum().alias("num"))
+        frame = walls.select("step", pl.col("wall_s").alias("den")).join(spent, on="step", how="left")
+        frame = frame.with_columns(pl.col("num").fill_null(0.0)).with_columns((pl.col("num") / pl.col("den")).alias("value"))
+        keys = ", ".join(sorted(set(", ".join(pure["keys"].to_list()).split(", ")))) if pure.height else "no timer"
+        return Measured(per_step(frame), f"log timers ({keys}), {frame.height} steps")
+
+    # --- logged metrics, timers and config --------------------------------------------------
+
+    @cached_property
+    def _profiles(self) -> Mapping[str, profiles.Profile]:
+        return profiles.load_profiles()
+
+    def candidates(self, quantity: str) -> list[str]:
+        """Log keys for a quantity: the catalogue's first, then every profile's."""
+        keys = list(self.catalogue.keys.get(quantity, ()))
+        for profile in self._profiles.values():
+            keys += [k for k in profile.metrics.get(quantity, ()) if k not in keys]
+        return keys
+
+    @cached_property
+    def _metric_keys(self) -> set[str]:
+        metrics = self.run.metrics
+        return set(metrics["key"].unique().to_list()) if metrics.height else set()
+
+    def logged(self, quantity: str) -> tuple[str, pl.DataFrame] | None:
+        """The first candidate key the run logs for ``quantity`` and its per-step values
+        (step, value; the last value of a step wins)."""
+        key = next((k for k in self.candidates(quantity) if k in self._metric_keys), None)
+        if key is None:
+            return None
+        values = (
+            self.run.metrics.filter((pl.col("key") == key) & pl.col("step").is_not_null() & pl.col("value").is_finite())
+            .select(pl.col("step").cast(pl.Int32), "value")
+            .unique("step", keep="last", maintain_order=True)
+            .sort("step")
+        )
+        return (key, values) if values.height else None
+
+    def timer(self, name: str) -> tuple[str, pl.DataFrame] | None:
+        """Per-step seconds of the first log timer in ``[timers].name`` the run has."""
+        names = self.catalogue.timers.get(name, ())
+        logs = self.run.events.filter(pl.col("kind") == "log_stage")
+        if not names or logs.height == 0:
+            return None
+        found = logs.filter(pl.col("name").cast(pl.String).is_in(list(names)))
+        if found.height == 0:
+            return None
+        key = next(n for n in names if n in set(found["name"].cast(pl.String).to_list()))
+        seconds = (
+            found.filter(pl.col("name").cast(pl.String) == key)
+            .group_by("step")
+            .agg(((pl.col("end_ns") - pl.col("start_ns")).sum() / 1e9).alias("num"))
+        )
+        return key, seconds
+
+    def config(self, fact: str) -> Any:
+        """A run-config fact from the sources' meta: each ``[config]`` path is a top-level meta
+        key, or a dotted path into ``meta["config"]``; the first stated value wins."""
+        paths = self.catalogue.config.get(fact, ())
+        for source in self.run.sources:
+            meta = source.meta or {}
+            for path in paths:
+                value = meta.get(path) if path in meta else _dig(meta.get("config"), path.split("."))
+                if value is not None:
+                    return value
+        return None
+
+
+def _dig(tree: Any, parts: list[str]) -> Any:
+    for part in parts:
+        if not isinstance(tree, Mapping) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree

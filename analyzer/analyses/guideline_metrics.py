@@ -1,0 +1,514 @@
+"""The metric of every implemented guideline check (docs/guidelines.md has the definitions).
+
+Each function takes the run's :class:`Evidence` and the :class:`Check` (for its thresholds and
+params) and returns :class:`Measured` per-step values, :class:`Missing` (what the run lacks) or
+:class:`Inapplicable` (why the run cannot break the guideline). Thresholds and texts live in
+``taxonomy/guidelines.toml``; :data:`METRICS` maps a check's metric name to its function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import polars as pl
+
+from taxonomy.guidelines import Check
+from taxonomy.vocab import PREPARATION_STAGES, TRAIN_STAGES
+
+from .. import intervals
+from .guideline_evidence import (
+    LOG_STAGES,
+    LOG_STEPS,
+    LOG_WEIGHT_SYNC,
+    STEP_SOURCE_SUM,
+    Evidence,
+    Inapplicable,
+    Measured,
+    Missing,
+    Result,
+    per_step,
+    run_value,
+)
+
+Metric = Callable[[Evidence, Check], Result]
+
+PREP: tuple[str, ...] = tuple(s for s in PREPARATION_STAGES if s != "advantage")
+"""S2–S5: the forward-only stages between rollout and the updates."""
+OPTIMIZER_STEP = "Optimizer.step#"
+"""Prefix of the profiler's optimizer-step range (``Optimizer.step#AdamW.step``)."""
+SEND = "send"
+EXECUTION_LAG: dict[str, float] = {"sync": 0.0, "stage_fused": 0.0, "one_step_off": 1.0}
+"""Policy versions between generation and training that an execution mode implies."""
+
+
+# --- stage shares ----------------------------------------------------------------------------
+
+
+def _share(*stages: str, absent_is_zero: bool = False) -> Metric:
+    def metric(ev: Evidence, check: Check) -> Result:
+        return ev.stage_time(stages, absent_is_zero=absent_is_zero)
+
+    return metric
+
+
+def weight_sync_share(ev: Evidence, check: Check) -> Result:
+    """f_sync from the ``weight_sync`` product (trace), else the log's weight-sync timer."""
+    synced = ev.frame("weight_sync")
+    if synced is not None and ev.windows is not None and synced["time_ns"].sum() > 0:
+        frame = ev.windows.join(synced.select("step", "time_ns"), on="step", how="left").select(
+            "step", "start_ns", "end_ns",
+            pl.col("time_ns").fill_null(0).cast(pl.Float64).alias("num"), pl.col("wall_ns").cast(pl.Float64).alias("den"),
+        )
+        return Measured(per_step(frame.with_columns((pl.col("num") / pl.col("den")).alias("value"))),
+                        f"weight-sync stage in the trace, {frame.height} steps")
+    result = ev.stage_time(["weight_sync"])
+    logged = ev.frame(LOG_WEIGHT_SYNC)
+    if isinstance(result, Missing) and logged is not None and logged["note"][0]:
+        return Missing(f"{result.needs}; {logged['note'][0]}")
+    return result
+
+
+def old_logprob_share(ev: Evidence, check: Check) -> Result:
+    """f_old, judged only when K = 1 (one optimizer step per rollout)."""
+    measured = ev.stage_time(["old_logprob"])
+    if not isinstance(measured, Measured):
+        return measured
+    value = run_value(measured.per_step, check)
+    k, how = updates_per_rollout(ev)
+    if value is None or check.judge(value)[0] is None:
+        return Measured(measured.per_step, f"{measured.basis}; K = {k if k is not None else 'unknown'}")
+    if k is None:
+        return Missing(f"K, the optimizer steps per rollout (PPO epochs and mini-batches in the config, or "
+                       f"optimizer-step ranges in the trace): old log-probs take {100 * value:.3g}% of the step")
+    if k > 1:
+        return Inapplicable(f"K = {k} optimizer steps per rollout ({how}): old log-probs are needed "
+                            f"(they take {100 * value:.3g}% of the step)")
+    return Measured(measured.per_step, f"{measured.basis}; K = 1 ({how})")
+
+
+def updates_per_rollout(ev: Evidence) -> tuple[int | None, str]:
+    """K = E·⌈N/b⌉ from the config, else the most optimizer steps one rank takes inside one
+    actor-update range of a step in the trace."""
+    epochs, batch, mini = (ev.config(f) for f in ("ppo_epochs", "train_batch_size", "ppo_mini_batch_size"))
+    if None not in (epochs, batch, mini) and float(mini) > 0:
+        return int(epochs) * math.ceil(float(batch) / float(mini)), f"config: {epochs} epochs × ⌈{batch}/{mini}⌉ mini-batches"
+    ranges = ev.frame("stage_ranges")
+    if ranges is None:
+        return None, ""
+    aligned = ev.product("aligned")
+    events = aligned if isinstance(aligned, pl.DataFrame) else ev.run.events
+    marks = events.filter(pl.col("kind").is_in(["annotation", "cpu_op", "python", "gpu_annotation"]))
+    names = [n for n in marks["name"].unique().cast(pl.String).to_list() if n and n.startswith(OPTIMIZER_STEP)]
+    if not names:
+        return None, ""
+    steps_taken = marks.filter(pl.col("name").is_in(names)).select("rank", pl.col("start_ns").alias("t"))
+    update = ranges.filter(pl.col("stage") == "actor_update").select("rank", "step", "start_ns", "end_ns")
+    inside = update.join(steps_taken, on="rank").filter((pl.col("t") >= pl.col("start_ns")) & (pl.col("t") < pl.col("end_ns")))
+    if inside.height == 0:
+        return None, ""
+    k = int(inside.group_by("rank", "step").len()["len"].max())  # type: ignore[arg-type]
+    return k, "optimizer-step ranges in the trace's actor update"
+
+
+# --- rollout tail ----------------------------------------------------------------------------
+
+
+def _rollout_ends(ev: Evidence) -> pl.DataFrame | Missing:
+    """Per step: rollout span start, the median and last rank's rollout end, that last rank."""
+    if ev.device_timeline is None:
+        return Missing("rollout ranges on at least two ranks (a trace)")
+    per_rank = (
+        ev.device_timeline.filter(pl.col("stage") == "rollout")
+        .group_by("step", "rank")
+        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+    )
+    ends = per_rank.group_by("step").agg(
+        pl.col("start_ns").min().alias("span_start"),
+        pl.col("end_ns").median().cast(pl.Int64).alias("median_end"),
+        pl.col("end_ns").max().alias("last_end"),
+        pl.col("rank").sort_by("end_ns").last().alias("rank"),
+        pl.len().alias("ranks"),
+    ).filter(pl.col("ranks") >= 2)
+    if ends.height == 0:
+        return Missing("rollout ranges on at least two ranks (a trace)")
+    return ends.sort("step")
+
+
+def tail_share(ev: Evidence, check: Check) -> Result:
+    ends = _rollout_ends(ev)
+    if isinstance(ends, Missing):
+        return ends
+    frame = ends.select(
+        "step", "rank", pl.col("median_end").alias("start_ns"), pl.col("last_end").alias("end_ns"),
+        ((pl.col("last_end") - pl.col("median_end")) / (pl.col("last_end") - pl.col("span_start"))).alias("value"),
+    )
+    return Measured(per_step(frame), f"rollout ends of {int(ends['ranks'].max())} ranks in the trace, {frame.height} steps")
+
+
+def unhidden_tail_share(ev: Evidence, check: Check) -> Result:
+    """|tail ∖ S2–S5| / rollout span, tail = [median rank's rollout end, last rollout end]."""
+    ends = _rollout_ends(ev)
+    if isinstance(ends, Missing):
+        return ends
+    assert ev.timeline is not None
+    tails = ends.select("step", pl.col("median_end").alias("start_ns"), pl.col("last_end").alias("end_ns"))
+    prep = ev.timeline.filter(pl.col("stage").cast(pl.String).is_in(list(PREP))).select("step", "start_ns", "end_ns")
+    hidden = intervals.union_length(intervals.intersection(tails, prep, ["step"]), ["step"], "hidden") if prep.height else None
+    frame = ends.join(hidden, on="step", how="left") if hidden is not None else ends.with_columns(pl.lit(0).alias("hidden"))
+    frame = frame.select(
+        "step", "rank", pl.col("median_end").alias("start_ns"), pl.col("last_end").alias("end_ns"),
+        ((pl.col("last_end") - pl.col("median_end") - pl.col("hidden").fill_null(0)) / (pl.col("last_end") - pl.col("span_start"))).alias("value"),
+    )
+    return Measured(per_step(frame), f"rollout ends and preparation ranges in the trace, {frame.height} steps")
+
+
+def length_ratio(ev: Evidence, check: Check) -> Result:
+    top, mean = ev.logged("response_length_max"), ev.logged("response_length_mean")
+    if top is None or mean is None:
+        return Missing(check.needs)
+    frame = top[1].join(mean[1].rename({"value": "mean"}), on="step").filter(pl.col("mean") > 0)
+    frame = frame.with_columns((pl.col("value") / pl.col("mean")).alias("value"))
+    return Measured(per_step(frame), f"logged {top[0]} ÷ {mean[0]}, {frame.height} steps")
+
+
+def _logged(quantity: str) -> Metric:
+    def metric(ev: Evidence, check: Check) -> Result:
+        found = ev.logged(quantity)
+        if found is None:
+            return Missing(check.needs)
+        return Measured(per_step(found[1]), f"logged {found[0]}, {found[1].height} steps")
+
+    return metric
+
+
+# --- placement and memory --------------------------------------------------------------------
+
+
+def engine_memory_share(ev: Evidence, check: Check) -> Result:
+    """Colocated only: the engine's memory share kept through training, from its settings."""
+    if ev.disaggregated:
+        return Inapplicable("the rollout engine has GPUs of its own (disaggregated placement)")
+    if ev.disaggregated is None:
+        return Missing("the placement (colocated or not) and the engine's memory settings")
+    freed, share, eager = (ev.config(f) for f in ("free_cache_engine", "gpu_memory_utilization", "enforce_eager"))
+    if freed is None:
+        return Missing("whether the engine frees its KV cache before training (free_cache_engine)")
+    graphs = "" if eager else "; CUDA graphs are captured (enforce_eager off) and stay resident"
+    if freed:
+        return Measured(per_step(pl.DataFrame({"value": [0.0]})), f"config: free_cache_engine = true, the KV cache is freed before training{graphs}")
+    if share is None:
+        return Missing("the engine's gpu_memory_utilization")
+    return Measured(per_step(pl.DataFrame({"value": [float(share)]})),
+                    f"config: free_cache_engine = false, the engine keeps gpu_memory_utilization = {share} through training{graphs}")
+
+
+def pool_idle(ev: Evidence, check: Check) -> Result:
+    """The larger pool's pool_wait share (trace), else the larger logged idle ratio."""
+    if ev.disaggregated is False:
+        return Inapplicable("colocated: every rank runs both rollout and training")
+    bubbles = ev.frame("bubbles")
+    if ev.pools is not None and bubbles is not None:
+        pools = ev.pools.select("rank", pl.col("pool").cast(pl.String))
+        rows = bubbles.join(pools, on="rank").filter(pl.col("pool").is_in(["rollout", "train"]))
+        windows = rows.unique(["step", "rank"]).group_by("step", "pool").agg(pl.col("window_ns").sum().alias("den"))
+        waits = rows.filter(pl.col("cause") == "pool_wait").group_by("step", "pool").agg(pl.col("idle_ns").sum().alias("num"))
+        per_pool = windows.join(waits, on=["step", "pool"], how="left").with_columns(
+            pl.col("num").fill_null(0), (pl.col("num").fill_null(0) / pl.col("den")).alias("value")
+        )
+        worst = per_pool.sort("value", descending=True).group_by("step", maintain_order=True).first()
+        frame = worst.join(ev.windows, on="step", how="left") if ev.windows is not None else worst
+        pools_named = ", ".join(f"step {s}: {p}" for s, p in worst.sort("step").select("step", "pool").iter_rows())
+        return Measured(per_step(frame), f"pool_wait idle per pool in the trace ({pools_named})")
+    logged = [found for q in ("idle_train", "idle_rollout") if (found := ev.logged(q)) is not None]
+    if logged:
+        both = pl.concat([values for _, values in logged]).group_by("step").agg(pl.col("value").max())
+        return Measured(per_step(both), f"logged {', '.join(k for k, _ in logged)}, {both.height} steps")
+    return Missing(check.needs)
+
+
+def actor_critic_overlap(ev: Evidence, check: Check) -> Result:
+    if ev.disaggregated is False and ev.pools is None:
+        return Inapplicable("colocated: actor and critic share every device")
+    if ev.device_timeline is None:
+        return Missing(check.needs)
+    updates = ev.device_timeline.filter(pl.col("stage").cast(pl.String).is_in(list(TRAIN_STAGES)))
+    if updates.filter(pl.col("stage") == "critic_update").height == 0:
+        return Inapplicable("no critic update (a critic-free algorithm)")
+    sets = updates.group_by("step", "stage").agg(pl.col("rank").unique())
+    actor = sets.filter(pl.col("stage") == "actor_update").select("step", pl.col("rank").alias("a"))
+    critic = sets.filter(pl.col("stage") == "critic_update").select("step", pl.col("rank").alias("c"))
+    pairs = actor.join(critic, on="step")
+    if pairs.height == 0:
+        return Missing("steps with both actor and critic updates")
+    if pairs.select(pl.col("a").list.set_intersection("c").list.len().gt(0).any()).item():
+        return Inapplicable("actor and critic updates run on the same ranks")
+    a = updates.filter(pl.col("stage") == "actor_update").select("step", "start_ns", "end_ns")
+    c = updates.filter(pl.col("stage") == "critic_update").select("step", "start_ns", "end_ns")
+    both = intervals.intersection(a, c, ["step"])
+    frame = (
+        intervals.union_length(a, ["step"], "la")
+        .join(intervals.union_length(c, ["step"], "lc"), on="step")
+        .join(intervals.union_length(both, ["step"], "lo") if both.height else pl.DataFrame(schema={"step": pl.Int32, "lo": pl.Int64}), on="step", how="left")
+        .with_columns((pl.col("lo").fill_null(0) / pl.min_horizontal("la", "lc")).alias("value"))
+    )
+    if ev.windows is not None:
+        frame = frame.join(ev.windows, on="step", how="left")
+    return Measured(per_step(frame), f"actor and critic update ranges on disjoint ranks in the trace, {frame.height} steps")
+
+
+# --- parallelism -----------------------------------------------------------------------------
+
+
+def _groups(collectives: pl.DataFrame, dims: list[str]) -> pl.DataFrame:
+    """group (its pg_ranks), rank: the members of every process group of ``dims``."""
+    groups = collectives.filter(pl.col("dim").cast(pl.String).is_in(dims) & pl.col("pg_ranks").is_not_null())
+    return (
+        groups.select(pl.col("pg_ranks").alias("group")).unique()
+        .with_columns(pl.col("group").str.split(",").alias("rank"))
+        .explode("rank")
+        .with_columns(pl.col("rank").str.strip_chars().cast(pl.Int32))
+    )
+
+
+def dp_imbalance(ev: Evidence, check: Check) -> Result:
+    """max/mean − 1 of per-rank update compute within DP groups (trace), else of logged tokens."""
+    activity = ev.frame("activity")
+    compute = None
+    if activity is not None:
+        compute = activity.filter(
+            pl.col("stage").cast(pl.String).is_in(list(TRAIN_STAGES)) & ~pl.col("is_collective") & pl.col("step").is_not_null()
+        )
+    if compute is not None and compute.height:
+        busy = intervals.union_length(compute, ["step", "stage", "rank"], "busy")
+        collectives = ev.frame("collectives")
+        groups = _groups(collectives, ["dp", "fsdp"]) if collectives is not None else None
+        scope = "DP groups"
+        if groups is None or groups.height == 0:
+            groups = busy.select("rank").unique().with_columns(pl.lit("all").alias("group"))
+            scope = "all updating ranks (no DP groups recorded)"
+        per_group = (
+            busy.join(groups, on="rank")
+            .group_by("step", "stage", "group")
+            .agg(
+                (pl.col("busy").max() / pl.col("busy").mean() - 1).alias("value"),
+                pl.col("rank").sort_by("busy").last(),
+                pl.len().alias("n"),
+            )
+            .filter(pl.col("n") >= 2)
+        )
+        if per_group.height:
+            worst = per_group.sort("value", descending=True).group_by("step", maintain_order=True).first()
+            if ev.windows is not None:
+                worst = worst.join(ev.windows, on="step", how="left")
+            return Measured(per_step(worst), f"update compute per rank within {scope} in the trace, {worst.height} steps")
+    top, mean = ev.logged("seqlen_max"), ev.logged("seqlen_mean")
+    if top is None or mean is None:
+        return Missing(check.needs)
+    frame = top[1].join(mean[1].rename({"value": "mean"}), on="step").filter(pl.col("mean") > 0)
+    frame = frame.with_columns((pl.col("value") / pl.col("mean") - 1).alias("value"))
+    return Measured(per_step(frame), f"logged {top[0]} ÷ {mean[0]} − 1 (tokens per DP rank), {frame.height} steps")
+
+
+def exposed_update_comm(ev: Evidence, check: Check) -> Result:
+    """Collective time in S7/S8 that no compute on the same rank hides ÷ update time."""
+    activity = ev.frame("activity")
+    if activity is None or ev.device_timeline is None:
+        return Missing(check.needs)
+    updating = activity.filter(pl.col("stage").cast(pl.String).is_in(list(TRAIN_STAGES)) & pl.col("step").is_not_null())
+    if updating.height == 0:
+        return Missing("device activity inside the update stages (a trace)")
+    keys = ["step", "rank"]
+    comm = updating.filter(pl.col("is_collective"))
+    compute = updating.filter(~pl.col("is_collective"))
+    span = intervals.union_length(ev.device_timeline.filter(pl.col("stage").cast(pl.String).is_in(list(TRAIN_STAGES))), keys, "den")
+    exposed = (
+        intervals.union_length(intervals.difference(comm, compute, keys), keys, "num")
+        if comm.height else pl.DataFrame(schema={"step": pl.Int32, "rank": pl.Int32, "num": pl.Int64})
+    )
+    per_rank = span.join(exposed, on=keys, how="left").with_columns(pl.col("num").fill_null(0))
+    per_rank = per_rank.with_columns((pl.col("num") / pl.col("den")).alias("ratio"))
+    frame = per_rank.group_by("step").agg(
+        pl.col("num").sum().cast(pl.Float64), pl.col("den").sum().cast(pl.Float64), pl.col("rank").sort_by("ratio").last()
+    ).with_columns((pl.col("num") / pl.col("den")).alias("value"))
+    if ev.windows is not None:
+        frame = frame.join(ev.windows, on="step", how="left")
+    note = "" if comm.height else "; no collectives inside the updates"
+    return Measured(per_step(frame), f"update-stage activity of {per_rank['rank'].n_unique()} ranks in the trace{note}")
+
+
+def tp_cross_node(ev: Evidence, check: Check) -> Result:
+    """TP groups whose members sit on more than one host (trace), else from TP size and GPUs
+    per node assuming ranks are laid out TP-first."""
+    collectives = ev.frame("collectives")
+    if collectives is not None and ev.pools is not None:
+        hosts = ev.pools.select("rank", "host")
+        if hosts["host"].null_count() < hosts.height:
+            members = _groups(collectives, ["tp"]).join(hosts, on="rank", how="left")
+            spans = members.group_by("group").agg(pl.col("host").n_unique().alias("hosts"), pl.col("rank").min())
+            bad = spans.filter(pl.col("hosts") > 1).sort("rank")
+            frame = pl.DataFrame({"value": [float(bad.height)], "rank": [bad["rank"][0] if bad.height else None]})
+            shown = f": {', '.join(bad['group'].head(3).to_list())}" if bad.height else ""
+            return Measured(per_step(frame), f"{spans.height} TP groups against the hosts of their ranks in the trace{shown}")
+    per_node, world = ev.config("gpus_per_node"), ev.config("world_size")
+    sizes = {name: ev.config(name) for name in ("rollout_tp", "tensor_parallel")}
+    sizes = {k: int(v) for k, v in sizes.items() if v}
+    if not per_node or not world or not sizes:
+        return Missing(check.needs)
+    per_node, world = int(per_node), int(world)
+    crossing = sum(
+        1 for size in sizes.values() for first in range(0, world - size + 1, size)
+        if first // per_node != (first + size - 1) // per_node
+    )
+    shown = ", ".join(f"{k} = {v}" for k, v in sizes.items())
+    return Measured(per_step(pl.DataFrame({"value": [float(crossing)]})),
+                    f"config: {shown}, {per_node} GPUs per node, {world} GPUs, ranks laid out TP-first")
+
+
+def pipeline_bubble(ev: Evidence, check: Check) -> Result:
+    """β_pp = (pp − 1)/(m + pp − 1); pp and m from PP collectives (trace) or the config."""
+    collectives = ev.frame("collectives")
+    if collectives is not None:
+        pp_rows = collectives.filter(pl.col("dim") == "pp")
+        if pp_rows.height == 0:
+            return Measured(per_step(pl.DataFrame({"value": [0.0]})),
+                            f"no pipeline-parallel collectives among {collectives.height} in the trace (pp = 1)")
+        return _traced_bubble(ev, pp_rows)
+    strategy, pp = ev.config("train_strategy"), ev.config("pipeline_parallel")
+    if pp is None and strategy is not None and str(strategy).startswith("fsdp"):
+        return Measured(per_step(pl.DataFrame({"value": [0.0]})), f"config: {strategy} training has no pipeline (pp = 1)")
+    if pp is None:
+        return Missing(check.needs)
+    pp = int(pp)
+    facts = {f: ev.config(f) for f in ("ppo_mini_batch_size", "rollout_n", "ppo_micro_batch_size_per_gpu", "world_size", "tensor_parallel")}
+    if pp == 1:
+        return Measured(per_step(pl.DataFrame({"value": [0.0]})), "config: pp = 1")
+    if any(v is None for v in facts.values()):
+        return Missing("the micro-batch count: mini-batch, rollout n, micro-batch per GPU, world and TP size")
+    dp = int(facts["world_size"]) // (int(facts["tensor_parallel"]) * pp * int(ev.config("context_parallel") or 1))
+    m = int(facts["ppo_mini_batch_size"]) * int(facts["rollout_n"]) / max(dp, 1) / int(facts["ppo_micro_batch_size_per_gpu"])
+    beta = (pp - 1) / (m + pp - 1)
+    return Measured(per_step(pl.DataFrame({"value": [beta]})), f"config: pp = {pp}, m = {m:g} micro-batches per flush")
+
+
+def _traced_bubble(ev: Evidence, pp_rows: pl.DataFrame) -> Result:
+    pp = int(pp_rows["group_size"].max())  # type: ignore[arg-type]
+    firsts = (
+        pp_rows.select(pl.col("pg_ranks").str.split(",").list.eval(pl.element().str.strip_chars().cast(pl.Int32)).list.min().alias("rank"))
+        .unique()
+    )
+    sends = (
+        pp_rows.filter((pl.col("coll") == SEND) & (pl.col("stage") == "actor_update") & pl.col("step").is_not_null())
+        .join(firsts, on="rank")
+        .group_by("step", "rank")
+        .len()
+    )
+    if sends.height == 0:
+        return Missing("pipeline sends of the first stage inside the actor update (to count micro-batches)")
+    k, how = updates_per_rollout(ev)
+    flushes = k or 1
+    frame = sends.group_by("step").agg(pl.col("len").min().alias("sends"), pl.col("rank").min()).with_columns(
+        (pl.col("sends") / flushes).alias("m")
+    ).with_columns(((pp - 1) / (pl.col("m") + pp - 1)).alias("value"))
+    if ev.windows is not None:
+        frame = frame.join(ev.windows, on="step", how="left")
+    assumed = how if k else "assuming one pipeline flush per update (no optimizer steps recorded)"
+    m = frame["m"].to_list()
+    return Measured(per_step(frame), f"pp = {pp} from PP groups; m = {', '.join(f'{x:g}' for x in m)} from first-stage sends in the actor update, {assumed}")
+
+
+def padding_waste(ev: Evidence, check: Check) -> Result:
+    removed = ev.config("use_remove_padding")
+    if removed is None:
+        return Missing(check.needs)
+    if removed:
+        return Measured(per_step(pl.DataFrame({"value": [0.0]})), "config: use_remove_padding = true (sequences packed, no padding)")
+    cap_p, cap_r = ev.config("max_prompt_length"), ev.config("max_response_length")
+    prompt, response = ev.logged("prompt_length_mean"), ev.logged("response_length_mean")
+    if None in (cap_p, cap_r) or prompt is None or response is None:
+        return Missing("the configured prompt and response lengths and the logged mean lengths")
+    padded = float(cap_p) + float(cap_r)
+    frame = prompt[1].join(response[1].rename({"value": "r"}), on="step").with_columns(
+        (1 - (pl.col("value") + pl.col("r")) / padded).alias("value")
+    )
+    return Measured(per_step(frame), f"config: use_remove_padding = false, padded to {cap_p} + {cap_r} tokens; "
+                                     f"logged {prompt[0]} + {response[0]}, {frame.height} steps")
+
+
+def staleness_lag(ev: Evidence, check: Check) -> Result:
+    """The logged mean lag, else the lag the execution mode implies: 0 when synchronous, 1 one
+    step off; asynchronous runs need the log."""
+    found = ev.logged("staleness_lag")
+    if found is not None:
+        return Measured(per_step(found[1]), f"logged {found[0]}, {found[1].height} steps; whether an off-policy correction is on is not recorded")
+    execution = ev.placement[1]
+    lag = EXECUTION_LAG.get(execution or "")
+    if lag is None:
+        return Missing(check.needs)
+    return Measured(per_step(pl.DataFrame({"value": [lag]})), f"{execution} execution inferred from the trace: every sample is {lag:g} policy versions old")
+
+
+# --- waits and gaps --------------------------------------------------------------------------
+
+
+def sync_wait_share(ev: Evidence, check: Check) -> Result:
+    found, walls = ev.timer("sync_wait"), ev.frame(LOG_STEPS)
+    if found is None or walls is None:
+        return Missing(check.needs)
+    key, seconds = found
+    frame = walls.select("step", pl.col("wall_s").alias("den")).join(seconds, on="step", how="left").with_columns(
+        pl.col("num").fill_null(0.0)
+    ).with_columns((pl.col("num") / pl.col("den")).alias("value"))
+    return Measured(per_step(frame), f"log timer {key}, {frame.height} steps")
+
+
+def dispatch_gap_share(ev: Evidence, check: Check) -> Result:
+    """Σ stage_gap idle ÷ Σ device windows (trace), else untimed step time ÷ T (logs)."""
+    bubbles = ev.frame("bubbles")
+    if bubbles is not None:
+        windows = bubbles.unique(["step", "rank"]).group_by("step").agg(pl.col("window_ns").sum().alias("den"))
+        gaps = bubbles.filter(pl.col("cause") == "stage_gap").group_by("step").agg(pl.col("idle_ns").sum().alias("num"))
+        frame = windows.join(gaps, on="step", how="left").with_columns(pl.col("num").fill_null(0)).with_columns(
+            (pl.col("num") / pl.col("den")).alias("value")
+        )
+        if ev.windows is not None:
+            frame = frame.join(ev.windows, on="step", how="left")
+        return Measured(per_step(frame), f"stage_gap idle over {bubbles['rank'].n_unique()} devices in the trace, {frame.height} steps")
+    stages, steps = ev.frame(LOG_STAGES), ev.frame(LOG_STEPS)
+    if stages is None or steps is None:
+        return Missing(check.needs)
+    timed = steps.filter((pl.col("total_from") != STEP_SOURCE_SUM) & (pl.col("stages_s") > 0))
+    if timed.height == 0:
+        return Missing("a step timer next to stage timers (the log lacks one or the other)")
+    other = stages.filter((pl.col("label") == "other") & pl.col("in_step")).group_by("step").agg(pl.col("seconds").sum().alias("num"))
+    frame = timed.select("step", pl.col("wall_s").alias("den")).join(other, on="step", how="left").with_columns(
+        pl.col("num").fill_null(0.0)
+    ).with_columns((pl.col("num") / pl.col("den")).alias("value"))
+    return Measured(per_step(frame), f"step time outside every stage timer in the log, {frame.height} steps")
+
+
+METRICS: dict[str, Metric] = {
+    "rollout_share": _share("rollout"),
+    "tail_share": tail_share,
+    "length_ratio": length_ratio,
+    "clip_ratio": _logged("clip_ratio"),
+    "weight_sync_share": weight_sync_share,
+    "engine_memory_share": engine_memory_share,
+    "old_logprob_share": old_logprob_share,
+    "preparation_share": _share(*PREP),
+    "unhidden_tail_share": unhidden_tail_share,
+    "pipeline_bubble": pipeline_bubble,
+    "dp_imbalance": dp_imbalance,
+    "padding_waste": padding_waste,
+    "exposed_update_comm": exposed_update_comm,
+    "tp_cross_node": tp_cross_node,
+    "pool_idle": pool_idle,
+    "staleness_lag": staleness_lag,
+    "sync_wait_share": sync_wait_share,
+    "zero_variance_groups": _logged("zero_std_fraction"),
+    "reward_share": _share("reward"),
+    "checkpoint_eval_share": _share("checkpoint", "evaluation", absent_is_zero=True),
+    "dispatch_gap_share": dispatch_gap_share,
+    "actor_critic_overlap": actor_critic_overlap,
+}
+"""Metric name (the key of ``[G<n>.checks.<metric>]``) → its implementation."""

@@ -1,0 +1,173 @@
+"""Guidelines: the catalogue of design/TAXONOMY.md §6 judged against one run.
+
+Product ``violations`` (schema ``frames.VIOLATIONS``, then ``metric`` and ``heuristic``): one row
+per enabled guideline of the catalogue (``taxonomy/guidelines.toml``, merged with the user file
+in ``run.options["guidelines"]``). Each check's metric (``guideline_metrics.METRICS``) gives
+per-step values, the check's ``aggregate`` makes them the run's value, and its thresholds judge
+it. A guideline is
+
+- ``violated`` when a check crosses a threshold: the most severe crossing is reported, with the
+  step, rank and time window where its per-step value was worst;
+- ``passed`` when every check that could be measured stays within its thresholds, or the run
+  cannot break the guideline (evidence says why);
+- ``not_evaluated`` when no check could be measured: evidence says "needs …", never passed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from parsers.errors import InputError
+from taxonomy.guidelines import (
+    SEVERITIES,
+    Catalogue,
+    Check,
+    Guideline,
+    GuidelineError,
+    format_value,
+    load,
+)
+
+from .. import frames
+from ..report.sections import Column, Section
+from .guideline_evidence import Evidence, Inapplicable, Measured, Missing, Result, run_value
+from .guideline_metrics import METRICS
+
+if TYPE_CHECKING:
+    from ..run import Run
+
+PROVIDES = ("violations",)
+
+OPTION = "guidelines"
+"""``Run.options`` key holding the user's guideline file (``rlperf analyze --guidelines``)."""
+SCHEMA: dict[str, pl.DataType] = {**frames.VIOLATIONS, "metric": pl.String(), "heuristic": pl.Boolean()}
+STATUS_ORDER = {"violated": 0, "passed": 1, "not_evaluated": 2}
+SEVERITY_ORDER = {s: -i for i, s in enumerate(SEVERITIES)}
+
+
+def load_catalogue(user: str | Path | None = None) -> Catalogue:
+    """The catalogue with ``user``'s file merged; a bad file or an unknown metric is an
+    :class:`InputError` naming the file."""
+    try:
+        catalogue = load(user)
+    except GuidelineError as exc:
+        raise InputError(exc.path, exc.problem) from None
+    for g in catalogue.guidelines:
+        for c in g.checks:
+            if c.implemented and c.metric not in METRICS:
+                known = ", ".join(sorted(METRICS))
+                raise InputError(g.origin, f"{g.id}.checks.{c.metric}: no such metric is implemented (known: {known})")
+    return catalogue
+
+
+def provide(run: Run, name: str) -> pl.DataFrame:
+    return evaluate(run, load_catalogue(run.options.get(OPTION)))
+
+
+def evaluate(run: Run, catalogue: Catalogue) -> pl.DataFrame:
+    """One row per guideline (:data:`SCHEMA`), violated first."""
+    evidence = Evidence(run, catalogue)
+    rows = [_judge(g, evidence) for g in catalogue.guidelines]
+    frame = pl.DataFrame(rows, schema=SCHEMA, orient="row")
+    order = pl.col("status").replace_strict(STATUS_ORDER, return_dtype=pl.Int8)
+    severity = pl.col("severity").replace_strict(SEVERITY_ORDER, default=1, return_dtype=pl.Int8)
+    return frame.with_row_index("_i").sort([order, severity, "_i"]).drop("_i")
+
+
+def _judge(g: Guideline, evidence: Evidence) -> tuple[Any, ...]:
+    results: list[tuple[Check, Result]] = [
+        (c, METRICS[c.metric](evidence, c) if c.implemented else Missing(f"{c.needs} (not implemented)"))
+        for c in g.checks
+    ]
+    measured = []
+    for check, result in results:
+        if isinstance(result, Measured):
+            value = run_value(result.per_step, check)
+            if value is not None:
+                measured.append((check, result, value, *check.judge(value)))
+    missing = [f"{c.metric}: needs {r.needs}" for c, r in results if isinstance(r, Missing)]
+    if measured:
+        crossed = [m for m in measured if m[3] is not None]
+        check, result, value, severity, threshold = (
+            max(crossed, key=lambda m: SEVERITIES.index(m[3])) if crossed else measured[0]
+        )
+        step, rank, start, end = _where(result, check)
+        others = [f"{c.metric} = {format_value(v, c.unit)} ({r.basis})" for c, r, v, _, _ in measured if c is not check]
+        text = f"{check.metric} = {format_value(value, check.unit)} ({result.basis})"
+        if step is not None and check.aggregate != "value":
+            worst = result.per_step.filter(pl.col("step") == step)["value"][0]
+            text += f"; worst step {step}: {format_value(worst, check.unit)}"
+        text = "; ".join([text, *others, *(f"not evaluated: {m}" for m in missing)])
+        return _row(g, check, "violated" if severity else "passed", severity, value, threshold, step, rank, start, end, text)
+    applicable = [(c, r) for c, r in results if isinstance(r, Inapplicable)]
+    if applicable:
+        check, result = applicable[0]
+        assert isinstance(result, Inapplicable)
+        text = "; ".join([f"does not apply: {result.reason}", *(f"not evaluated: {m}" for m in missing)])
+        return _row(g, check, "passed", None, None, check.first_threshold, None, None, None, None, text)
+    check = g.checks[0]
+    text = "; ".join(f"needs {r.needs}" if len(results) == 1 else f"{c.metric} needs {r.needs}" for c, r in results if isinstance(r, Missing))
+    return _row(g, check, "not_evaluated", None, None, check.first_threshold, None, None, None, None, text)
+
+
+def _where(result: Measured, check: Check) -> tuple[int | None, int | None, int | None, int | None]:
+    """Step, rank and window of the worst per-step value."""
+    rows = result.per_step.filter(pl.col("value").is_not_null())
+    if rows.height == 0:
+        return None, None, None, None
+    worst = rows.sort("value", descending=check.direction == "above").row(0, named=True)
+    return worst["step"], worst["rank"], worst["start_ns"], worst["end_ns"]
+
+
+def _row(
+    g: Guideline, check: Check, status: str, severity: str | None, value: float | None, threshold: float | None,
+    step: int | None, rank: int | None, start: int | None, end: int | None, evidence: str,
+) -> tuple[Any, ...]:
+    return (
+        g.id, g.title, status, severity, value, threshold, check.unit, step, rank, start, end, evidence,
+        g.recommendation, g.source, check.metric, check.heuristic,
+    )
+
+
+def section(run: Run) -> Section | None:
+    violations: pl.DataFrame = run.violations
+    if violations.height == 0:
+        return Section("Guidelines", None, note="no guidelines enabled")
+    shown = violations.with_columns(
+        pl.Series("result", [_result(r) for r in violations.iter_rows(named=True)], dtype=pl.String),
+        pl.Series("where", [_place(r["step"], r["rank"]) for r in violations.iter_rows(named=True)], dtype=pl.String),
+        pl.when(pl.col("status") == "violated").then(pl.col("recommendation")).alias("advice"),
+    )
+    counts = dict(violations.group_by("status").len().iter_rows())
+    severities = dict(violations.filter(pl.col("status") == "violated").group_by("severity").len().iter_rows())
+    note = (
+        f"{counts.get('violated', 0)} violated ({', '.join(f'{severities.get(s, 0)} {s}' for s in reversed(SEVERITIES))}), "
+        f"{counts.get('passed', 0)} passed, {counts.get('not_evaluated', 0)} not evaluated. "
+        "* heuristic threshold (docs/guidelines.md)."
+    )
+    columns = [
+        Column("id", "ID"), Column("title", "Guideline"), Column("result", "Result"), Column("where", "Where"),
+        Column("evidence", "Evidence"), Column("advice", "Recommendation"),
+    ]
+    return Section("Guidelines", shown, columns, note=note)
+
+
+def _result(row: dict[str, Any]) -> str:
+    """``warn: 69.6% > 20%*``, ``passed: 33.6% < 60%``, ``passed (does not apply)``, ``not evaluated``."""
+    if row["status"] == "not_evaluated":
+        return "not evaluated"
+    if row["value"] is None:
+        return "passed (does not apply)"
+    value, threshold = row["value"], row["threshold"]
+    sign = ">" if value > threshold else "<" if value < threshold else "="
+    limit = format_value(row["threshold"], row["unit"]) + ("*" if row["heuristic"] else "")
+    label = row["severity"] if row["status"] == "violated" else "passed"
+    return f"{label}: {format_value(row['value'], row['unit'])} {sign} {limit}"
+
+
+def _place(step: int | None, rank: int | None) -> str | None:
+    parts = [f"step {step}" if step is not None else "", f"rank {rank}" if rank is not None else ""]
+    return ", ".join(p for p in parts if p) or None
