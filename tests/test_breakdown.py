@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from literal_walk import literal_chain
 
 from analyzer import frames
 from analyzer.analyses.breakdown import (
@@ -136,24 +137,6 @@ def test_each_step_has_its_own_chain() -> None:
     ]
 
 
-def naive_chain(rows: list[tuple[int, int, str, int, int]]) -> set[tuple[int, str, int, int]]:
-    """docs/analyses.md §3 literally, one link at a time, on merged stage intervals."""
-    merged: list[list] = []
-    for rank, _, stage, a, b in sorted(rows, key=lambda r: (r[0], r[3])):
-        if merged and merged[-1][0] == rank and merged[-1][1] == stage and a <= merged[-1][3]:
-            merged[-1][3] = max(merged[-1][3], b)
-        else:
-            merged.append([rank, stage, a, b])
-    cur = min(merged, key=lambda m: (-m[3], m[0]))
-    chain = {tuple(cur)}
-    while True:
-        cands = [m for m in merged if m[3] <= cur[2] + CRITICAL_SLACK_NS and m[2] < cur[2]]
-        if not cands:
-            return chain
-        cur = min(cands, key=lambda m: (-m[3], m[0]))
-        chain.add(tuple(cur))
-
-
 segment = st.tuples(
     st.integers(0, 3), st.sampled_from(["rollout", "old_logprob", "actor_update", "weight_sync"]),
     st.integers(0, 40), st.integers(1, 12),
@@ -177,6 +160,6 @@ def test_vectorised_walk_equals_the_literal_walk(raw: list, rnd) -> None:
     shuffled = rows[:]
     rnd.shuffle(shuffled)
     got = compute_critical_path(timeline(shuffled), steps((1, 0, 10_000 * scale)))
-    assert {(r["rank"], r["stage"], r["start_ns"], r["end_ns"]) for r in got.iter_rows(named=True)} == naive_chain(rows)
+    assert {(r["rank"], r["stage"], r["start_ns"], r["end_ns"]) for r in got.iter_rows(named=True)} == literal_chain(rows)
     assert (got["end_ns"] > got["start_ns"]).all()
     assert set(got["stage"].cast(pl.String)) <= set(STAGE_NAMES)

@@ -158,7 +158,7 @@ def literal(windows, pools, ranges, acts, colls) -> dict[tuple[int, int], dict[s
                 if (r, t) in busy and (r, t) not in waiting:
                     counts[None] += 1
                     continue
-                inside = [x for x in own if x[3] <= t < x[4]]
+                inside = [x for x in ranges if x[0] == r and x[3] <= t < x[4]]  # of any step
                 if any(x[2] == "weight_sync" for x in inside):
                     cause = "weight_sync"
                 elif pool in ("rollout", "shared") and own_ro_end is not None and t >= own_ro_end and any(
@@ -166,7 +166,7 @@ def literal(windows, pools, ranges, acts, colls) -> dict[tuple[int, int], dict[s
                 ):
                     cause = "rollout_tail"
                 elif pool in ("rollout", "train") and not inside and any(
-                    pools.get(x[0]) not in (pool, "shared", None) and x[1] == step and x[3] <= t < x[4] for x in ranges
+                    pools.get(x[0]) not in (pool, "shared", None) and x[3] <= t < x[4] for x in ranges
                 ):
                     cause = "pool_wait"
                 elif (r, t) in waiting:
@@ -188,14 +188,15 @@ def runs(draw):
     kinds = draw(st.sampled_from(["colocated", "disaggregated"]))
     pools = {r: ("shared" if kinds == "colocated" else ("rollout" if r < n // 2 else "train")) for r in range(n)}
     cut = draw(st.integers(20, 40))
-    windows = [(1, 0, cut), (2, cut, cut + draw(st.integers(15, 40)))]
+    overlap = draw(st.integers(0, 12))  # one-step-off: step 2 starts before step 1 ends
+    windows = [(1, 0, cut), (2, cut - overlap, cut + draw(st.integers(15, 40)))]
     ranges, acts, colls = [], [], []
     for step, w0, w1 in windows:
         for r in range(n):
             t = w0 + draw(st.integers(0, 5))
             for stage in draw(st.lists(st.sampled_from(["rollout", "reward", "actor_update", "weight_sync"]), max_size=3)):
                 length = draw(st.integers(1, 12))
-                if t + length > w1:
+                if t + length > w1 + 4:  # a range may reach past its window
                     break
                 ranges.append((r, step, stage, t, t + length))
                 t += length + draw(st.integers(0, 4))

@@ -223,14 +223,17 @@ def section(run):
     on_chain = run.critical_path.group_by("step", "stage").agg(
         (pl.col("end_ns") - pl.col("start_ns")).sum().alias("critical_ns")
     )
-    slowest = table.sort(["step", "stage", "time_ns", "rank"], descending=[False, False, True, False]).group_by(
+    devices = table.filter(pl.col("rank") >= 0)
+    slowest = devices.sort(["step", "stage", "time_ns", "rank"], descending=[False, False, True, False]).group_by(
         ["step", "stage"], maintain_order=True
     ).first()
+    controller = table.filter(pl.col("rank") < 0).select("step", "stage", pl.col("time_ns").alias("controller_ns"))
     frame = (
-        table.group_by("step", "stage")
+        devices.group_by("step", "stage")
         .agg(pl.col("rank").n_unique().alias("ranks"), pl.col("time_ns").mean().alias("mean_ns"))
         .join(slowest.select("step", "stage", pl.col("time_ns").alias("max_ns"), pl.col("rank").alias("max_rank"), "share"), on=["step", "stage"])
         .join(on_chain, on=["step", "stage"], how="left")
+        .join(controller, on=["step", "stage"], how="full", coalesce=True)
         .sort(["step", "stage"])
     )
     notes = [
@@ -249,7 +252,8 @@ def section(run):
             Column("max_rank", "slowest rank"),
             Column("share", "max share of step", "percent"),
             Column("critical_ns", "on critical path", "duration"),
+            *([Column("controller_ns", "controller", "duration")] if controller.height else []),
         ],
-        note="; ".join(notes),
+        note="; ".join([*notes, "ranks are devices; the controller's timers (rank -1) are shown apart"] if controller.height else notes),
     )
 

@@ -74,19 +74,19 @@ def compute_states(
     busy = within(activity.select("rank", "start_ns", "end_ns"))
     productive = intervals.difference(busy, waiting, DEVICE)
 
-    staged = stage_ranges.filter(
-        pl.col("step").is_not_null() & (pl.col("stage") != "other") & (pl.col("rank") >= 0)
-    ).with_columns(
+    ranged = stage_ranges.filter((pl.col("stage") != "other") & (pl.col("rank") >= 0)).with_columns(
         pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32)
     )
-    ranges = of_step(staged.select(SPAN))
+    staged = ranged.filter(pl.col("step").is_not_null())
+    mine = within(ranged.select("rank", "start_ns", "end_ns"))
+    step_ranges = of_step(staged.select(SPAN))
     rules = {
-        "weight_sync": staged.filter(pl.col("stage") == "weight_sync").select(SPAN),
+        "weight_sync": within(ranged.filter(pl.col("stage") == "weight_sync").select("rank", "start_ns", "end_ns")),
         "rollout_tail": _rollout_tail(staged, pools, windows),
-        "pool_wait": _pool_wait(staged, pools),
+        "pool_wait": intervals.difference(within(_other_pool_working(ranged, pools)), mine, DEVICE),
         "sync_wait": waiting,
-        "host_bound": ranges,
-        "stage_gap": ranges.group_by(DEVICE).agg(pl.col("start_ns").min(), pl.col("end_ns").max()).select(SPAN),
+        "host_bound": mine,
+        "stage_gap": step_ranges.group_by(DEVICE).agg(pl.col("start_ns").min(), pl.col("end_ns").max()).select(SPAN),
         "other": windows,
     }
     tagged = pl.concat(
@@ -123,17 +123,15 @@ def _rollout_tail(staged: pl.DataFrame, pools: pl.DataFrame, windows: pl.DataFra
     )
 
 
-def _pool_wait(staged: pl.DataFrame, pools: pl.DataFrame) -> pl.DataFrame:
-    """Rule 3: a rank of a split pool outside its own stage ranges while the other pool works."""
+def _other_pool_working(ranged: pl.DataFrame, pools: pl.DataFrame) -> pl.DataFrame:
+    """Rule 3's condition per rank of a split pool: when some rank of the other pool is inside
+    one of its stage ranges (of any step: one-step-off trains step s while step s+1 generates)."""
     pool_of = pools.select(pl.col("rank").cast(pl.Int32), pl.col("pool").cast(pl.String))
-    working = intervals.union(
-        staged.join(pool_of, on="rank").select("pool", "step", "start_ns", "end_ns"), ["pool", "step"]
-    )
+    working = intervals.union(ranged.join(pool_of, on="rank").select("pool", "start_ns", "end_ns"), ["pool"])
     waiting_for = pool_of.filter(pl.col("pool").is_in(list(SPLIT_POOLS))).with_columns(
         pl.col("pool").replace_strict(SPLIT_POOLS).alias("pool")
     )
-    other_pool = waiting_for.join(working, on="pool").select(SPAN)
-    return intervals.difference(other_pool, staged.select(SPAN), DEVICE).select(SPAN)
+    return waiting_for.join(working, on="pool").select("rank", "start_ns", "end_ns")
 
 
 def compute_bubbles(states: pl.DataFrame, activity: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
