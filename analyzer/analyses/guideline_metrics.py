@@ -182,6 +182,18 @@ def _logged(quantity: str) -> Metric:
     return metric
 
 
+def preemption_ratio(ev: Evidence, check: Check) -> Result:
+    """Preemptions per request; verl logs -1 for requests whose engine does not report them."""
+    found = ev.logged("preemptions_per_request")
+    if found is None:
+        return Missing(check.needs)
+    key, values = found
+    reported = values.filter(pl.col("value") >= 0)
+    if reported.height == 0:
+        return Missing(f"{check.needs}; {key} is negative: the engine did not report preemptions")
+    return Measured(per_step(reported), f"logged {key} (an upper bound of the preempted fraction), {reported.height} steps")
+
+
 # --- placement and memory --------------------------------------------------------------------
 
 
@@ -506,6 +518,7 @@ METRICS: dict[str, Metric] = {
     "staleness_lag": staleness_lag,
     "sync_wait_share": sync_wait_share,
     "zero_variance_groups": _logged("zero_std_fraction"),
+    "preemption_ratio": preemption_ratio,
     "reward_share": _share("reward"),
     "checkpoint_eval_share": _share("checkpoint", "evaluation", absent_is_zero=True),
     "dispatch_gap_share": dispatch_gap_share,

@@ -83,10 +83,12 @@ def _judge(g: Guideline, evidence: Evidence) -> tuple[Any, ...]:
         for c in g.checks
     ]
     measured = []
-    for check, result in results:
+    for i, (check, result) in enumerate(results):
         if isinstance(result, Measured):
             value = run_value(result.per_step, check)
-            if value is not None:
+            if value is None:
+                results[i] = (check, Missing(f"a step where it can be measured ({result.basis})"))
+            else:
                 measured.append((check, result, value, *check.judge(value)))
     missing = [f"{c.metric}: needs {r.needs}" for c, r in results if isinstance(r, Missing)]
     if measured:
