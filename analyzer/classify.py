@@ -174,6 +174,11 @@ def _stepping(run: Run) -> dict[str, Any]:
     return cache
 
 
+def step_numbering(run: Run) -> str:
+    """How the trace's steps were numbered when a log renumbered them ("" otherwise)."""
+    return _stepping(run)["note"]
+
+
 def _rollout_by_driver(rows: pl.DataFrame) -> pl.DataFrame:
     """A worker's rollout belongs to the step whose driver rollout range (verl ``gen``, the
     controller collecting the results) is the first to end after it: with one-step-off

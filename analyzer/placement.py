@@ -30,6 +30,7 @@ import polars as pl
 from taxonomy.vocab import PREPARATION_STAGES
 
 from . import intervals
+from .classify import step_numbering
 
 if TYPE_CHECKING:
     from .report.sections import Section
@@ -160,8 +161,9 @@ def summary(run: Run) -> pl.DataFrame:
     if steps.height:
         lengths = (steps["end_ns"] - steps["start_ns"]) / 1e6
         src = steps["source"][0]
+        numbering = step_numbering(run)
         rows.append(("steps", ", ".join(str(s) for s in steps["step"].to_list()),
-                     f"from {src}; median {lengths.median():.1f} ms"))
+                     f"from {src}; median {lengths.median():.1f} ms" + (f"; {numbering}" if numbering else "")))
     else:
         rows.append(("steps", "none", "no ProfilerStep, step range, rollout or log step found"))
     clock = run.clock
