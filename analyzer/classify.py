@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 PROVIDES = ("profile", "ranges", "stage_ranges", "stage_timeline", "pools", "classified", "collectives", "activity")
 
 RANGE_KINDS = ("annotation",)
+PATTERN_FIRST = ("send", "recv", "send_recv", "all_to_all")
+"""Collective kinds whose pattern rules outrank a rank pattern read without layout degrees."""
 UPDATE_STAGES = ("actor_update", "critic_update", "old_logprob", "ref_logprob", "values")
 """Stages that mark a rank as part of the training pool (it holds the trained models)."""
 RANGES_SCHEMA: dict[str, pl.DataType] = {
@@ -393,7 +395,7 @@ def group_dims(run: Run, groups: pl.DataFrame) -> pl.DataFrame:
     groups = groups.unique(["group", "pg_desc"]).filter(pl.col("group").is_not_null())
     if groups.height == 0:
         return groups.with_columns(pl.lit(None, pl.String).alias("gdim"), pl.lit(None, pl.String).alias("by"),
-                                   pl.lit(None, pl.String).alias("_layout"))
+                                   pl.lit(None, pl.String).alias("_layout"), pl.lit(True).alias("_weak"))
     by_desc = tc.description_dims(groups["pg_desc"], rules)
     pool_of = dict(run.pools.select("rank", pl.col("pool").cast(pl.String)).iter_rows())
     ranks_text = [g.split("|", 1)[0] or None for g in groups["group"].to_list()]
@@ -401,21 +403,24 @@ def group_dims(run: Run, groups: pl.DataFrame) -> pl.DataFrame:
     out = groups.with_columns(by_desc.alias("_desc"), pl.Series("_span", spans))
     known = [(d, g) for d, g in zip(out["_desc"].to_list(), ranks_text, strict=True) if d and g]
     layout_of: list[str | None] = []
+    pattern_only: list[bool] = []
     for g in ranks_text:
         if g is None:
             layout_of.append(None)
+            pattern_only.append(True)
             continue
         members = [int(x) for x in g.split(",")]
         pool_names = {pool_of.get(r) for r in members}
         pool = sorted(r for r, p in pool_of.items() if p in pool_names) if pool_names <= {"rollout", "train", "shared"} and len(pool_names) == 1 else sorted(pool_of)
         lay = tc.infer_layout([(d, k) for d, k in known if set(map(int, k.split(","))) <= set(pool)], rules.layout, len(pool))
         layout_of.append(tc.layout_dims([g], pool, lay)[0])
-    out = out.with_columns(pl.Series("_layout", layout_of, dtype=pl.String))
+        pattern_only.append(not tc.has_degrees(lay, len(pool)))
+    out = out.with_columns(pl.Series("_layout", layout_of, dtype=pl.String), pl.Series("_weak", pattern_only, dtype=pl.Boolean))
     return out.with_columns(
         pl.coalesce(pl.col("_desc"), pl.when(pl.col("_span")).then(pl.lit("weight_sync"))).alias("gdim"),
         pl.when(pl.col("_desc").is_not_null()).then(pl.lit("description"))
         .when(pl.col("_span")).then(pl.lit("pools")).alias("by"),
-    ).select("group", "pg_desc", "gdim", "by", "_layout")
+    ).select("group", "pg_desc", "gdim", "by", "_layout", "_weak")
 
 
 def _dims_for(run: Run, rows: pl.DataFrame) -> pl.DataFrame:
@@ -428,6 +433,9 @@ def _dims_for(run: Run, rows: pl.DataFrame) -> pl.DataFrame:
         kd, on="name", how="left", maintain_order="left")
     pattern = tc.pattern_dim(rules)
     in_sync = pl.when(pl.col("stage").cast(pl.String) == "weight_sync").then(pl.lit("weight_sync"))
+    # a rank pattern read without degrees does not outweigh what p2p and all-to-all say
+    out = out.with_columns(
+        pl.when(pl.col("_weak") & pl.col("coll").is_in(list(PATTERN_FIRST))).then(None).otherwise(pl.col("_layout")).alias("_layout"))
     return out.with_columns(
         pl.coalesce("gdim", in_sync, "_layout", "_kdim", pattern.cast(pl.String)).cast(DIM).alias("dim"),
         pl.coalesce(
@@ -435,7 +443,7 @@ def _dims_for(run: Run, rows: pl.DataFrame) -> pl.DataFrame:
             pl.when(pl.col("_layout").is_not_null()).then(pl.lit("layout")),
             pl.when(pl.col("_kdim").is_not_null()).then(pl.lit("kernel name")), pl.lit("pattern"),
         ).alias("dim_by"),
-    ).drop("gdim", "by", "_kdim", "_layout")
+    ).drop("gdim", "by", "_kdim", "_layout", "_weak")
 
 
 def _row_dims(run: Run, ev: pl.DataFrame) -> pl.Series:

@@ -77,6 +77,9 @@ def infer_placement(pools: pl.DataFrame, ranges: pl.DataFrame) -> dict[str, Any]
         return set(workers.filter(pl.col("stage") == stage)["rank"].unique().to_list())
 
     actor, critic = ranks_of("actor_update"), ranks_of("critic_update")
+    if not ranks_of("rollout"):
+        return {"placement": None, "execution": None, "pools": by_pool,
+                "evidence": ["no rank generates (no rollout stage): placement needs the rollout in the trace"]}
     if by_pool["rollout"] and by_pool["train"]:
         placement = "disaggregated"
         evidence.append(f"ranks {_ranks_text(by_pool['rollout'])} only generate and ranks {_ranks_text(by_pool['train'])} "

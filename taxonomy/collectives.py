@@ -204,6 +204,12 @@ def infer_layout(known: Iterable[tuple[str, str]], layout: Layout, pool_size: in
     return Layout(layout.order, degrees, layout.given)
 
 
+def has_degrees(layout: Layout, pool_size: int) -> bool:
+    """Whether the layout's degrees describe a pool of this size (else only the rank pattern
+    is read, see :func:`layout_dims`)."""
+    return _complete(layout, pool_size) is not None
+
+
 def layout_dims(groups: Sequence[str], pool: Sequence[int], layout: Layout) -> list[str | None]:
     """The dimension each group (canonical ``pg_ranks``) runs along in ``pool`` (sorted ranks
     laid out in ``layout.order``); None where the layout does not explain the group.
@@ -284,7 +290,8 @@ def kernel_dims(names: pl.Series, rules: CollectiveRules) -> pl.Series:
 
 def pattern_dim(rules: CollectiveRules, coll: str = "coll", stage: str = "stage", nbytes: str = "bytes") -> pl.Expr:
     """Expression over a frame with the collective kind, the stage it ran in and its size: the
-    dim of the first pattern rule that holds, else ``unknown``."""
+    dim of the first pattern rule that holds, else ``unknown``. A size condition never holds
+    for a collective of unknown size."""
     pick: pl.Expr = pl.lit("unknown")
     for rule in reversed(rules.patterns):
         cond = pl.lit(True)
@@ -293,9 +300,9 @@ def pattern_dim(rules: CollectiveRules, coll: str = "coll", stage: str = "stage"
         if rule.stage:
             cond = cond & pl.col(stage).cast(pl.String).is_in(list(rule.stage))
         if rule.min_bytes is not None:
-            cond = cond & (pl.col(nbytes).fill_null(0) >= rule.min_bytes)
+            cond = cond & (pl.col(nbytes) >= rule.min_bytes)
         if rule.max_bytes is not None:
-            cond = cond & (pl.col(nbytes).fill_null(0) < rule.max_bytes)
+            cond = cond & (pl.col(nbytes) < rule.max_bytes)
         pick = pl.when(cond.fill_null(False)).then(pl.lit(rule.dim)).otherwise(pick)
     return pick.cast(DIM)
 
@@ -314,9 +321,9 @@ def rules_frame(rules: CollectiveRules | None = None) -> pl.DataFrame:
     rules = rules or load_rules()
     rows = [
         {"rule": r.id, "kind": r.kind, "match": r.match, "coll": ", ".join(r.coll) or None,
-         "stage": ", ".join(r.stage) or None, "min_bytes": r.min_bytes, "dim": r.dim, "note": r.note}
+         "stage": ", ".join(r.stage) or None, "min_bytes": r.min_bytes, "max_bytes": r.max_bytes, "dim": r.dim, "note": r.note}
         for r in (*rules.descriptions, *rules.kernels, *rules.patterns)
     ]
     return pl.DataFrame(rows, schema={"rule": pl.String, "kind": pl.String, "match": pl.String,
-                                      "coll": pl.String, "stage": pl.String, "min_bytes": pl.Int64,
+                                      "coll": pl.String, "stage": pl.String, "min_bytes": pl.Int64, "max_bytes": pl.Int64,
                                       "dim": pl.String, "note": pl.String})
