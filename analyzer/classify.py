@@ -288,20 +288,39 @@ def pools(run: Run) -> pl.DataFrame:
 # --- GPU work → stage, classified events ---------------------------------------------------------
 
 
-def _anchors(ev: pl.DataFrame, formats: dict[int, str]) -> pl.Series:
-    """The time that decides a row's stage: for GPU work the start of the runtime call that
-    launched it (linked on source, correlation id and, in multi-process nsys reports, pid),
-    else the row's own start."""
-    gpu = pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & pl.col("corr").is_not_null()
+def _anchors(ev: pl.DataFrame, formats: dict[int, str]) -> pl.DataFrame:
+    """Per row (in order): ``anchor``, the time that decides its stage — for GPU work the start
+    of the runtime call that launched it (linked on source, correlation id and, in multi-process
+    nsys reports, pid), else the row's own start — and ``unlinked``: GPU work whose launch the
+    trace lacks."""
+    gpu = pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
     by_pid = [s for s, f in formats.items() if f.startswith("nsys")]
     link_pid = pl.when(pl.col("source").is_in(by_pid)).then(pl.col("pid")).otherwise(-1)
     launches = ev.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null()).select(
         "source", "corr", link_pid.alias("_lp"), pl.col("start_ns").alias("_launch")
     ).unique(["source", "corr", "_lp"], keep="first")
     rows = ev.select("source", "corr", "start_ns", gpu.alias("_gpu"), link_pid.alias("_lp")).with_row_index("_row")
-    linked = rows.filter(pl.col("_gpu")).join(launches, on=["source", "corr", "_lp"], how="inner").select("_row", "_launch")
+    linked = rows.filter(pl.col("_gpu") & pl.col("corr").is_not_null()).join(launches, on=["source", "corr", "_lp"]).select("_row", "_launch")
     return rows.join(linked, on="_row", how="left").sort("_row").select(
-        pl.coalesce("_launch", "start_ns").alias("anchor"))["anchor"], rows.join(linked, on="_row", how="left").sort("_row")["_launch"].is_not_null()
+        pl.coalesce("_launch", "start_ns").alias("anchor"), (pl.col("_gpu") & pl.col("_launch").is_null()).alias("unlinked"))
+
+
+def device_timeline(run: Run) -> pl.DataFrame:
+    """The stage timeline of the device-side annotations (Kineto ``gpu_user_annotation``): for
+    GPU work whose launch the trace does not hold."""
+    ev = run.aligned.filter((pl.col("kind") == "gpu_annotation") & (pl.col("end_ns") > pl.col("start_ns")))
+    if ev.height == 0:
+        return frames.empty(frames.STAGE_TIMELINE)
+    classes = name_classes(run, ev["name"].cast(pl.String).unique(), "trace").select(
+        "name", "stage", "role", "relation", pl.col("rule").fill_null("").str.starts_with(tp.GENERIC + ":").alias("weak"),
+        (pl.col("covers").list.len().fill_null(0) > 1).alias("composite"))
+    rows = staged(ev.select("rank", pl.col("name").cast(pl.String), "start_ns", "end_ns").join(classes, on="name").with_columns(
+        pl.lit(False).alias("inferred"), pl.lit(1.0, pl.Float32).alias("confidence")))
+    if rows.height == 0:
+        return frames.empty(frames.STAGE_TIMELINE)
+    rows = rows.with_columns(_window_step(rows.select("start_ns").with_row_index("_row").rename({"start_ns": "t"}), run.steps).alias("step"))
+    rows = rows.with_columns(nesting_depth(rows, ["rank"]).alias("depth")).select(list(frames.STAGE_RANGES)).cast(frames.STAGE_RANGES)
+    return timeline(rows)
 
 
 def _stage_at(points: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
@@ -331,10 +350,14 @@ def _segments_with_confidence(run: Run) -> pl.DataFrame:
 
 def classified(run: Run) -> pl.DataFrame:
     ev = run.aligned
-    formats = {s.index: s.format for s in run.sources}
-    anchor, _linked = _anchors(ev, formats)
-    points = ev.select("rank").with_columns(anchor.alias("t")).with_row_index("_row")
+    anchors = _anchors(ev, {s.index: s.format for s in run.sources})
+    points = ev.select("rank").with_columns(anchors["anchor"].alias("t")).with_row_index("_row")
     hit = _stage_at(points, _segments_with_confidence(run)).sort("_row")
+    if anchors["unlinked"].any():
+        unlinked = points.filter(anchors["unlinked"])
+        on_device = _stage_at(unlinked, device_timeline(run)).filter(pl.col("stage").is_not_null())
+        if on_device.height:
+            hit = hit.update(on_device, on="_row")
     steps = run.steps
     by_window = _window_step(points, steps)
     out = ev.with_columns(
