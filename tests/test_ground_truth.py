@@ -12,15 +12,18 @@ window, collective time by dimension within 2%, the critical path's rank and sta
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
+from literal_walk import literal_chain
 
+import analyzer
 import parsers
-from analyzer import frames
-from analyzer.analyses.breakdown import critical_summary
+from analyzer import frames, intervals
+from analyzer.analyses.breakdown import CRITICAL_SLACK_NS, critical_summary
 from analyzer.run import Run
 from parsers.events import empty_events
 from sample_traces.synth import generate, preset
@@ -121,28 +124,51 @@ def truth_run(folder: Path) -> tuple[Run, dict[str, Any]]:
     return run, t
 
 
+MODES = ("from_truth", "load")
+"""``from_truth``: assembly products built above, so only the analyses are under test;
+``load``: ``analyzer.load`` on the trace folder, the whole pipeline (clock offsets included)."""
+
+
 @pytest.fixture(scope="module")
-def runs(synthetic: dict[str, Path]) -> dict[str, tuple[Run, dict[str, Any]]]:
-    return {name: truth_run(folder) for name, folder in synthetic.items()}
+def runs(synthetic: dict[str, Path]):
+    cache: dict[tuple[str, str], tuple[Run, dict[str, Any]]] = {}
+
+    def get(name: str, mode: str) -> tuple[Run, dict[str, Any]]:
+        if (name, mode) not in cache:
+            folder = synthetic[name]
+            if mode == "from_truth":
+                cache[(name, mode)] = truth_run(folder)
+            else:
+                cache[(name, mode)] = (analyzer.load(folder, use_cache=False), json.loads((folder / "truth.json").read_text()))
+        return cache[(name, mode)]
+
+    return get
 
 
+def close(have: pl.Expr, want: pl.Expr) -> pl.Expr:
+    """The duration contract: within 2% or 1 ms."""
+    return (have - want).abs() <= pl.max_horizontal(pl.lit(STAGE_TOL_NS), REL * want.abs())
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", RUNS)
-def test_stage_durations_per_rank_and_step(runs: dict, name: str) -> None:
-    run, t = runs[name]
+def test_stage_durations_per_rank_and_step(runs, name: str, mode: str) -> None:
+    run, t = runs(name, mode)
     got = frames.check(run.breakdown, frames.BREAKDOWN, "breakdown").with_columns(pl.col("stage").cast(pl.String))
     want = pl.DataFrame(t["stage_durations"])
     both = got.join(want, on=["rank", "step", "stage"], how="full", coalesce=True)
     assert both.filter(pl.col("time_ns").is_null() | pl.col("duration_ns").is_null()).height == 0
-    off = both.filter((pl.col("time_ns") - pl.col("duration_ns")).abs() > pl.max_horizontal(pl.lit(STAGE_TOL_NS), REL * pl.col("duration_ns")))
+    off = both.filter(~close(pl.col("time_ns"), pl.col("duration_ns")))
     assert off.height == 0, off
     windows = pl.DataFrame(t["step_windows"]).select(pl.col("step").cast(pl.Int32), (pl.col("end_ns") - pl.col("start_ns")).alias("w"))
     shares = got.join(windows, on="step")
-    assert ((shares["share"] - shares["time_ns"] / shares["w"]).abs() < 1e-12).all()
+    assert ((shares["share"] - shares["time_ns"] / shares["w"]).abs() < 1e-6).all()
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", RUNS)
-def test_idle_by_cause_per_device_and_step(runs: dict, name: str) -> None:
-    run, t = runs[name]
+def test_idle_by_cause_per_device_and_step(runs, name: str, mode: str) -> None:
+    run, t = runs(name, mode)
     got = frames.check(run.bubbles, frames.BUBBLES, "bubbles").with_columns(pl.col("cause").cast(pl.String))
     want = pl.DataFrame(
         [
@@ -154,17 +180,18 @@ def test_idle_by_cause_per_device_and_step(runs: dict, name: str) -> None:
     both = got.join(want, on=["rank", "step", "cause"], how="full", coalesce=True)
     assert both.height == len(t["devices"]) * 7
     assert both.null_count().sum_horizontal().item() == 0
-    tol = REL * pl.col("window_ns")
-    for have, expect in (("idle_ns", "want_idle"), ("busy_ns", "want_busy"), ("productive_ns", "want_productive")):
+    tol = REL * pl.col("want_window")
+    for have, expect in (("idle_ns", "want_idle"), ("busy_ns", "want_busy"), ("productive_ns", "want_productive"),
+                         ("window_ns", "want_window")):
         off = both.filter((pl.col(have) - pl.col(expect)).abs() > tol)
         assert off.height == 0, (have, off)
-    assert (both["window_ns"] == both["want_window"]).all()
-    assert both["idle_ns"].sum() > 0 and both.filter(pl.col("cause") == "sync_wait")["idle_ns"].sum() > 0
+    assert both.filter(pl.col("cause") == "sync_wait")["idle_ns"].sum() > 0
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", RUNS)
-def test_collectives_by_dimension(runs: dict, name: str) -> None:
-    run, t = runs[name]
+def test_collectives_by_dimension(runs, name: str, mode: str) -> None:
+    run, t = runs(name, mode)
     got = (
         frames.check(run.collectives_by_dim, frames.COLLECTIVES_BY_DIM, "collectives_by_dim")
         .group_by(pl.col("dim").cast(pl.String))
@@ -180,9 +207,10 @@ def test_collectives_by_dimension(runs: dict, name: str) -> None:
     assert ((both["exposed_ns"] >= 0) & (both["exposed_ns"] <= both["time_ns"])).all()
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", RUNS)
-def test_critical_path_rank_stage_and_length(runs: dict, name: str) -> None:
-    run, t = runs[name]
+def test_critical_path_rank_stage_and_length(runs, name: str, mode: str) -> None:
+    run, t = runs(name, mode)
     chain = frames.check(run.critical_path, frames.CRITICAL_PATH, "critical_path")
     got = critical_summary(chain).with_columns(pl.col("stage").cast(pl.String))
     want = pl.DataFrame([{k: c[k] for k in ("step", "rank", "stage", "length_ns")} for c in t["critical_path"]])
@@ -197,9 +225,101 @@ def test_critical_path_rank_stage_and_length(runs: dict, name: str) -> None:
     assert (wd["parallelism"] > 1).all() and (wd["work_ns"] <= wd["step_ns"] * len(t["ranks"])).all()
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", RUNS)
-def test_work_is_the_productive_time_of_every_device(runs: dict, name: str) -> None:
-    run, t = runs[name]
+def test_work_is_the_productive_time_of_every_device(runs, name: str, mode: str) -> None:
+    run, t = runs(name, mode)
     work = pl.DataFrame([{"step": d["step"], "p": d["productive_busy_ns"]} for d in t["devices"]]).group_by("step").agg(pl.col("p").sum())
     both = run.workdepth.join(work, on="step")
+    assert both.height == len(t["step_windows"])
     assert ((both["work_ns"] - both["p"]).abs() <= REL * both["p"]).all()
+
+
+# --- the real CPU runs of the sample harness ---------------------------------------------------
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces" / "runs"
+STAGED = sorted(p.name for p in SAMPLES.iterdir() if (p / "truth.json").is_file() and p.name != "trl_grpo")
+"""Every sample run whose traces carry stage ranges (TRL's are inferred: tests/test_classify.py)."""
+
+
+@cache
+def sample(name: str) -> tuple[Run, dict[str, Any]]:
+    folder = SAMPLES / name
+    return analyzer.load([p for p in sorted(folder.iterdir()) if p.is_dir()]), json.loads((folder / "truth.json").read_text())
+
+
+def traced(t: dict[str, Any]) -> tuple[int, int]:
+    """The time every worker's trace covers (the truth knows what happened outside it; a trace
+    does not)."""
+    windows = [e["profile_window_ns"] for e in t["ranks"] if e["rank"] >= 0]
+    return max(w[0] for w in windows), min(w[1] for w in windows)
+
+
+@pytest.mark.parametrize("name", STAGED)
+def test_sample_stage_durations(name: str) -> None:
+    """Per rank (the controller too) and traced step: the truth's stage time, within 2% or 1 ms."""
+    run, t = sample(name)
+    steps = run.steps["step"].to_list()
+    want = (
+        pl.DataFrame(t["stages"]).filter(pl.col("step").is_in(steps))
+        .group_by("rank", "step", "stage").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("truth_ns"))
+    )
+    got = run.breakdown.filter(pl.col("stage") != "other").with_columns(pl.col("stage").cast(pl.String))
+    both = got.join(want.with_columns(pl.col("rank", "step").cast(pl.Int32)), on=["rank", "step", "stage"], how="full", coalesce=True)
+    assert both.height >= 8 * len(steps)
+    assert both.filter(pl.col("time_ns").is_null() | pl.col("truth_ns").is_null()).height == 0, both
+    off = both.filter(~close(pl.col("time_ns"), pl.col("truth_ns")))
+    assert off.height == 0, off
+
+
+@pytest.mark.parametrize("name", STAGED)
+def test_sample_rollout_tail_and_pool_wait(name: str) -> None:
+    """The waits the run's structure explains (rollout tail, pool wait), per rank and step window
+    over the time every trace covers, within 2% of the window. The truth's other entries are not
+    this page's causes: its ``weight_sync`` is the whole barrier call, not the idle time inside
+    the weight-sync range."""
+    run, t = sample(name)
+    lo, hi = traced(t)
+    windows = run.steps.select("step", pl.max_horizontal("start_ns", pl.lit(lo)).alias("start_ns"),
+                               pl.min_horizontal("end_ns", pl.lit(hi)).alias("end_ns"))
+    causes = ["rollout_tail", "pool_wait"]
+    truth = pl.DataFrame(t["waits"]).filter(pl.col("cause").is_in(causes)).select(pl.col("rank").cast(pl.Int32), "cause", "start_ns", "end_ns")
+    want = intervals.union_length(intervals.clip_to_windows(truth, windows), ["rank", "step", "cause"], "truth_ns")
+    mine = run.device_states.filter(pl.col("cause").is_in(causes)).with_columns(pl.col("cause").cast(pl.String))
+    own_window = windows.rename({"start_ns": "_ws", "end_ns": "_we"})
+    mine = mine.join(own_window, on="step").with_columns(
+        pl.max_horizontal("start_ns", "_ws").alias("start_ns"), pl.min_horizontal("end_ns", "_we").alias("end_ns")
+    )
+    got = intervals.length(mine.filter(pl.col("end_ns") > pl.col("start_ns")), ["rank", "step", "cause"], "idle_ns")
+    sizes = run.steps.select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("window_ns"))
+    both = got.join(want.with_columns(pl.col("step").cast(pl.Int32)), on=["rank", "step", "cause"], how="full", coalesce=True)
+    both = both.fill_null(0).join(sizes, on="step")
+    assert both["truth_ns"].sum() > 0 and both.height >= 2
+    off = both.filter((pl.col("idle_ns") - pl.col("truth_ns")).abs() > REL * pl.col("window_ns"))
+    assert off.height == 0, off
+
+
+@pytest.mark.parametrize("name", STAGED)
+def test_sample_critical_path(name: str) -> None:
+    """The critical stage, and the critical rank — or, where DP peers finish a stage within the
+    walk's slack of each other, a peer of it (the order of such ends is below what the two
+    clocks, trace and truth, tell apart)."""
+    run, t = sample(name)
+    got = critical_summary(run.critical_path)
+    workers = [s for s in t["stages"] if s["rank"] >= 0]
+    assert got.height == run.steps.height
+    for row in got.iter_rows(named=True):
+        rows = [(s["rank"], s["step"], s["stage"], s["start_ns"], s["end_ns"]) for s in workers if s["step"] == row["step"]]
+        chain = literal_chain(rows)
+        rank_time: dict[int, int] = {}
+        stage_time: dict[str, int] = {}
+        for rank, stage, a, b in chain:
+            rank_time[rank] = rank_time.get(rank, 0) + b - a
+            stage_time[stage] = stage_time.get(stage, 0) + b - a
+        stage = max(stage_time, key=lambda k: stage_time[k])
+        rank = min(rank_time, key=lambda k: (-rank_time[k], k))
+        assert row["stage"] == stage, (row, stage)
+        ends = {s[0]: s[4] for s in rows if s[2] == stage}
+        assert row["rank"] == rank or abs(ends.get(row["rank"], 0) - ends[rank]) <= CRITICAL_SLACK_NS, (row, rank, ends)
+        length = max(c[3] for c in chain) - min(c[2] for c in chain)
+        assert abs(row["depth_ns"] - length) <= max(STAGE_TOL_NS, REL * length), (row, length)
