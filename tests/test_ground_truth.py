@@ -323,3 +323,20 @@ def test_sample_critical_path(name: str) -> None:
         assert row["rank"] == rank or abs(ends.get(row["rank"], 0) - ends[rank]) <= CRITICAL_SLACK_NS, (row, rank, ends)
         length = max(c[3] for c in chain) - min(c[2] for c in chain)
         assert abs(row["depth_ns"] - length) <= max(STAGE_TOL_NS, REL * length), (row, length)
+
+
+@pytest.mark.parametrize("name", [n for n in STAGED if not n.endswith("_nsys")])
+def test_sample_collectives_by_dimension(name: str) -> None:
+    """Every call of the traced steps, counted once, under the dimension the truth gives it; each
+    within the caller's own interval. (Times are not held to 2% here: gloo runs the collective
+    on a worker thread some 100–300 µs after the call and the caller wakes after it ends, so the
+    truth, taken around the blocking call, is 9–19% longer than what the trace records. The
+    nsys capture records no collectives at all: ``-t nvtx,osrt``.)"""
+    run, t = sample(name)
+    steps = run.steps["step"].to_list()
+    want = pl.DataFrame(t["collectives"]).filter(pl.col("step").is_in(steps))
+    got = run.collectives_by_dim.group_by(pl.col("dim").cast(pl.String)).agg(pl.col("count", "time_ns").sum())
+    counts = want.group_by("dim").agg(pl.len().alias("truth"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("truth_ns"))
+    both = got.join(counts, on="dim", how="full", coalesce=True)
+    assert (both["count"] == both["truth"]).all(), both
+    assert ((both["time_ns"] > 0) & (both["time_ns"] <= both["truth_ns"])).all(), both
