@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test lint bench samples clean
+.PHONY: demo test lint bench samples docs-images clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ $(VENV)/.installed-samples: pyproject.toml | $(BIN)/python
 # Regenerates sample_traces/runs/ from scratch (real tiny RL runs on CPU; nsys for one of them).
 samples: $(VENV)/.installed-samples
 	$(BIN)/python -m sample_traces.harness.run
+
+# Screenshots of a sample run's HTML report for docs/reports.md (headless Chromium, offline).
+docs-images: $(VENV)/.installed-test
+	$(BIN)/python docs/img/screenshots.py
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/ingest.py

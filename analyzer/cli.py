@@ -33,6 +33,10 @@ app = typer.Typer(
 COMMANDS: tuple[str, ...] = (
     "analyzer.commands.analyze",
     "analyzer.commands.demo",
+    "analyzer.commands.compare",
+    "analyzer.commands.audit",
+    "analyzer.commands.export",
+    "analyzer.commands.crosscheck",
 )
 """Command modules, in the order ``rlperf --help`` lists them. Add one line per module."""
 

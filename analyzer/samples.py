@@ -1,4 +1,4 @@
-"""Where the bundled sample traces live (the default input of ``rlperf demo``)."""
+"""The bundled sample runs ``rlperf demo`` analyses, and where they live."""
 
 from __future__ import annotations
 
@@ -9,6 +9,15 @@ from parsers.errors import InputError
 
 _REPO = Path(__file__).resolve().parents[1]
 
+DEMO_RUNS: tuple[tuple[str, str], ...] = (
+    ("verl colocated", "verl_grpo_colocated"),
+    ("verl disaggregated", "verl_ppo_disaggregated"),
+    ("verl one-step-off", "verl_grpo_one_step_off"),
+    ("OpenRLHF disaggregated", "openrlhf_ppo_disaggregated"),
+)
+"""(label, folder under ``sample_traces/runs``): placements colocated vs disaggregated vs
+one-step-off, and verl-style vs OpenRLHF-style naming, on the same tiny job."""
+
 
 def samples_root() -> Path:
     """``$RLPERF_SAMPLES``, else the repository's ``sample_traces/``."""
@@ -16,13 +25,15 @@ def samples_root() -> Path:
     return Path(env) if env else _REPO / "sample_traces"
 
 
+def demo_runs() -> list[tuple[str, Path]]:
+    """(label, folder) of every demo run that is present; a clear error when none is."""
+    root = samples_root() / "runs"
+    found = [(label, root / name) for label, name in DEMO_RUNS if (root / name).is_dir()]
+    if not found:
+        raise InputError(root, "no sample runs found (run `make samples`, or set RLPERF_SAMPLES)")
+    return found
+
+
 def demo_inputs() -> list[Path]:
-    """The sample runs the demo analyses; a clear error when they are not there."""
-    root = samples_root()
-    runs = [p for p in sorted((root / "runs").glob("*")) if p.is_dir()] if (root / "runs").is_dir() else []
-    if runs:
-        return runs[:1]
-    corpus = _REPO.parent / "shared" / "corpus" / "HolisticTraceAnalysis" / "nccl_data.json.gz"
-    if corpus.is_file():
-        return [corpus]
-    raise InputError(root, "no sample traces found (run `make samples`, or set RLPERF_SAMPLES)")
+    """The folders of the demo runs."""
+    return [path for _, path in demo_runs()]

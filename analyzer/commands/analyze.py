@@ -16,6 +16,9 @@ from ..cli import Jobs, NoCache, Output, Paths, Quiet, app
 class Format(str, Enum):
     text = "text"
     json = "json"
+    md = "md"
+    html = "html"
+    png = "png"
 
 
 @app.command()
@@ -31,18 +34,28 @@ def analyze(
 
     PATHS may mix PyTorch profiler traces (.json/.json.gz), Nsight Systems exports (.sqlite,
     .nsys-rep with nsys on PATH, nsys stats CSV) and framework logs; formats are told by
-    content. Files rlperf cannot read are listed and skipped.
+    content. Files rlperf cannot read are listed and skipped. --format html writes one
+    self-contained file (works offline), md a Markdown report for a pull request, png the
+    charts as images (-o names the file or folder), json a document usable as an audit baseline.
     """
-    from ..ingest import ingest
-    from ..run import Run
+    from ..progress import Steps, load
+    from ..report.sections import sections
 
-    found = ingest(paths, jobs=jobs, use_cache=not no_cache)
-    run = Run.from_sources(found.sources, unknown=found.unknown, notes=found.notes)
-    emit(run, fmt.value, output)
+    steps = Steps(quiet)
+    run = load(paths, steps, jobs=jobs, no_cache=no_cache)
+    with steps.step("Analyzing"):
+        sections(run)  # computes every product once, behind a progress display
+    emit(run, fmt.value, output, steps)
 
 
-def emit(run, fmt: str, output: Path | None) -> None:
+def emit(run, fmt: str, output: Path | None, steps=None) -> None:
     """Write ``run``'s report in ``fmt`` to ``output`` (or stdout)."""
+    if fmt in ("md", "html", "png"):
+        from ..progress import Steps
+        from ..report.files import write_report
+
+        write_report(run, fmt, output, steps or Steps(quiet=True))
+        return
     if fmt == "json":
         from ..report import json as json_report
 

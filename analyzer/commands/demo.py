@@ -1,22 +1,38 @@
-"""``rlperf demo``: the report of the bundled sample traces."""
+"""``rlperf demo``: the bundled sample runs compared, as one HTML report."""
 
 from __future__ import annotations
 
-from rich.console import Console
+from pathlib import Path
+from typing import Annotated
 
-from ..cli import Output, app
+import typer
+
+from ..cli import Quiet, app
+
+DEFAULT_OUTPUT = Path("rlperf-demo.html")
 
 
 @app.command()
-def demo(output: Output = None) -> None:
-    """Analyze the bundled sample traces and print the report."""
-    from ..ingest import ingest
-    from ..run import Run
-    from ..samples import demo_inputs
-    from .analyze import emit
+def demo(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the HTML report.")] = DEFAULT_OUTPUT,
+    quiet: Quiet = False,
+) -> None:
+    """Analyze the bundled sample runs (verl colocated, disaggregated and one-step-off; OpenRLHF
+    disaggregated) and write one self-contained HTML report comparing them, each run's full
+    report below the comparison."""
+    from ..compare import compare
+    from ..progress import Steps, load
+    from ..report.html import render_comparison, write
+    from ..samples import demo_runs
 
-    inputs = demo_inputs()
-    Console(stderr=True).print(f"[dim]rlperf demo: analyzing {', '.join(str(p) for p in inputs)}[/dim]")
-    found = ingest(inputs)
-    run = Run.from_sources(found.sources, unknown=found.unknown, notes=found.notes)
-    emit(run, "text", output)
+    steps = Steps(quiet)
+    found = demo_runs()
+    runs = [load([path], steps, label=label) for label, path in found]
+    labels = [label for label, _ in found]
+    with steps.step("Analyzing and writing the report"):
+        comparison = compare(runs, labels)
+        text = render_comparison(comparison, runs=runs, title="rlperf demo: the sample runs side by side")
+        written = write(text, output)
+    for label, won in comparison.wins().items():
+        steps.say(f"  {label}: best on {len(won)} metric(s)")
+    steps.say(f"rlperf demo: wrote the report to {written.resolve()} — open it in a browser (it works offline)")

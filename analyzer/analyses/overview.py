@@ -1,0 +1,193 @@
+"""The headline numbers every report leads with and every comparison and audit reads (what ran —
+framework, placement, execution mode — is the run section of ``analyzer/placement.py``).
+
+One row per metric with a stable ``metric`` name; ``overview.<metric>`` is its path in audit
+budgets and comparisons (docs/reports.md). Each number is read from the product that computes it
+(``steps``, ``gpu_time``, ``bubbles``, ``pools``, ``weight_sync``, ``collectives_by_dim``,
+``workdepth``, ``violations``); when that product is not provided or has nothing to say, the row
+keeps a null value and its text says what it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from ..report.units import cell
+
+PROVIDES = ("overview",)
+
+OVERVIEW: dict[str, pl.DataType] = {
+    "metric": pl.String(),
+    "title": pl.String(),
+    "value": pl.Float64(),
+    "text": pl.String(),
+    "unit": pl.String(),
+}
+"""``value`` is null for numbers that could not be computed; ``text`` is what reports print;
+``unit`` is ``ns``, ``fraction``, ``count`` or ``ratio``."""
+
+_FORMAT_OF_UNIT = {"ns": "duration", "fraction": "percent", "count": "number", "ratio": "number", "bytes": "bytes"}
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    title: str
+    unit: str
+    needs: str
+    better: str = ""
+    """``lower`` or ``higher`` when a smaller or larger value is the better run (compare)."""
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("ranks", "ranks (devices)", "count", ""),
+    Metric("steps", "steps", "count", "step detection (product 'steps')"),
+    Metric("step_time_ns", "step time (median)", "ns", "step detection (product 'steps')", "lower"),
+    Metric("step_time_max_ns", "step time (max)", "ns", "step detection (product 'steps')", "lower"),
+    Metric("gpu_busy_ns", "GPU busy (sum over ranks)", "ns", "GPU activity in a trace"),
+    Metric("gpu_idle_fraction", "GPU idle (HTA sense)", "fraction", "GPU activity in a trace", "lower"),
+    Metric("idle_fraction", "idle, all devices", "fraction", "idle analysis (product 'bubbles')", "lower"),
+    Metric("trainer_idle_fraction", "idle, train pool", "fraction", "idle analysis and pools ('bubbles', 'pools')", "lower"),
+    Metric("rollout_idle_fraction", "idle, rollout pool", "fraction", "idle analysis and pools ('bubbles', 'pools')", "lower"),
+    Metric("weight_sync_share", "weight sync share of step", "fraction", "weight-sync analysis (product 'weight_sync')", "lower"),
+    Metric("exposed_comm_ns", "exposed communication", "ns", "collective analysis (product 'collectives_by_dim')", "lower"),
+    Metric("parallelism", "parallelism W/D (mean)", "ratio", "work–depth analysis (product 'workdepth')", "higher"),
+    Metric("guideline_errors", "guideline violations: error", "count", "guideline evaluation (product 'violations')", "lower"),
+    Metric("guideline_warnings", "guideline violations: warn", "count", "guideline evaluation (product 'violations')", "lower"),
+)
+METRIC_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+
+
+def provide(run, name: str) -> pl.DataFrame:
+    values: dict[str, Any] = {}
+    for collect in _COLLECTORS:
+        values.update(collect(run))
+    rows = []
+    for m in METRICS:
+        value = values.get(m.name)
+        if value is None:
+            rows.append((m.name, m.title, None, f"– needs {m.needs}" if m.needs else "–", m.unit))
+        else:
+            rows.append((m.name, m.title, float(value), cell(value, _FORMAT_OF_UNIT.get(m.unit, "number")), m.unit))
+    return pl.DataFrame(rows, schema=OVERVIEW, orient="row")
+
+
+def frame_of(run, name: str, *columns: str) -> pl.DataFrame | None:
+    """Product ``name`` when the run provides it as a frame holding ``columns``, else None."""
+    if not run.provides(name):
+        return None
+    try:
+        value = run.product(name)
+    except AttributeError as exc:  # a product it is computed from is not provided (yet)
+        if not str(exc).startswith("Run has no product"):
+            raise
+        return None
+    if not isinstance(value, pl.DataFrame) or any(c not in value.columns for c in columns):
+        return None
+    return value
+
+
+def _ranks(run) -> dict[str, Any]:
+    return {"ranks": len(run.ranks)}
+
+
+def _steps(run) -> dict[str, Any]:
+    steps = frame_of(run, "steps", "step")
+    if steps is None or steps.height == 0:
+        return {}
+    if {"start_ns", "end_ns"} <= set(steps.columns):
+        length = steps["end_ns"] - steps["start_ns"]
+    elif "wall_s" in steps.columns:
+        length = steps["wall_s"] * 1e9
+    else:
+        return {"steps": steps["step"].n_unique()}
+    return {"steps": steps["step"].n_unique(), "step_time_ns": length.median(), "step_time_max_ns": length.max()}
+
+
+def _gpu(run) -> dict[str, Any]:
+    gpu = frame_of(run, "gpu_time", "busy_ns", "gpu_window_ns")
+    if gpu is None:
+        return {}
+    gpu = gpu.filter(pl.col("gpu_window_ns").is_not_null() & (pl.col("gpu_window_ns") > 0))
+    if gpu.height == 0:
+        return {}
+    window = gpu["gpu_window_ns"].sum()
+    return {"gpu_busy_ns": gpu["busy_ns"].sum(), "gpu_idle_fraction": (window - gpu["busy_ns"].sum()) / window}
+
+
+def _idle(run) -> dict[str, Any]:
+    bubbles = frame_of(run, "bubbles", "step", "rank", "window_ns", "idle_ns")
+    if bubbles is None or bubbles.height == 0:
+        return {}
+    per_device = bubbles.group_by("step", "rank").agg(pl.col("window_ns").first(), pl.col("idle_ns").sum())
+    out = {"idle_fraction": _ratio(per_device)}
+    pools = frame_of(run, "pools", "rank", "pool")
+    if pools is not None:
+        tagged = per_device.join(pools.select("rank", pl.col("pool").cast(pl.String)), on="rank", how="left")
+        for pool, key in (("train", "trainer_idle_fraction"), ("rollout", "rollout_idle_fraction")):
+            mine = tagged.filter(pl.col("pool").is_in([pool, "shared"]))
+            if mine.height:
+                out[key] = _ratio(mine)
+    return out
+
+
+def _ratio(per_device: pl.DataFrame) -> float | None:
+    window = per_device["window_ns"].sum()
+    return per_device["idle_ns"].sum() / window if window else None
+
+
+def _weight_sync(run) -> dict[str, Any]:
+    sync = frame_of(run, "weight_sync", "share")
+    if sync is None or sync.height == 0:
+        return {}
+    steps = frame_of(run, "steps", "step", "start_ns", "end_ns")
+    if "time_ns" in sync.columns and steps is not None and steps.height:
+        total = (steps["end_ns"] - steps["start_ns"]).sum()
+        return {"weight_sync_share": sync["time_ns"].sum() / total if total else None}
+    share = sync["share"].drop_nulls()
+    return {"weight_sync_share": share.mean()} if share.len() else {}
+
+
+def _collectives(run) -> dict[str, Any]:
+    coll = frame_of(run, "collectives_by_dim", "exposed_ns")
+    if coll is None or coll["exposed_ns"].null_count() == coll.height:
+        return {}
+    return {"exposed_comm_ns": coll["exposed_ns"].sum()}
+
+
+def _workdepth(run) -> dict[str, Any]:
+    wd = frame_of(run, "workdepth", "parallelism")
+    if wd is None or wd["parallelism"].null_count() == wd.height:
+        return {}
+    return {"parallelism": wd["parallelism"].mean()}
+
+
+def _guidelines(run) -> dict[str, Any]:
+    found = frame_of(run, "violations", "status", "severity")
+    if found is None:
+        return {}
+    violated = found.filter(pl.col("status") == "violated")
+    return {
+        "guideline_errors": violated.filter(pl.col("severity") == "error").height,
+        "guideline_warnings": violated.filter(pl.col("severity") == "warn").height,
+    }
+
+
+_COLLECTORS: tuple[Callable[[Any], dict[str, Any]], ...] = (
+    _ranks, _steps, _gpu, _idle, _weight_sync, _collectives, _workdepth, _guidelines,
+)
+
+
+def section(run):
+    from ..report.sections import Column, Section
+
+    return Section(
+        "Headline numbers",
+        run.overview,
+        columns=[Column("title", "metric"), Column("text", "value"), Column("metric", "audit path")],
+        note="Audit path: overview.<metric> (docs/reports.md).",
+    )

@@ -1,0 +1,370 @@
+"""Performance budgets for CI: checks on any number of the JSON report, against fixed limits or
+against a baseline report, with a plain summary and JUnit XML.
+
+A *metric path* addresses values in the JSON report (``rlperf analyze --format json``):
+
+    [agg:]section[column=value,...].field
+
+``section`` is a top-level key of the report (``overview``, ``gpu_time``, ``bubbles``, …), the
+optional filters keep the rows whose column equals (``=``) or differs from (``!=``) the value,
+and ``field`` is a column of the rows — or, in name/value sections such as ``overview``, a row's
+``metric``. Without ``agg`` the path must select exactly one value; ``max``, ``min``, ``sum``,
+``mean`` and ``count`` reduce many. Examples: ``overview.weight_sync_share``,
+``max:gpu_time.idle_fraction``, ``sum:sync[dim=weight_sync].exposed_ns``.
+
+A budget file (TOML) lists checks; each has ``metric`` and any of ``max``, ``min`` (absolute
+limits) and ``max_increase``, ``max_decrease`` (fractions of the baseline's value: needs
+``--baseline``); ``name`` titles it and ``missing = "skip"`` lets a check pass when the report
+has no value for it (default: it fails). With a baseline and no budget file, every run-summary
+number with a direction is held to :data:`DEFAULT_REGRESSION` of the baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parsers.errors import InputError
+
+from .analyses.overview import METRICS
+from .report.units import cell
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+REPORT_SCHEMA = "rlperf-report/1"
+DEFAULT_REGRESSION = 0.10
+"""With ``--baseline`` alone: the largest allowed change for the worse, as a fraction of the baseline."""
+AGGREGATES = ("max", "min", "sum", "mean", "count")
+LIMITS = ("max", "min", "max_increase", "max_decrease")
+CHECK_KEYS = frozenset({"metric", "name", "missing", *LIMITS})
+
+_PATH = re.compile(
+    r"^(?:(?P<agg>[a-z]+):)?(?P<section>[A-Za-z_][\w-]*)(?:\[(?P<filters>[^\]]*)\])?\.(?P<field>[\w.%-]+)$"
+)
+_FILTER = re.compile(r"^\s*(?P<column>[\w-]+)\s*(?P<op>!=|=)\s*(?P<value>.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class MetricPath:
+    text: str
+    agg: str | None
+    section: str
+    filters: tuple[tuple[str, str, str], ...]
+    field: str
+
+
+@dataclass
+class Check:
+    name: str
+    path: MetricPath
+    limits: dict[str, float]
+    missing: str = "fail"
+
+
+@dataclass
+class Outcome:
+    check: Check
+    status: str
+    """``pass``, ``fail`` or ``skip``."""
+    value: float | None = None
+    baseline: float | None = None
+    message: str = ""
+    format: str = "number"
+    """How the value and limits print (a section format: ``duration``, ``percent``, …)."""
+
+
+@dataclass
+class Result:
+    subject: str
+    outcomes: list[Outcome]
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "fail"]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed
+
+
+# --- metric paths -------------------------------------------------------------------------------
+
+
+def parse_path(text: str, where: str) -> MetricPath:
+    """A metric path, or an InputError naming ``where`` (the budget file) and what is wrong."""
+    m = _PATH.match(text.strip())
+    if not m:
+        raise InputError(where, f"metric path {text!r} is not [agg:]section[column=value,...].field")
+    agg = m.group("agg")
+    if agg is not None and agg not in AGGREGATES:
+        raise InputError(where, f"metric path {text!r}: unknown aggregate {agg!r} (use {', '.join(AGGREGATES)})")
+    filters = []
+    for part in filter(None, (m.group("filters") or "").split(",")):
+        f = _FILTER.match(part)
+        if not f:
+            raise InputError(where, f"metric path {text!r}: filter {part!r} is not column=value or column!=value")
+        filters.append((f.group("column"), f.group("op"), f.group("value").strip("\"'")))
+    return MetricPath(text.strip(), agg, m.group("section"), tuple(filters), m.group("field"))
+
+
+def resolve(document: dict[str, Any], path: MetricPath) -> tuple[float | None, str]:
+    """The path's value in ``document`` and, when there is none, why."""
+    rows = document.get(path.section)
+    if not isinstance(rows, list):
+        known = ", ".join(k for k, v in document.items() if isinstance(v, list) and v and isinstance(v[0], dict))
+        return None, f"the report has no section {path.section!r} (sections with rows: {known})"
+    rows = [r for r in rows if isinstance(r, dict) and all(_keep(r, f) for f in path.filters)]
+    if rows and path.field not in rows[0] and "metric" in rows[0]:
+        rows = [r for r in rows if r.get("metric") == path.field]
+        values = [r.get("value") for r in rows]
+    else:
+        values = [r.get(path.field) for r in rows]
+    if path.agg == "count":
+        return float(len(rows)), ""
+    numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    if not numbers:
+        return None, f"no value for {path.text} in the report ({len(rows)} matching row(s), none with a number)"
+    if path.agg is None:
+        if len(numbers) > 1:
+            return None, f"{path.text} matches {len(numbers)} values: add a [column=value] filter or an aggregate (max:, sum:, …)"
+        return numbers[0], ""
+    reduce = {"max": max, "min": min, "sum": sum, "mean": lambda v: sum(v) / len(v)}[path.agg]
+    return float(reduce(numbers)), ""
+
+
+def _keep(row: dict[str, Any], condition: tuple[str, str, str]) -> bool:
+    column, op, wanted = condition
+    value = row.get(column)
+    try:
+        same = value is not None and float(value) == float(wanted)
+    except (TypeError, ValueError):
+        same = str(value) == wanted
+    return same if op == "=" else not same
+
+
+# --- budgets ------------------------------------------------------------------------------------
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not text: {exc}") from None
+
+
+def load_budget(path: Path) -> list[Check]:
+    try:
+        data = tomllib.loads(_read(path))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(path, f"not valid TOML: {exc}") from None
+    entries = data.get("check")
+    unknown = set(data) - {"check"}
+    if unknown:
+        raise InputError(path, f"unknown top-level key(s) {', '.join(sorted(unknown))} (a budget is a list of [[check]] tables)")
+    if not isinstance(entries, list) or not entries:
+        raise InputError(path, "no [[check]] tables: a budget lists checks, e.g. [[check]] metric = \"overview.weight_sync_share\" max = 0.05")
+    return [_check(path, i, entry) for i, entry in enumerate(entries, 1)]
+
+
+def _check(path: Path, index: int, entry: Any) -> Check:
+    where = f"{path} (check {index})"
+    if not isinstance(entry, dict) or "metric" not in entry:
+        raise InputError(where, "each [[check]] needs a metric path")
+    unknown = set(entry) - CHECK_KEYS
+    if unknown:
+        raise InputError(where, f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(CHECK_KEYS))})")
+    limits = {}
+    for key in LIMITS:
+        if key in entry:
+            value = entry[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InputError(where, f"{key} must be a number, not {value!r}")
+            limits[key] = float(value)
+    if not limits:
+        raise InputError(where, f"check on {entry['metric']!r} sets no limit (one of {', '.join(LIMITS)})")
+    missing = entry.get("missing", "fail")
+    if missing not in ("fail", "skip"):
+        raise InputError(where, f"missing must be \"fail\" or \"skip\", not {missing!r}")
+    metric = parse_path(str(entry["metric"]), where)
+    return Check(name=str(entry.get("name") or metric.text), path=metric, limits=limits, missing=missing)
+
+
+def regression_checks(baseline: dict[str, Any]) -> list[Check]:
+    """With a baseline and no budget: every run-summary number with a direction that the baseline
+    has, held to DEFAULT_REGRESSION."""
+    have = {row.get("metric") for row in baseline.get("overview", []) if isinstance(row, dict) and row.get("value") is not None}
+    checks = []
+    for m in METRICS:
+        if m.better and m.name in have:
+            limit = "max_increase" if m.better == "lower" else "max_decrease"
+            checks.append(Check(
+                name=f"{m.title} vs baseline", path=parse_path(f"overview.{m.name}", "baseline"),
+                limits={limit: DEFAULT_REGRESSION}, missing="fail",
+            ))
+    return checks
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """A JSON report written by ``rlperf analyze --format json``."""
+    try:
+        document = json.loads(_read(path))
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"not JSON: {exc}") from None
+    if not isinstance(document, dict) or document.get("schema") != REPORT_SCHEMA:
+        raise InputError(path, f"not an rlperf JSON report (no \"schema\": \"{REPORT_SCHEMA}\"; write one with rlperf analyze --format json)")
+    return document
+
+
+def is_report(path: Path) -> bool:
+    """Whether ``path`` is a JSON report rather than a trace (its first bytes name the schema)."""
+    if not path.is_file() or path.suffix.lower() != ".json":
+        return False
+    with path.open("rb") as fh:
+        head = fh.read(4096)
+    return f'"schema": "{REPORT_SCHEMA}"'.encode() in head or f'"schema":"{REPORT_SCHEMA}"'.encode() in head
+
+
+# --- evaluation ---------------------------------------------------------------------------------
+
+
+def audit(document: dict[str, Any], checks: list[Check], baseline: dict[str, Any] | None = None, subject: str = "") -> Result:
+    return Result(subject=subject, outcomes=[_evaluate(c, document, baseline) for c in checks])
+
+
+def _evaluate(check: Check, document: dict[str, Any], baseline: dict[str, Any] | None) -> Outcome:
+    value, why = resolve(document, check.path)
+    if value is None:
+        status = "skip" if check.missing == "skip" else "fail"
+        return Outcome(check, status, message=why)
+    fmt = value_format(document, check.path)
+    out = Outcome(check, "pass", value=value, format=fmt)
+    relative = {k: v for k, v in check.limits.items() if k in ("max_increase", "max_decrease")}
+    if relative:
+        if baseline is None:
+            out.status, out.message = "fail", "limits relative to a baseline need --baseline"
+            return out
+        base, why = resolve(baseline, check.path)
+        if base is None:
+            out.status, out.message = ("skip" if check.missing == "skip" else "fail"), f"baseline: {why}"
+            return out
+        out.baseline = base
+    problems = []
+    for key, limit in check.limits.items():
+        shown = cell(limit, fmt)
+        if key == "max" and value > limit:
+            problems.append(f"above the max {shown}")
+        elif key == "min" and value < limit:
+            problems.append(f"below the min {shown}")
+        elif key in ("max_increase", "max_decrease") and out.baseline is not None:
+            change = _change(value, out.baseline)
+            worse = change if key == "max_increase" else -change
+            if worse > limit:
+                verb = "up" if key == "max_increase" else "down"
+                problems.append(f"{verb} {_pct(abs(change))} from the baseline, more than {_pct(limit)}")
+    if problems:
+        out.status = "fail"
+        out.message = "; ".join(problems)
+    return out
+
+
+def _change(value: float, base: float) -> float:
+    if base == 0:
+        return 0.0 if value == 0 else math.copysign(math.inf, value)
+    return (value - base) / abs(base)
+
+
+def _pct(fraction: float) -> str:
+    return "∞" if math.isinf(fraction) else f"{100 * fraction:.1f}%"
+
+
+def value_format(document: dict[str, Any], path: MetricPath) -> str:
+    """How to print the path's values: the run summary's unit, else by the field's name."""
+    if path.agg == "count":
+        return "number"
+    for row in document.get(path.section) or []:
+        if isinstance(row, dict) and row.get("metric") == path.field and row.get("unit"):
+            return {"ns": "duration", "fraction": "percent", "bytes": "bytes"}.get(row["unit"], "number")
+    name = path.field
+    if name.endswith("_ns"):
+        return "duration"
+    if name.endswith(("fraction", "share")):
+        return "percent"
+    if name == "bytes" or name.endswith("_bytes"):
+        return "bytes"
+    return "number"
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+def summary_lines(result: Result) -> list[str]:
+    """The CI log view: one line per check with its verdict, value and limit, then the total."""
+    width = max((len(o.check.name) for o in result.outcomes), default=0)
+    lines = []
+    for o in result.outcomes:
+        shown = _shown(o, path=o.check.name != o.check.path.text)
+        lines.append(f"  {o.status.upper():4}  {o.check.name:<{width}}  {shown}")
+    failed, skipped = len(result.failed), sum(o.status == "skip" for o in result.outcomes)
+    verdict = "FAILED" if failed else "passed"
+    head = f"rlperf audit {verdict}: {len(result.outcomes)} check(s), {failed} failed"
+    head += f", {skipped} skipped" if skipped else ""
+    return [f"{head}{f' ({result.subject})' if result.subject else ''}", *lines]
+
+
+def _shown(o: Outcome, *, path: bool = True) -> str:
+    """``path = value (baseline …) [limits]``, then why it failed or has no value."""
+    name = f"{o.check.path.text} " if path else ""
+    if o.value is None:
+        return f"{name}: {o.message}".lstrip(" :") if not path else f"{o.check.path.text}: {o.message}"
+    text = f"{name}= {cell(o.value, o.format)}"
+    if o.baseline is not None:
+        sign = "+" if o.value >= o.baseline else ""
+        text += f" (baseline {cell(o.baseline, o.format)}, {sign}{_pct(_change(o.value, o.baseline))})"
+    limits = ", ".join(
+        f"{k.replace('_', ' ')} {_pct(v) if k in ('max_increase', 'max_decrease') else cell(v, o.format)}"
+        for k, v in o.check.limits.items()
+    )
+    text += f"  [{limits}]"
+    return f"{text}  <- {o.message}" if o.message else text
+
+
+def github_annotations(result: Result) -> list[str]:
+    """``::error`` workflow commands, which GitHub Actions shows on the run's summary page."""
+    return [f"::error title=rlperf audit: {o.check.name}::{_escape_workflow(_shown(o))}" for o in result.failed]
+
+
+def _escape_workflow(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def junit_xml(result: Result, *, suite: str = "rlperf audit") -> str:
+    """JUnit XML (the Ant/Jenkins shape CI systems read): one testcase per check, ``failure`` for a
+    broken budget, ``skipped`` for a check without a value that may be skipped."""
+    import xml.etree.ElementTree as ET
+
+    failed = len(result.failed)
+    skipped = sum(o.status == "skip" for o in result.outcomes)
+    counts = {"tests": str(len(result.outcomes)), "failures": str(failed), "errors": "0"}
+    root = ET.Element("testsuites", {"name": suite, **counts, "time": "0"})
+    node = ET.SubElement(root, "testsuite", {"name": f"{suite}: {result.subject}" if result.subject else suite, **counts,
+                                             "skipped": str(skipped), "time": "0"})
+    for o in result.outcomes:
+        case = ET.SubElement(node, "testcase", {"name": o.check.name, "classname": "rlperf.audit", "time": "0"})
+        if o.status == "fail":
+            failure = ET.SubElement(case, "failure", {"message": o.message or "budget exceeded", "type": "budget"})
+            failure.text = _shown(o)
+        elif o.status == "skip":
+            ET.SubElement(case, "skipped", {"message": o.message})
+        out = ET.SubElement(case, "system-out")
+        out.text = _shown(o)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -1,0 +1,61 @@
+"""``rlperf audit``: performance budgets for CI (exit 0 pass, 1 a budget failed, 2 bad input)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..cli import Jobs, NoCache, Paths, Quiet, app
+
+
+@app.command()
+def audit(
+    paths: Paths,
+    budget: Annotated[Path | None, typer.Option("--budget", "-b", help="Budget file (TOML): [[check]] metric = PATH, max/min/max_increase/max_decrease.")] = None,
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="A JSON report of an earlier run (rlperf analyze --format json) to hold this run against.")] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Also write the results as JUnit XML to this file.")] = None,
+    jobs: Jobs = None,
+    no_cache: NoCache = False,
+    quiet: Quiet = False,
+) -> None:
+    """Check a run against performance budgets (for CI): weight-sync share <= 5%, trainer idle
+    <= 20%, step time at most 10% worse than a baseline, no guideline at error level, ….
+
+    PATHS is the run (traces, logs, directories) or a JSON report written by rlperf analyze
+    --format json. Metric paths address that report (docs/reports.md). With --baseline alone,
+    every run-summary number is held to 10% of the baseline. Exit status 1 when a check fails.
+    """
+    from .. import audit as budgets
+    from ..progress import Steps, load
+    from ..report import json as json_report
+
+    if budget is None and baseline is None:
+        raise typer.BadParameter("give --budget FILE, --baseline FILE or both")
+    checks = budgets.load_budget(budget) if budget else []
+    base = budgets.load_report(baseline) if baseline else None
+    if base is not None and not checks:
+        checks = budgets.regression_checks(base)
+    steps = Steps(quiet)
+    if len(paths) == 1 and budgets.is_report(paths[0]):
+        document = budgets.load_report(paths[0])
+    else:
+        import json
+
+        run = load(paths, steps, jobs=jobs, no_cache=no_cache)
+        with steps.step("Analyzing"):
+            document = json.loads(json_report.render(run))
+    subject = ", ".join(str(p) for p in paths)
+    result = budgets.audit(document, checks, base, subject=subject)
+    lines = budgets.summary_lines(result)
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        lines += budgets.github_annotations(result)
+    sys.stdout.write("\n".join(lines) + "\n")
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(budgets.junit_xml(result), encoding="utf-8")
+    if not result.passed:
+        raise typer.Exit(1)

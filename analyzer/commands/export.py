@@ -1,0 +1,36 @@
+"""``rlperf export``: the run as a trace for the Perfetto UI and chrome://tracing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..cli import Jobs, NoCache, Paths, Quiet, app
+
+
+@app.command()
+def export(
+    paths: Paths,
+    perfetto: Annotated[Path, typer.Option("--perfetto", "-p", help="Write the trace JSON here (.json, or .json.gz to compress).")],
+    jobs: Jobs = None,
+    no_cache: NoCache = False,
+    quiet: Quiet = False,
+) -> None:
+    """Export the run for the Perfetto UI (ui.perfetto.dev) and chrome://tracing: every rank a
+    process with its events, a stages track, a bubbles track (idle time by cause, the largest
+    marked) and weight-sync flow arrows. rlperf reads the file back as a PyTorch profiler trace.
+    """
+    from ..perfetto import export as write_trace
+    from ..progress import Steps, load
+
+    steps = Steps(quiet)
+    run = load(paths, steps, jobs=jobs, no_cache=no_cache)
+    with steps.step("Writing the trace"):
+        written = write_trace(run, perfetto)
+    steps.say(
+        f"rlperf: wrote {written['events']:,} events, {written['stage_slices']:,} stage slices, "
+        f"{written['bubble_slices']:,} bubbles and {written['flows']:,} weight-sync flows to {perfetto} "
+        "(open it at ui.perfetto.dev or chrome://tracing)"
+    )

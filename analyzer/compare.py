@@ -1,0 +1,226 @@
+"""Two or more runs side by side: the same metrics, the deltas against the first run, and which
+run wins where.
+
+The metrics are the run summary's numbers (``overview.<metric>``, the same paths audits use) plus
+per-stage time, idle time by cause and exposed communication by dimension, each read from the
+product that computes it (a run that lacks the product shows no value; it neither wins nor
+loses). Whether lower or higher is better is data (:data:`analyzer.analyses.overview.METRICS`,
+and "lower" for time and idle); metrics without a direction get deltas but no winner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from taxonomy.vocab import DIMENSIONS, IDLE_CAUSES, STAGE_NAMES
+
+from .analyses.overview import METRIC_BY_NAME, frame_of
+
+METRICS_SCHEMA: dict[str, pl.DataType] = {
+    "metric": pl.String(),
+    "title": pl.String(),
+    "unit": pl.String(),
+    "better": pl.String(),
+    "value": pl.Float64(),
+}
+"""What one run contributes to a comparison: one row per metric it has a number for."""
+
+NOTE = ("stage time: per step, on the ranks that run the stage; idle: share of all devices' step windows; "
+        "exposed comm: collective time no computation hides, summed over ranks (docs/reports.md).")
+
+TIE_TOLERANCE = 0.005
+"""Values within this relative distance of the best count as a tie (no single winner)."""
+
+
+@dataclass
+class Comparison:
+    labels: list[str]
+    table: pl.DataFrame
+    """metric, title, unit, better, one value column per label, ``delta <label>`` and
+    ``change <label>`` (relative) for every label after the first, and ``winner``."""
+
+    def wins(self) -> dict[str, list[str]]:
+        """label → the titles of the metrics it wins."""
+        out: dict[str, list[str]] = {label: [] for label in self.labels}
+        for title, winner in self.table.select("title", "winner").iter_rows():
+            if winner in out:
+                out[winner].append(title)
+        return out
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "schema": "rlperf-compare/1",
+            "runs": self.labels,
+            "baseline": self.labels[0],
+            "metrics": [
+                {
+                    "metric": row["metric"], "title": row["title"], "unit": row["unit"], "better": row["better"] or None,
+                    "values": {label: row[label] for label in self.labels},
+                    "delta": {label: row[f"delta {label}"] for label in self.labels[1:]},
+                    "change": {label: row[f"change {label}"] for label in self.labels[1:]},
+                    "winner": row["winner"],
+                }
+                for row in self.table.iter_rows(named=True)
+            ],
+            "wins": self.wins(),
+        }
+
+
+def metrics(run) -> pl.DataFrame:
+    """Every comparable number of one run, in :data:`METRICS_SCHEMA`."""
+    overview = frame_of(run, "overview", "metric", "title", "unit", "value")
+    overview = overview.filter(pl.col("value").is_not_null()) if overview is not None else pl.DataFrame(schema=METRICS_SCHEMA)
+    rows = [
+        (f"overview.{m}", t, u, METRIC_BY_NAME[m].better if m in METRIC_BY_NAME else "", v)
+        for m, t, u, v in overview.select("metric", "title", "unit", "value").iter_rows()
+    ]
+    parts = [pl.DataFrame(rows, schema=METRICS_SCHEMA, orient="row"), _stages(run), _idle(run), _exposed(run)]
+    return pl.concat([p for p in parts if p is not None], how="vertical")
+
+
+def _stages(run) -> pl.DataFrame | None:
+    """Per stage: its time per step on the ranks that run it (mean over those ranks and all steps)."""
+    breakdown = frame_of(run, "breakdown", "step", "rank", "stage", "time_ns")
+    if breakdown is None or breakdown.height == 0:
+        return None
+    steps = breakdown["step"].n_unique()
+    ran = breakdown.filter(pl.col("time_ns") > 0)
+    per_step = ran.group_by("step", "stage").agg(pl.col("time_ns").sum() / pl.col("rank").n_unique())
+    stage = per_step.group_by("stage").agg((pl.col("time_ns").sum() / steps).alias("value")).with_columns(
+        pl.col("stage").cast(pl.String)
+    )
+    return stage.select(
+        pl.format("stage.{}", "stage").alias("metric"), pl.format("stage time: {}", "stage").alias("title"),
+        pl.lit("ns").alias("unit"), pl.lit("lower").alias("better"), pl.col("value").cast(pl.Float64),
+    )
+
+
+def _idle(run) -> pl.DataFrame | None:
+    bubbles = frame_of(run, "bubbles", "step", "rank", "window_ns", "cause", "idle_ns")
+    if bubbles is None or bubbles.height == 0:
+        return None
+    window = bubbles.group_by("step", "rank").agg(pl.col("window_ns").first())["window_ns"].sum()
+    if not window:
+        return None
+    causes = bubbles.with_columns(pl.col("cause").cast(pl.String)).group_by("cause").agg(pl.col("idle_ns").sum())
+    return causes.select(
+        pl.format("idle.{}", "cause").alias("metric"), pl.format("idle: {}", "cause").alias("title"),
+        pl.lit("fraction").alias("unit"), pl.lit("lower").alias("better"), (pl.col("idle_ns") / window).cast(pl.Float64).alias("value"),
+    )
+
+
+def _exposed(run) -> pl.DataFrame | None:
+    coll = frame_of(run, "collectives_by_dim", "dim", "exposed_ns")
+    if coll is None or coll.height == 0 or coll["exposed_ns"].null_count() == coll.height:
+        return None
+    dims = coll.with_columns(pl.col("dim").cast(pl.String)).group_by("dim").agg(pl.col("exposed_ns").sum())
+    return dims.select(
+        pl.format("exposed.{}", "dim").alias("metric"), pl.format("exposed comm: {}", "dim").alias("title"),
+        pl.lit("ns").alias("unit"), pl.lit("lower").alias("better"), pl.col("exposed_ns").cast(pl.Float64).alias("value"),
+    )
+
+
+def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
+    """Side by side on the union of the runs' metrics, in the order the first run that has a
+    metric lists it; deltas against the first run."""
+    labels = list(labels)
+    if len(labels) != len(runs) or len(set(labels)) != len(labels):
+        raise ValueError("one distinct label per run")
+    frames = [metrics(run).with_columns(pl.lit(i).alias("_run")) for i, run in enumerate(runs)]
+    long = pl.concat(frames).with_columns(_order().alias("_order"))
+    keys = long.group_by("metric").agg(
+        pl.col("_order").min(), pl.col("title").first(), pl.col("unit").first(), pl.col("better").first()
+    )
+    wide = long.pivot(on="_run", index="metric", values="value", aggregate_function="first")
+    for i in range(len(runs)):
+        if str(i) not in wide.columns:
+            wide = wide.with_columns(pl.lit(None, pl.Float64).alias(str(i)))
+    wide = wide.rename({str(i): label for i, label in enumerate(labels)})
+    table = keys.join(wide, on="metric").sort("_order").drop("_order")
+    base = pl.col(labels[0])
+    table = table.with_columns(
+        *[(pl.col(label) - base).alias(f"delta {label}") for label in labels[1:]],
+        *[pl.when(base != 0).then((pl.col(label) - base) / base.abs()).alias(f"change {label}") for label in labels[1:]],
+    )
+    winners = [_winner(row, labels) for row in table.select("better", *labels).iter_rows(named=True)]
+    table = table.with_columns(pl.Series("winner", winners, dtype=pl.String))
+    return Comparison(labels=labels, table=table.select(
+        "metric", "title", "unit", "better", *labels,
+        *[f"delta {label}" for label in labels[1:]], *[f"change {label}" for label in labels[1:]], "winner",
+    ))
+
+
+FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("overview.", tuple(METRIC_BY_NAME)), ("stage.", STAGE_NAMES), ("idle.", IDLE_CAUSES), ("exposed.", DIMENSIONS),
+)
+"""Metric families in table order, each with its names in vocabulary order."""
+
+
+def _order() -> pl.Expr:
+    """A metric's place in the table: its family, then its name's place in the vocabulary."""
+    order = {f"{prefix}{name}": i * 1000 + j for i, (prefix, names) in enumerate(FAMILIES) for j, name in enumerate(names)}
+    return pl.col("metric").replace_strict(order, default=len(FAMILIES) * 1000, return_dtype=pl.Int64)
+
+
+def _winner(row: dict[str, object], labels: list[str]) -> str | None:
+    """The label with the best value, "tie" when the best are within TIE_TOLERANCE, None when the
+    metric has no direction or fewer than two runs have it."""
+    better = row["better"]
+    values = {label: row[label] for label in labels if row[label] is not None}
+    if better not in ("lower", "higher") or len(values) < 2:
+        return None
+    best = min(values.values()) if better == "lower" else max(values.values())  # type: ignore[type-var]
+    scale = max(abs(float(v)) for v in values.values()) or 1.0  # type: ignore[arg-type]
+    leaders = [label for label, v in values.items() if abs(float(v) - float(best)) <= TIE_TOLERANCE * scale]  # type: ignore[arg-type]
+    return leaders[0] if len(leaders) == 1 else "tie"
+
+
+def default_labels(paths: Sequence) -> list[str]:
+    """A label per run from its path: the last component, made unique by its parents if needed."""
+    from pathlib import Path
+
+    parts = [Path(p).resolve().parts for p in paths]
+    depth = 1
+    while depth < max(len(p) for p in parts):
+        labels = ["/".join(p[-depth:]) for p in parts]
+        if len(set(labels)) == len(labels):
+            return labels
+        depth += 1
+    return [str(p) for p in paths]
+
+
+def display(comparison: Comparison) -> pl.DataFrame:
+    """The table as report cells (strings): values in their unit, signed deltas and changes."""
+    from .report.charts import UNIT_FORMATS
+    from .report.units import cell
+
+    labels = comparison.labels
+    rows = []
+    for row in comparison.table.iter_rows(named=True):
+        fmt = UNIT_FORMATS.get(row["unit"], "number")
+        out = {"metric": row["title"], "path": row["metric"]}
+        out |= {label: cell(row[label], fmt) for label in labels}
+        for label in labels[1:]:
+            delta, change = row[f"delta {label}"], row[f"change {label}"]
+            shown = cell(delta, fmt).replace("%", " pp") if fmt == "percent" else cell(delta, fmt)
+            out[f"Δ {label}"] = _signed(shown, delta)
+            out[f"Δ% {label}"] = _signed(cell(change, "percent"), change)
+        out["better"] = {"lower": "lower", "higher": "higher"}.get(row["better"] or "", "")
+        out["winner"] = row["winner"] or ""
+        rows.append(out)
+    columns = ["metric", "path", *labels, *[c for label in labels[1:] for c in (f"Δ {label}", f"Δ% {label}")], "better", "winner"]
+    return pl.DataFrame(rows, schema=dict.fromkeys(columns, pl.String))
+
+
+def _signed(text: str, value: float | None) -> str:
+    return f"+{text}" if value is not None and value > 0 else text
+
+
+def display_columns(shown: pl.DataFrame) -> list:
+    """Columns of :func:`display`'s table: text on the left, pre-formatted numbers on the right."""
+    from .report.sections import Column
+
+    return [Column(c, c, "text" if c in ("metric", "path", "better", "winner") else "preformatted") for c in shown.columns]

@@ -1,0 +1,63 @@
+"""Progress on stderr (rich) for the commands' long steps; ``--quiet`` turns it off for CI logs.
+
+A bar (or a spinner when the amount of work is not known ahead) appears only while a step runs
+and is cleared when it ends, so reports written to stdout stay clean. Off when ``quiet`` or when
+stderr is not a terminal (CI logs get no control characters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+
+class Steps:
+    """The progress display of one command."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.console = Console(stderr=True)
+        self.enabled = not quiet and self.console.is_terminal
+
+    @contextmanager
+    def step(self, description: str, total: int | None = None) -> Iterator[Callable[..., None]]:
+        """Show ``description`` while the block runs; the block calls the yielded function to advance
+        (optionally with ``what=`` to name the item just done)."""
+        if not self.enabled:
+            yield lambda *a, **k: None
+            return
+        columns = [SpinnerColumn(), TextColumn("{task.description}")]
+        if total is not None:
+            columns += [BarColumn(), MofNCompleteColumn()]
+        columns += [TimeElapsedColumn(), TextColumn("[dim]{task.fields[what]}")]
+        with Progress(*columns, console=self.console, transient=True) as bar:
+            task = bar.add_task(description, total=total, what="")
+
+            def advance(amount: int = 1, what: str = "") -> None:
+                bar.update(task, advance=amount, what=what)
+
+            yield advance
+
+    def say(self, message: str) -> None:
+        """A line for the user on stderr (kept even when quiet: it says where output went)."""
+        self.console.print(message, highlight=False, soft_wrap=True)
+
+
+def load(paths: Iterable[Path], steps: Steps, *, jobs: int | None = None, no_cache: bool = False, label: str = ""):
+    """Ingest and assemble one run with a progress display per parsed file."""
+    from .ingest import ingest
+    from .run import Run
+
+    with steps.step(f"Reading {label}".strip() if label else "Reading sources") as advance:
+        found = ingest(list(paths), jobs=jobs, use_cache=not no_cache, progress=lambda p: advance(what=p.name))
+    return Run.from_sources(found.sources, unknown=found.unknown, notes=found.notes)

@@ -1,0 +1,384 @@
+"""The report's figures, built from the run's products (altair / Vega-Lite specs).
+
+Each figure reads named products whose schemas are in ``analyzer/frames.py``; when a product is
+not provided (or is empty) the figure carries no chart but says what it needs, so every report
+shows the analysis the moment its product lands. A figure also keeps the numbers it draws
+(``table``), which the Markdown and PNG reports use.
+
+Large runs stay responsive: a timeline with more than :data:`MAX_TIMELINE_MARKS` segments is
+aggregated to a fixed number of time slices per rank, each drawn as the stage that filled most of
+it (the figure's note says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import altair as alt
+import polars as pl
+
+from taxonomy.vocab import IDLE_CAUSES, STAGE_NAMES
+
+from ..analyses.overview import frame_of as product
+
+STAGE_COLORS: dict[str, str] = {
+    "data_load": "#9c755f", "rollout": "#4e79a7", "reward": "#f28e2b", "old_logprob": "#76b7b2",
+    "ref_logprob": "#59a14f", "values": "#edc948", "advantage": "#b07aa1", "critic_update": "#ff9da7",
+    "actor_update": "#e15759", "weight_sync": "#17becf", "data_transfer": "#86bcb6",
+    "checkpoint": "#8cd17d", "evaluation": "#499894", "other": "#bab0ac",
+}
+CAUSE_COLORS: dict[str, str] = {
+    "rollout_tail": "#4e79a7", "pool_wait": "#f28e2b", "stage_gap": "#76b7b2", "sync_wait": "#e15759",
+    "host_bound": "#edc948", "weight_sync": "#17becf", "other": "#bab0ac",
+}
+BUBBLE_MARK = "#c00000"
+
+WIDTH = 860
+ROW_PX = 16
+MAX_TIMELINE_MARKS = 4000
+"""Above this many stage segments the timeline is aggregated into time slices."""
+TIMELINE_SLICES = 400
+"""Slices per rank in an aggregated timeline (fewer when many ranks: at most MAX_TIMELINE_MARKS in all)."""
+MARKED_BUBBLES = 20
+"""How many of the largest bubbles the timeline marks."""
+
+
+@dataclass
+class Figure:
+    key: str
+    title: str
+    chart: alt.TopLevelMixin | None = None
+    table: pl.DataFrame | None = None
+    formats: dict[str, str] = field(default_factory=dict)
+    """Column → section format (``duration``, ``percent``, …) for rendering ``table``."""
+    note: str = ""
+    needs: str = ""
+    """When there is nothing to draw: what is missing."""
+
+    def spec(self) -> dict[str, Any] | None:
+        return self.chart.to_dict() if self.chart is not None else None
+
+
+def figures(run) -> list[Figure]:
+    """Every figure of a one-run report, in report order."""
+    return [build(run) for build in FIGURES]
+
+
+LEADING_SECTIONS: tuple[str, ...] = ("placement", "overview")
+"""Section keys shown before the figures: what ran, then the headline numbers."""
+FOLLOWING_SECTIONS: tuple[str, ...] = ("guidelines",)
+"""Section keys shown right after the figures (the guideline table with evidence and advice)."""
+
+
+def split_sections(found: list) -> tuple[list, list]:
+    """(the sections shown before the figures, those after them), each in the order above, the
+    remaining sections last in report order."""
+    def ordered(keys: tuple[str, ...]) -> list:
+        return sorted((s for s in found if s.key in keys), key=lambda s: keys.index(s.key))
+
+    placed = (*LEADING_SECTIONS, *FOLLOWING_SECTIONS)
+    return ordered(LEADING_SECTIONS), [*ordered(FOLLOWING_SECTIONS), *(s for s in found if s.key not in placed)]
+
+
+def remarks(run) -> list[str]:
+    """The run's notes, skipped files and warnings, one line each, as every report lists them."""
+    return [
+        *(f"note: {n}" for n in run.notes),
+        *(f"skipped (not a format rlperf reads): {p}" for p in run.unknown),
+        *(f"warning: {w}" for w in run.warnings),
+    ]
+
+
+def missing(key: str, title: str, name: str, what: str, frame: pl.DataFrame | None) -> Figure:
+    if frame is None:
+        return Figure(key, title, needs=f"needs {what} (product '{name}'), which this run does not provide")
+    return Figure(key, title, needs=f"{what} found nothing to show in these sources (product '{name}' is empty)")
+
+
+def _who() -> pl.Expr:
+    """Rank as a label: the driver (rank -1, the single controller) by name."""
+    return pl.when(pl.col("rank") < 0).then(pl.lit("driver")).otherwise(pl.col("rank").cast(pl.String)).alias("rank")
+
+
+def _who_order(frame: pl.DataFrame) -> list[str]:
+    ranks = sorted(frame["rank"].unique().to_list())
+    return ["driver" if r < 0 else str(r) for r in ranks]
+
+
+def _ms(column: str, t0: int) -> pl.Expr:
+    return ((pl.col(column) - t0) / 1e6).alias(column.replace("_ns", "_ms"))
+
+
+def _scale(colors: dict[str, str], present: pl.Series) -> alt.Scale:
+    """Fixed colours per category (the same in every chart), the legend limited to those present."""
+    seen = set(present.cast(pl.String).to_list())
+    domain = [k for k in colors if k in seen]
+    return alt.Scale(domain=domain, range=[colors[k] for k in domain])
+
+
+def _rank_of(column: str, order: tuple[str, ...]) -> pl.Expr:
+    """A category's place in the vocabulary, to stack bars in vocabulary order."""
+    return pl.col(column).replace_strict({v: i for i, v in enumerate(order)}, default=len(order)).alias("order")
+
+
+def _values(frame: pl.DataFrame) -> alt.Data:
+    return alt.Data(values=frame.to_dicts())
+
+
+# --- per-rank timeline ------------------------------------------------------------------------
+
+
+def timeline(run) -> Figure:
+    key, title = "timeline", "Per-rank timeline by stage"
+    segments = product(run, "stage_timeline", "rank", "step", "stage", "name", "start_ns", "end_ns")
+    if segments is None or segments.height == 0:
+        return missing(key, title, "stage_timeline", "stage classification", segments)
+    segments = segments.with_columns(pl.col("stage").cast(pl.String), pl.col("name").cast(pl.String))
+    t0 = int(segments["start_ns"].min())
+    note = "Drag to pan, scroll to zoom (time axis)."
+    if segments.height > MAX_TIMELINE_MARKS:
+        slices = max(20, min(TIMELINE_SLICES, MAX_TIMELINE_MARKS // max(1, segments["rank"].n_unique())))
+        segments = aggregate_timeline(segments, slices)
+        note = (f"{note} Aggregated: too many segments to draw, so each rank's time is cut into {slices} "
+                "slices and each slice shows the stage that filled most of it.")
+    data = segments.select(
+        _who(), "step", "stage", "name", _ms("start_ns", t0), _ms("end_ns", t0),
+        ((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("duration_ms"),
+    )
+    ranks = _who_order(segments)
+    y = alt.Y("rank:N", sort=ranks, title="rank")
+    zoom = alt.selection_interval(bind="scales", encodings=["x"])
+    bars = alt.Chart(_values(data)).mark_bar(height=ROW_PX - 3).encode(
+        x=alt.X("start_ms:Q", title="time since first stage (ms)",
+                scale=alt.Scale(domain=[0, float(data["end_ms"].max())], nice=False, zero=False)),
+        x2="end_ms:Q",
+        y=y,
+        color=alt.Color("stage:N", scale=_scale(STAGE_COLORS, data["stage"]), legend=alt.Legend(title="stage")),
+        tooltip=["rank:N", "step:O", "stage:N", "name:N", alt.Tooltip("duration_ms:Q", format=".3f")],
+    ).add_params(zoom)
+    layers: list[alt.Chart] = [bars]
+    bubbles = product(run, "largest_bubbles", "rank", "step", "cause", "start_ns", "end_ns")
+    if bubbles is not None and bubbles.height:
+        top = bubbles.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("_d")).sort("_d", descending=True).head(MARKED_BUBBLES)
+        marks = top.select(
+            _who(), "step", pl.col("cause").cast(pl.String), _ms("start_ns", t0), _ms("end_ns", t0),
+            (pl.col("_d") / 1e6).alias("duration_ms"),
+        )
+        layers.append(alt.Chart(_values(marks)).mark_bar(
+            height=ROW_PX - 3, fillOpacity=0.15, fill=BUBBLE_MARK, stroke=BUBBLE_MARK, strokeWidth=1.5,
+        ).encode(
+            x="start_ms:Q", x2="end_ms:Q", y=y,
+            tooltip=[alt.Tooltip("cause:N", title="bubble"), "rank:N", "step:O", alt.Tooltip("duration_ms:Q", format=".3f")],
+        ))
+        note += f" Red outlines: the {marks.height} largest bubbles (idle runs of one cause)."
+    chart = alt.layer(*layers).properties(width=WIDTH, height=ROW_PX * len(ranks), title=title)
+    return Figure(key, title, chart=chart, note=note)
+
+
+def aggregate_timeline(segments: pl.DataFrame, slices: int) -> pl.DataFrame:
+    """Per rank, ``slices`` equal slices of the run; each becomes the stage that covers most of it
+    (adjacent slices of one stage merged). Keeps the timeline's columns; ``name`` says it is a slice."""
+    t0, t1 = int(segments["start_ns"].min()), int(segments["end_ns"].max())
+    width = max(1, -(-(t1 - t0) // slices))
+    first = (pl.col("start_ns") - t0) // width
+    last = (pl.col("end_ns") - 1 - t0) // width
+    pieces = segments.filter(pl.col("end_ns") > pl.col("start_ns")).with_columns(
+        pl.int_ranges(first, last + 1).alias("slice")
+    ).explode("slice").with_columns(
+        (pl.min_horizontal("end_ns", t0 + (pl.col("slice") + 1) * width)
+         - pl.max_horizontal("start_ns", t0 + pl.col("slice") * width)).alias("_cover")
+    )
+    filled = (
+        pieces.group_by("rank", "slice", "stage")
+        .agg(pl.col("_cover").sum(), pl.col("step").min())
+        .sort("rank", "slice", "_cover", "stage", descending=[False, False, True, False])
+        .group_by("rank", "slice", maintain_order=True)
+        .first()
+    )
+    run = (pl.col("stage") != pl.col("stage").shift(1)) | (pl.col("slice") != pl.col("slice").shift(1) + 1)
+    return (
+        filled.with_columns(run.fill_null(True).cum_sum().over("rank").alias("_run"))
+        .group_by("rank", "_run", maintain_order=True)
+        .agg(pl.col("stage").first(), pl.col("step").min(), pl.col("slice").min().alias("_a"), pl.col("slice").max().alias("_b"))
+        .select(
+            "rank", "step", "stage", pl.lit("(aggregated)").alias("name"),
+            (t0 + pl.col("_a") * width).alias("start_ns"),
+            pl.min_horizontal(t0 + (pl.col("_b") + 1) * width, pl.lit(t1)).alias("end_ns"),
+        )
+    )
+
+
+# --- stage share per step ---------------------------------------------------------------------
+
+
+def stage_share(run) -> Figure:
+    key, title = "stage_share", "Stage share per step"
+    breakdown = product(run, "breakdown", "step", "rank", "stage", "time_ns", "share")
+    if breakdown is None or breakdown.height == 0:
+        return missing(key, title, "breakdown", "the stage breakdown", breakdown)
+    ranks = breakdown.group_by("step").agg(pl.col("rank").n_unique().alias("_ranks"))
+    table = (
+        breakdown.with_columns(pl.col("stage").cast(pl.String))
+        .group_by("step", "stage").agg(pl.col("share").sum(), pl.col("time_ns").sum())
+        .join(ranks, on="step")
+        .with_columns((pl.col("share") / pl.col("_ranks")).alias("share"), _rank_of("stage", STAGE_NAMES))
+        .drop("_ranks")
+        .sort("step", "stage")
+    )
+    chart = alt.Chart(_values(table)).mark_bar().encode(
+        x=alt.X("step:O", title="step"),
+        y=alt.Y("share:Q", title="share of the step (mean over ranks)", axis=alt.Axis(format="%")),
+        color=alt.Color("stage:N", scale=_scale(STAGE_COLORS, table["stage"]), legend=alt.Legend(title="stage")),
+        order=alt.Order("order:Q"),
+        tooltip=["step:O", "stage:N", alt.Tooltip("share:Q", format=".1%")],
+    ).properties(width=min(WIDTH, 60 * table["step"].n_unique() + 120), height=260, title=title)
+    wide = table.pivot(on="stage", index="step", values="share").sort("step")
+    return Figure(key, title, chart=chart, table=wide, formats={c: "percent" for c in wide.columns if c != "step"},
+                  note="Each bar: the step's wall time by stage, averaged over ranks.")
+
+
+# --- bubbles by cause --------------------------------------------------------------------------
+
+
+def bubble_causes(run) -> Figure:
+    key, title = "bubbles", "Idle time by cause"
+    bubbles = product(run, "bubbles", "step", "rank", "window_ns", "cause", "idle_ns")
+    if bubbles is None or bubbles.height == 0:
+        return missing(key, title, "bubbles", "the idle-time analysis", bubbles)
+    windows = bubbles.group_by("step", "rank").agg(pl.col("window_ns").first()).group_by("rank").agg(pl.col("window_ns").sum())
+    per = (
+        bubbles.with_columns(pl.col("cause").cast(pl.String))
+        .group_by("rank", "cause").agg(pl.col("idle_ns").sum())
+        .join(windows, on="rank")
+        .with_columns((pl.col("idle_ns") / pl.col("window_ns")).alias("fraction"))
+        .filter(pl.col("idle_ns") > 0)
+        .with_columns(_rank_of("cause", IDLE_CAUSES))
+        .sort("rank", "cause")
+    )
+    ranks = sorted(per["rank"].unique().to_list())
+    chart = alt.Chart(_values(per.select("rank", "cause", "fraction", "order", (pl.col("idle_ns") / 1e6).alias("idle_ms")))).mark_bar().encode(
+        y=alt.Y("rank:O", sort=ranks),
+        x=alt.X("fraction:Q", title="share of the step windows", axis=alt.Axis(format="%")),
+        color=alt.Color("cause:N", scale=_scale(CAUSE_COLORS, per["cause"]), legend=alt.Legend(title="cause")),
+        order=alt.Order("order:Q"),
+        tooltip=["rank:O", "cause:N", alt.Tooltip("fraction:Q", format=".1%"), alt.Tooltip("idle_ms:Q", format=".3f")],
+    ).properties(width=WIDTH - 200, height=max(60, ROW_PX * len(ranks)), title=title)
+    totals = (
+        per.group_by("cause").agg(pl.col("idle_ns").sum())
+        .with_columns((pl.col("idle_ns") / windows["window_ns"].sum()).alias("fraction"))
+        .sort("idle_ns", descending=True)
+    )
+    return Figure(key, title, chart=chart, table=totals, formats={"idle_ns": "duration", "fraction": "percent"},
+                  note="Idle (non-productive) time per rank, split by cause (docs/analyses.md §4).")
+
+
+# --- collectives by dimension -----------------------------------------------------------------
+
+
+def collectives(run) -> Figure:
+    key, title = "collectives", "Collectives by parallelism dimension"
+    coll = product(run, "collectives_by_dim", "dim", "coll", "count", "bytes", "time_ns", "exposed_ns", "wait_ns", "busbw_gbps")
+    if coll is None or coll.height == 0:
+        return missing(key, title, "collectives_by_dim", "the collective analysis", coll)
+    table = coll.with_columns(pl.col("dim").cast(pl.String)).select(
+        "dim", "coll", "count", "bytes", "time_ns", "exposed_ns", "wait_ns", "busbw_gbps"
+    ).sort("time_ns", descending=True)
+    parts = table.select(
+        "dim", "coll",
+        (pl.col("exposed_ns") / 1e6).alias("exposed"),
+        ((pl.col("time_ns") - pl.col("exposed_ns")).clip(lower_bound=0) / 1e6).alias("hidden"),
+        pl.when(pl.col("exposed_ns").is_null()).then(pl.col("time_ns") / 1e6).alias("overlap unknown"),
+    ).unpivot(index=["dim", "coll"], variable_name="part", value_name="ms").drop_nulls("ms").with_columns(
+        pl.format("{} {}", "dim", "coll").alias("group")
+    )
+    chart = alt.Chart(_values(parts)).mark_bar().encode(
+        y=alt.Y("group:N", title=None),
+        x=alt.X("ms:Q", title="time summed over ranks (ms)"),
+        color=alt.Color("part:N", scale=alt.Scale(domain=["exposed", "hidden", "overlap unknown"], range=["#e15759", "#bab0ac", "#4e79a7"]),
+                        legend=alt.Legend(title="overlap")),
+        tooltip=["group:N", "part:N", alt.Tooltip("ms:Q", format=".3f")],
+    ).properties(width=WIDTH - 260, height=max(60, 22 * table.height), title=title)
+    formats = {"count": "number", "bytes": "bytes", "time_ns": "duration", "exposed_ns": "duration",
+               "wait_ns": "duration", "busbw_gbps": "bandwidth"}
+    return Figure(key, title, chart=chart, table=table, formats=formats,
+                  note="Exposed: collective time no computation on the same device hides (docs/analyses.md §5).")
+
+
+# --- work and depth ----------------------------------------------------------------------------
+
+
+WHAT_IF: tuple[tuple[str, str], ...] = (
+    ("step_ns", "measured step"),
+    ("depth_ns", "depth D (critical path)"),
+    ("no_tail_step_ns", "no rollout tail"),
+    ("balanced_dp_step_ns", "balanced DP"),
+    ("async_step_ns", "async overlap bound"),
+)
+
+
+def workdepth(run) -> Figure:
+    key, title = "workdepth", "Work, depth and what-if step times"
+    wd = product(run, "workdepth", "step", "work_ns", "depth_ns", "parallelism", "step_ns",
+                 "async_overlap_bound", "no_tail_step_ns", "balanced_dp_step_ns")
+    if wd is None or wd.height == 0:
+        return missing(key, title, "workdepth", "the work–depth analysis", wd)
+    wd = wd.with_columns(
+        pl.when(pl.col("async_overlap_bound") > 0).then(pl.col("step_ns") / pl.col("async_overlap_bound"))
+        .otherwise(None).cast(pl.Int64).alias("async_step_ns")
+    ).sort("step")
+    names = dict(WHAT_IF)
+    long = wd.select("step", *names).unpivot(index="step", variable_name="what", value_name="ns").drop_nulls("ns").with_columns(
+        pl.col("what").replace_strict(names), (pl.col("ns") / 1e6).alias("ms")
+    )
+    chart = alt.Chart(_values(long.select("step", "what", "ms"))).mark_bar().encode(
+        x=alt.X("what:N", title=None, sort=list(names.values()), axis=alt.Axis(labels=False, ticks=False)),
+        y=alt.Y("ms:Q", title="time (ms)"),
+        color=alt.Color("what:N", sort=list(names.values()), legend=alt.Legend(title=None)),
+        column=alt.Column("step:O", title="step"),
+        tooltip=["step:O", "what:N", alt.Tooltip("ms:Q", format=".3f")],
+    ).properties(width=max(60, min(140, WIDTH // max(1, wd.height) - 20)), height=220, title="")
+    table = wd.select("step", "work_ns", "depth_ns", "parallelism", "step_ns", "no_tail_step_ns", "balanced_dp_step_ns", "async_overlap_bound")
+    formats = {c: "duration" for c in table.columns if c.endswith("_ns")} | {"parallelism": "number", "async_overlap_bound": "number"}
+    return Figure(key, title, chart=chart, table=table, formats=formats,
+                  note="W = device-busy time, D = critical path, W/D the parallelism the step exposed (docs/analyses.md §7).")
+
+
+FIGURES: tuple[Callable[[Any], Figure], ...] = (timeline, stage_share, bubble_causes, collectives, workdepth)
+
+
+# --- comparisons -------------------------------------------------------------------------------
+
+
+UNIT_FORMATS: dict[str, str] = {"ns": "duration", "fraction": "percent", "count": "number", "ratio": "number", "bytes": "bytes"}
+
+
+def comparison_figures(comparison) -> list[Figure]:
+    """Stage time per step and idle time by cause, one bar per run (from a Comparison's table)."""
+    labels = comparison.labels
+    long = comparison.table.unpivot(index=["metric"], on=labels, variable_name="run", value_name="value").drop_nulls("value")
+    out = []
+    for prefix, title, colors, axis, fmt in (
+        ("stage.", "Stage time per step by run", STAGE_COLORS, "time per step, mean over ranks (ms)", ".3f"),
+        ("idle.", "Idle time by cause by run", CAUSE_COLORS, "share of device time", ".1%"),
+    ):
+        part = long.filter(pl.col("metric").str.starts_with(prefix)).with_columns(
+            pl.col("metric").str.strip_prefix(prefix).alias("part")
+        )
+        key = prefix.rstrip(".")
+        if part.height == 0:
+            out.append(Figure(f"compare-{key}", title, needs=f"needs the {key} analysis in at least one run"))
+            continue
+        if prefix == "stage.":
+            part = part.with_columns(pl.col("value") / 1e6)
+        part = part.with_columns(pl.col("part").replace_strict({k: i for i, k in enumerate(colors)}, default=len(colors)).alias("order"))
+        chart = alt.Chart(_values(part.select("run", "part", "value", "order"))).mark_bar().encode(
+            y=alt.Y("run:N", sort=labels, title=None),
+            x=alt.X("value:Q", title=axis, axis=alt.Axis(format="%") if fmt.endswith("%") else alt.Axis()),
+            color=alt.Color("part:N", scale=_scale(colors, part["part"]), legend=alt.Legend(title=key)),
+            order=alt.Order("order:Q"),
+            tooltip=["run:N", "part:N", alt.Tooltip("value:Q", format=fmt)],
+        ).properties(width=WIDTH - 220, height=max(60, 28 * len(labels)), title=title)
+        out.append(Figure(f"compare-{key}", title, chart=chart))
+    return out

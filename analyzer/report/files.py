@@ -1,0 +1,52 @@
+"""Writing a report in the file formats (Markdown, HTML, PNG) to ``-o`` or stdout."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+
+def title_of(run) -> str:
+    """``rlperf: <the folder the sources share>``."""
+    paths = [str(s.path.resolve().parent) for s in run.sources]
+    if not paths:
+        return "rlperf report"
+    common = Path(os.path.commonpath(paths))
+    return f"rlperf: {common.name or common}"
+
+
+def write_report(run, fmt: str, output: Path | None, steps, *, title: str | None = None) -> list[Path]:
+    """Render ``run`` as ``fmt`` (``md``, ``html`` or ``png``); returns the files written."""
+    title = title or title_of(run)
+    if fmt == "png":
+        if output is None:
+            raise typer.BadParameter("--format png writes image files: name them with -o FILE.png or -o FOLDER")
+        from . import png
+
+        with steps.step("Drawing charts"):
+            written = png.render(run, output)
+        steps.say(f"rlperf: wrote {len(written)} chart image(s): {', '.join(str(p) for p in written) or 'none (nothing to draw)'}")
+        return written
+    with steps.step("Writing the report"):
+        if fmt == "html":
+            from . import html
+
+            text = html.render(run, title=title)
+        else:
+            from . import markdown
+
+            text = markdown.render(run, title=title)
+    return emit_text(text, output, steps, f"{fmt} report")
+
+
+def emit_text(text: str, output: Path | None, steps, what: str) -> list[Path]:
+    if output is None:
+        sys.stdout.write(text)
+        return []
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    steps.say(f"rlperf: wrote the {what} to {output}")
+    return [output]

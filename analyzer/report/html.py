@@ -1,0 +1,247 @@
+"""The HTML report: one self-contained file that works offline.
+
+The Vega, Vega-Lite and Vega-Embed JavaScript is inlined (the bundle vl-convert ships, cached in
+rlperf's cache directory after the first build); no script, style sheet or font is fetched from
+the network. Charts are Vega-Lite specs (``analyzer/report/charts.py``) embedded as JSON and
+drawn as SVG. If a chart fails to draw, the page says so at the top (and records it on the
+chart's element as ``data-rendered``), instead of leaving a blank space.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from .charts import Figure, figures, remarks, split_sections
+from .sections import Column, Section, sections
+from .units import cell
+
+LARGE_TABLE_ROWS = 40
+"""Tables longer than this are folded (``<details>``)."""
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1180px;color:#222;padding:0 16px}
+h1{font-size:1.6em;margin-bottom:4px} h2{font-size:1.25em;margin-top:32px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:1.05em;margin-top:22px}
+table{border-collapse:collapse;font-size:13px;margin:8px 0} th,td{padding:3px 9px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
+td.num{text-align:right;font-variant-numeric:tabular-nums} th{background:#f6f6f6}
+.note{color:#555;font-size:13px;margin:4px 0} .needs{color:#8a6d3b;background:#fcf8e3;padding:6px 10px;border-radius:4px;font-size:13px}
+.errors{color:#a94442;background:#f2dede;padding:8px 12px;border-radius:4px;white-space:pre-wrap}
+.sev-error td{background:#fbe3e3} .sev-warn td{background:#fdf3dc} .sev-info td{background:#eef4fb} .status-passed td{color:#3c763d}
+.chart,.scroll{margin:8px 0;overflow-x:auto} .meta{color:#666;font-size:13px} .better{font-weight:600;color:#2b6e2b}
+details summary{cursor:pointer;color:#335;margin:6px 0}
+"""
+
+_RECORD_ERRORS = """
+window.rlperfErrors=[];
+function rlperfError(message){window.rlperfErrors.push(String(message));var box=document.getElementById('rlperf-errors');
+if(box){box.hidden=false;box.textContent+=String(message)+'\\n';}}
+window.addEventListener('error',function(e){rlperfError(e.message||e);});
+window.addEventListener('unhandledrejection',function(e){rlperfError(e.reason);});
+"""
+
+_EMBED = """
+document.querySelectorAll('[data-chart]').forEach(function(el){
+  var spec=JSON.parse(document.getElementById('spec-'+el.dataset.chart).textContent);
+  vegaEmbed(el,spec,{renderer:'svg',actions:false}).then(function(){el.dataset.rendered='ok';})
+  .catch(function(e){el.dataset.rendered='error';rlperfError(el.dataset.chart+': '+e);});
+});
+"""
+
+
+@dataclass
+class Page:
+    """An HTML page being built: body parts and the chart specs they reference."""
+
+    title: str
+    body: list[str] = field(default_factory=list)
+    specs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, *parts: str) -> None:
+        self.body.extend(parts)
+
+    def chart(self, key: str, spec: dict[str, Any]) -> str:
+        chart_id = f"c{len(self.specs)}-{key}"
+        self.specs[chart_id] = spec
+        return f'<div class="chart" data-chart="{chart_id}"></div>'
+
+    def render(self) -> str:
+        specs = "\n".join(
+            f'<script type="application/json" id="spec-{k}">{_json_in_html(v)}</script>' for k, v in self.specs.items()
+        )
+        return (
+            "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{esc(self.title)}</title>"
+            f"<style>{CSS}</style><script>{_RECORD_ERRORS}</script>"
+            f"<script>{_inline_script(javascript_bundle())}</script></head><body>\n"
+            '<div id="rlperf-errors" class="errors" hidden></div>\n'
+            + "\n".join(self.body)
+            + f"\n{specs}\n<script>{_EMBED}</script>\n</body></html>\n"
+        )
+
+
+def render(run, *, title: str = "rlperf report") -> str:
+    """The one-run report as a complete HTML document."""
+    page = Page(title)
+    page.add(f"<h1>{esc(title)}</h1>")
+    add_run(page, run)
+    return page.render()
+
+
+def add_run(page: Page, run, *, level: int = 2) -> None:
+    """One run's report into ``page``: the run summary, the figures, every other section, notes."""
+    h = f"h{level}"
+    found = sections(run)
+    names = ", ".join(s.path.name for s in run.sources[:6]) + (" …" if len(run.sources) > 6 else "")
+    page.add(f'<p class="meta">{len(run.sources)} source(s), {len(run.ranks)} rank(s): {esc(names)}</p>')
+    first, rest = split_sections(found)
+    page.add(*(section_html(section, h) for section in first))
+    page.add(*(figure_html(page, figure, h) for figure in figures(run)))
+    page.add(*(section_html(section, h) for section in rest))
+    page.add(sources_html(run, h))
+
+
+def figure_html(page: Page, figure: Figure, h: str = "h2") -> str:
+    parts = [f"<{h}>{esc(figure.title)}</{h}>"]
+    if figure.needs:
+        parts.append(f'<p class="needs">{esc(figure.needs)}</p>')
+        return "\n".join(parts)
+    if figure.chart is not None:
+        parts.append(page.chart(figure.key, figure.spec()))
+    elif figure.table is not None:
+        parts.append(frame_html(figure.table, [Column(c, c, figure.formats.get(c, "text")) for c in figure.table.columns]))
+    if figure.note:
+        parts.append(f'<p class="note">{esc(figure.note)}</p>')
+    return "\n".join(parts)
+
+
+def section_html(section: Section, h: str = "h2") -> str:
+    parts = [f"<{h}>{esc(section.title)}</{h}>"]
+    if section.frame is None or section.frame.height == 0:
+        parts.append(f'<p class="needs">{esc(section.note or "nothing to show")}</p>')
+        return "\n".join(parts)
+    columns = section.columns or [Column(c, c) for c in section.frame.columns]
+    parts.append(frame_html(section.frame, columns))
+    if section.note:
+        parts.append(f'<p class="note">{esc(section.note)}</p>')
+    return "\n".join(parts)
+
+
+def frame_html(frame: pl.DataFrame, columns: Sequence[Column], *, row_class: str | None = None) -> str:
+    """A table of ``frame``'s ``columns``, cells formatted as every renderer formats them."""
+    head = "".join(f"<th>{esc(c.title)}</th>" for c in columns)
+    classes = _row_classes(frame) if row_class is None else [row_class] * frame.height
+    rows = []
+    for css, row in zip(classes, frame.select([c.name for c in columns]).iter_rows(), strict=True):
+        cells = "".join(
+            f'<td class="num">{esc(cell(v, c.format))}</td>' if c.format != "text" else f"<td>{esc(cell(v, c.format))}</td>"
+            for v, c in zip(row, columns, strict=True)
+        )
+        rows.append(f'<tr class="{css}">{cells}</tr>' if css else f"<tr>{cells}</tr>")
+    table = f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+    if frame.height > LARGE_TABLE_ROWS:
+        return f"<details><summary>{frame.height} rows</summary>{table}</details>"
+    return table
+
+
+def _row_classes(frame: pl.DataFrame) -> list[str]:
+    """Guideline rows are tinted by severity (violations) or status."""
+    if not {"status", "severity"} <= set(frame.columns):
+        return [""] * frame.height
+    return [
+        f"sev-{sev}" if status == "violated" else f"status-{status}"
+        for status, sev in frame.select("status", "severity").iter_rows()
+    ]
+
+
+def sources_html(run, h: str = "h2") -> str:
+    parts = [f"<{h}>Sources</{h}>"]
+    rows = pl.DataFrame(
+        {
+            "file": [str(s.path) for s in run.sources],
+            "format": [s.format for s in run.sources],
+            "rank": [s.rank if s.rank >= 0 else None for s in run.sources],
+        },
+        schema={"file": pl.String, "format": pl.String, "rank": pl.Int64},
+    )
+    parts.append(frame_html(rows, [Column("file", "file"), Column("format", "format"), Column("rank", "rank", "number")]))
+    items = [f"<li>{esc(line)}</li>" for line in remarks(run)]
+    if items:
+        parts.append(f'<ul class="note">{"".join(items)}</ul>')
+    return "\n".join(parts)
+
+
+def write(text: str, output: Path) -> Path:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    return output
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _json_in_html(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str).replace("</", "<\\/")
+
+
+def _inline_script(code: str) -> str:
+    return code.replace("</script", "<\\/script")
+
+
+def javascript_bundle() -> str:
+    """Vega-Embed, Vega-Lite and Vega as one script (vl-convert's bundle), cached on disk: building
+    it takes seconds, reading it back milliseconds."""
+    import vl_convert
+
+    from parsers.cachedir import cache_dir
+
+    path = cache_dir("js") / f"vega-bundle-vlc{vl_convert.__version__}.js"
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        pass
+    bundle = vl_convert.javascript_bundle()
+    tmp = path.with_suffix(f".{id(bundle)}.tmp")
+    try:
+        tmp.write_text(bundle, encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+    return bundle
+
+
+def render_comparison(comparison, *, runs: Sequence | None = None, title: str = "rlperf comparison") -> str:
+    """Runs side by side (``analyzer.compare``); with ``runs``, each run's full report follows."""
+    from ..compare import display
+    from .charts import comparison_figures
+
+    page = Page(title)
+    page.add(f"<h1>{esc(title)}</h1>")
+    add_comparison(page, comparison, display(comparison))
+    for figure in comparison_figures(comparison):
+        page.add(figure_html(page, figure))
+    for label, run in zip(comparison.labels, runs or [], strict=False):
+        page.add(f'<h2 id="run-{esc(label)}">Run: {esc(label)}</h2>')
+        add_run(page, run, level=3)
+    return page.render()
+
+
+def add_comparison(page: Page, comparison, shown: pl.DataFrame) -> None:
+    from ..compare import NOTE, display_columns
+
+    labels = comparison.labels
+    page.add(f'<p class="meta">Deltas are against the first run, <b>{esc(labels[0])}</b>.</p>')
+    wins = comparison.wins()
+    items = "".join(
+        f"<li><b>{esc(label)}</b> wins {len(won)}: {esc(', '.join(won) or '–')}</li>" for label, won in wins.items()
+    )
+    page.add(f"<h2>Who wins where</h2><ul>{items}</ul>")
+    page.add("<h2>Metrics</h2>")
+    page.add(frame_html(shown, display_columns(shown)), f'<p class="note">{esc(NOTE)}</p>')

@@ -1,0 +1,100 @@
+"""The Markdown report: GitHub-flavoured tables that read well in a pull request or an issue.
+
+The same content as the HTML report, with each figure given as the table of the numbers it draws
+(a chart cannot live in a PR comment; ``--format png`` writes the charts as images to attach).
+Long tables fold into ``<details>`` so a comment stays short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from .charts import Figure, figures, remarks, split_sections
+from .sections import Column, Section, sections
+from .units import cell
+
+FOLD_ROWS = 15
+"""Tables longer than this fold into ``<details>``."""
+
+
+def render(run, *, title: str = "rlperf report", level: int = 1) -> str:
+    lines = [f"{'#' * level} {title}", ""]
+    lines += run_lines(run, level + 1)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def run_lines(run, level: int = 2) -> list[str]:
+    h = "#" * level
+    found = sections(run)
+    lines = [f"{len(run.sources)} source(s), {len(run.ranks)} rank(s).", ""]
+    first, rest = split_sections(found)
+    for section in first:
+        lines += section_lines(section, h)
+    for figure in figures(run):
+        lines += figure_lines(figure, h)
+    for section in rest:
+        lines += section_lines(section, h)
+    lines += [f"{h} Sources", ""]
+    lines += table([[s.path.name, s.format, s.rank if s.rank >= 0 else None] for s in run.sources],
+                   [Column("file", "file"), Column("format", "format"), Column("rank", "rank", "number")])
+    lines += [f"- {escape(line)}" for line in remarks(run)]
+    return [*lines, ""]
+
+
+def figure_lines(figure: Figure, h: str) -> list[str]:
+    lines = [f"{h} {figure.title}", ""]
+    if figure.needs:
+        return [*lines, f"> {escape(figure.needs)}", ""]
+    if figure.table is not None:
+        columns = [Column(c, c.removesuffix("_ns"), figure.formats.get(c, "text")) for c in figure.table.columns]
+        lines += frame_lines(figure.table, columns)
+    if figure.note:
+        lines += [f"_{escape(figure.note)}_", ""]
+    return lines
+
+
+def section_lines(section: Section, h: str) -> list[str]:
+    lines = [f"{h} {section.title}", ""]
+    if section.frame is None or section.frame.height == 0:
+        return [*lines, f"> {escape(section.note or 'nothing to show')}", ""]
+    columns = section.columns or [Column(c, c) for c in section.frame.columns]
+    lines += frame_lines(section.frame, columns)
+    if section.note:
+        lines += [f"_{escape(section.note)}_", ""]
+    return lines
+
+
+def frame_lines(frame: pl.DataFrame, columns: Sequence[Column]) -> list[str]:
+    return table([list(r) for r in frame.select([c.name for c in columns]).iter_rows()], columns)
+
+
+def table(rows: list[list[object]], columns: Sequence[Column]) -> list[str]:
+    """A GFM table; numbers right-aligned; folded when long."""
+    head = "| " + " | ".join(escape(c.title) for c in columns) + " |"
+    rule = "|" + "|".join("---:" if c.format != "text" else "---" for c in columns) + "|"
+    body = ["| " + " | ".join(escape(cell(v, c.format)) for v, c in zip(row, columns, strict=True)) + " |" for row in rows]
+    lines = [head, rule, *body, ""]
+    if len(rows) > FOLD_ROWS:
+        return [f"<details><summary>{len(rows)} rows</summary>", "", *lines, "</details>", ""]
+    return lines
+
+
+def escape(text: object) -> str:
+    """Text safe inside a table cell: pipes escaped, newlines folded."""
+    return str(text).replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+
+
+def render_comparison(comparison, *, title: str = "rlperf comparison") -> str:
+    from ..compare import NOTE, display, display_columns
+
+    shown = display(comparison)
+    lines = [f"# {title}", "", f"Deltas are against the first run, **{comparison.labels[0]}**.", ""]
+    for label, won in comparison.wins().items():
+        lines.append(f"- **{escape(label)}** wins {len(won)}: {escape(', '.join(won) or '–')}")
+    lines.append("")
+    columns = display_columns(shown)
+    lines += table([list(r) for r in shown.iter_rows()], columns)
+    lines += [f"_{escape(NOTE)}_", ""]
+    return "\n".join(lines).rstrip() + "\n"
