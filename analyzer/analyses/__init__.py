@@ -13,11 +13,16 @@ A module may also define ``section(run) -> Section | None`` to put its results i
 from __future__ import annotations
 
 REGISTRY: tuple[str, ...] = (
+    "analyzer.assemble",
+    "analyzer.classify",
+    "analyzer.placement",
+    "analyzer.analyses.overview",
     "analyzer.analyses.gpu_time",
     "analyzer.analyses.annotations",
     "analyzer.analyses.breakdown",
     "analyzer.analyses.bubbles",
     "analyzer.analyses.sync",
     "analyzer.analyses.workdepth",
+    "analyzer.analyses.guidelines",
 )
 """Modules providing run products, in report order. Add one line per module."""
