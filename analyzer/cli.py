@@ -48,6 +48,8 @@ Jobs = Annotated[int | None, typer.Option("--jobs", "-j", help="Parse this many 
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Parse every file again instead of reusing rlperf's cache.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output (for CI logs).")]
 Output = Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
+GuidelinesFile = Annotated[Path | None, typer.Option(
+    "--guidelines", help="A guideline file merged over the catalogue: thresholds, texts, enabled = false, your own guidelines (docs/guidelines.md).")]
 
 
 def main() -> None:

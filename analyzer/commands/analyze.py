@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ..cli import Jobs, NoCache, Output, Paths, Quiet, app
+from ..cli import GuidelinesFile, Jobs, NoCache, Output, Paths, Quiet, app
 
 
 class Format(str, Enum):
@@ -29,6 +29,7 @@ def analyze(
     jobs: Jobs = None,
     no_cache: NoCache = False,
     quiet: Quiet = False,
+    guidelines: GuidelinesFile = None,
 ) -> None:
     """Analyze one run: per-rank GPU time, idle, communication overlap, time by annotation.
 
@@ -38,11 +39,16 @@ def analyze(
     self-contained file (works offline), md a Markdown report for a pull request, png the
     charts as images (-o names the file or folder), json a document usable as an audit baseline.
     """
+    from ..analyses.guidelines import OPTION, load_catalogue
     from ..progress import Steps, load
     from ..report.sections import sections
 
+    if guidelines is not None:
+        load_catalogue(guidelines)  # a bad file stops the command before any parsing
     steps = Steps(quiet)
     run = load(paths, steps, jobs=jobs, no_cache=no_cache)
+    if guidelines is not None:
+        run.options[OPTION] = str(guidelines)
     with steps.step("Analyzing"):
         sections(run)  # computes every product once, behind a progress display
     emit(run, fmt.value, output, steps)
