@@ -10,6 +10,8 @@ the corpus and the sample runs — against numbers read from the same files or t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,6 @@ import pytest
 import analyzer
 from analyzer import frames
 from analyzer.analyses import guidelines as ga
-from analyzer.analyses import log_steps
 from analyzer.analyses.guideline_evidence import LOG_STAGES, LOG_STEPS, LOG_WEIGHT_SYNC
 from analyzer.analyses.guideline_metrics import METRICS
 from analyzer.run import Run, SourceInfo
@@ -28,7 +29,6 @@ from parsers.events import conform, empty_events
 from parsers.source import empty_metrics
 from sample_traces.synth import generate, preset
 from taxonomy import guidelines as tg
-from taxonomy import profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
@@ -146,17 +146,8 @@ def not_evaluated(run: Run, gid: str, needs: str) -> dict[str, Any]:
 
 
 def logs_run(*paths: Path) -> Run:
-    """A logs-only run with log_steps' frames as the products the guidelines read."""
-    run = analyzer.load(list(paths), use_cache=False)
-    logs = run.events.filter(pl.col("kind") == "log_stage")
-    names = logs["name"].cast(pl.String)
-    detection = profiles.detect(names, run.sources[0].meta)
-    out = log_steps.compute(run.events, run.metrics, profiles.classify(names, "log", detection), detection.profile.metrics)
-    run._products.update({LOG_STAGES: out.stages, LOG_STEPS: out.steps, LOG_WEIGHT_SYNC: out.weight_sync})
-    for name, schema in TRACE_PRODUCTS.items():
-        run._products[name] = frames.empty(schema)
-    run._products["placement"] = {"placement": None, "execution": None, "evidence": []}
-    return run
+    """A logs-only run, as ``analyzer.load`` builds it."""
+    return analyzer.load(list(paths), use_cache=False)
 
 
 def truth_share(run_dir: Path, stages: set[str]) -> float:
@@ -267,6 +258,31 @@ def test_a_user_guideline_must_name_an_implemented_metric(tmp_path):
     )
     with pytest.raises(InputError, match=r"U1\.checks\.gpu_temperature: no such metric is implemented \(known: "):
         ga.load_catalogue(user)
+
+
+def rlperf(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from analyzer.cli import main; main()", "analyze", "-q", *args],
+        capture_output=True, text=True, timeout=300,
+        env={"RLPERF_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_rlperf_analyze_takes_a_guideline_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[G15.checks.padding_waste]\nwarn = 0.5\nerror = 0.3\n")
+    result = rlperf(tmp_path, str(VERL_LOG), "--guidelines", str(bad))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"rlperf: error: {bad}: G15.checks.padding_waste: error 0.3 is below warn 0.5 (direction above)"
+    ]
+    good = tmp_path / "good.toml"
+    good.write_text("[G15.checks.padding_waste]\nwarn = 0.8\n[G23]\nenabled = false\n")
+    result = rlperf(tmp_path, str(VERL_LOG), "--guidelines", str(good), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    rows = {r["id"]: r for r in json.loads(result.stdout)["guidelines"]}
+    assert (rows["G15"]["status"], rows["G15"]["threshold"]) == ("passed", 0.8) and "G23" not in rows
+    assert rows["G15"]["value"] == pytest.approx(0.6955, abs=1e-4)
 
 
 def test_a_missing_user_file_is_one_line(tmp_path):

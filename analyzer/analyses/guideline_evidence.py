@@ -175,6 +175,27 @@ class Evidence:
         placement = self.placement[0]
         return None if placement is None else placement != "colocated"
 
+    @cached_property
+    def _log_frames(self) -> dict[str, pl.DataFrame | None]:
+        """log_steps' frames: the products when a module provides them, else computed here from
+        the run's log timers, classified by the run's framework profile."""
+        names = (LOG_STAGES, LOG_STEPS, LOG_WEIGHT_SYNC)
+        if self.has(LOG_STAGES):
+            return {n: self.frame(n) for n in names}
+        timers = self.run.events.filter(pl.col("kind") == "log_stage")
+        if timers.height == 0 or not self.has("profile"):
+            return {}
+        from ..classify import name_classes
+        from .log_steps import compute
+
+        out = compute(self.run.events, self.run.metrics, name_classes(self.run, timers["name"].cast(pl.String).unique(), "log"))
+        frames = dict(zip(names, (out.stages, out.steps, out.weight_sync), strict=True))
+        return {n: f if f.height else None for n, f in frames.items()}
+
+    def log_frame(self, name: str) -> pl.DataFrame | None:
+        """One of log_steps' frames (:data:`LOG_STAGES`, :data:`LOG_STEPS`, :data:`LOG_WEIGHT_SYNC`)."""
+        return self._log_frames.get(name)
+
     # --- stage time -----------------------------------------------------------------------
 
     def stage_time(self, stages: Iterable[str], *, absent_is_zero: bool = False) -> Measured | Missing:
@@ -204,7 +225,7 @@ class Evidence:
 
     def _log_stage_time(self, stages: list[str], absent_is_zero: bool) -> Measured | Missing:
         label = " + ".join(stages)
-        rows, walls = self.frame(LOG_STAGES), self.frame(LOG_STEPS)
+        rows, walls = self.log_frame(LOG_STAGES), self.log_frame(LOG_STEPS)
         if rows is None or walls is None:
             return Missing(f"{label} times (stage ranges in a trace, or a framework log's timers)")
         covers = rows.with_columns(pl.col("label").str.split("+").alias("_covers"))

@@ -63,7 +63,7 @@ def weight_sync_share(ev: Evidence, check: Check) -> Result:
         return Measured(per_step(frame.with_columns((pl.col("num") / pl.col("den")).alias("value"))),
                         f"weight-sync stage in the trace, {frame.height} steps")
     result = ev.stage_time(["weight_sync"])
-    logged = ev.frame(LOG_WEIGHT_SYNC)
+    logged = ev.log_frame(LOG_WEIGHT_SYNC)
     if isinstance(result, Missing) and logged is not None and logged["note"][0]:
         return Missing(f"{result.needs}; {logged['note'][0]}")
     return result
@@ -464,7 +464,7 @@ def staleness_lag(ev: Evidence, check: Check) -> Result:
 
 
 def sync_wait_share(ev: Evidence, check: Check) -> Result:
-    found, walls = ev.timer("sync_wait"), ev.frame(LOG_STEPS)
+    found, walls = ev.timer("sync_wait"), ev.log_frame(LOG_STEPS)
     if found is None or walls is None:
         return Missing(check.needs)
     key, seconds = found
@@ -486,7 +486,7 @@ def dispatch_gap_share(ev: Evidence, check: Check) -> Result:
         if ev.windows is not None:
             frame = frame.join(ev.windows, on="step", how="left")
         return Measured(per_step(frame), f"stage_gap idle over {bubbles['rank'].n_unique()} devices in the trace, {frame.height} steps")
-    stages, steps = ev.frame(LOG_STAGES), ev.frame(LOG_STEPS)
+    stages, steps = ev.log_frame(LOG_STAGES), ev.log_frame(LOG_STEPS)
     if stages is None or steps is None:
         return Missing(check.needs)
     timed = steps.filter((pl.col("total_from") != STEP_SOURCE_SUM) & (pl.col("stages_s") > 0))
