@@ -491,7 +491,11 @@ def test_g18_pool_idle_from_pool_wait_or_logged_idle_ratios():
     assert "step 1: rollout" in got["evidence"]
     calm = bubbles((1, 0, 100, "pool_wait", 10), (1, 1, 100, "pool_wait", 15))
     passed(make_run(steps=steps((0, 100)), pools=split, bubbles=calm), "G18", 0.15)
-    passed(make_run(pools=pools(r0=("shared", "h"), r1=("shared", "h"))), "G18", None)
+    colocated = make_run(pools=pools(r0=("shared", "h"), r1=("shared", "h")), placement=("colocated", "sync"))
+    assert "colocated" in passed(colocated, "G18", None)["evidence"]
+    not_evaluated(make_run(pools=pools(r0=("shared", "h"))), "G18", "separate rollout and training pools")
+    train_only = make_run(steps=steps((0, 100)), pools=pools(r0=("train", "h")), bubbles=bubbles((1, 0, 100, "pool_wait", 0)))
+    not_evaluated(train_only, "G18", "separate rollout and training pools")
     ratios = [(1, "trainer/idle_ratio", 0.31), (1, "rollouter/idle_ratio", 0.02), (2, "trainer/idle_ratio", 0.25)]
     fired(make_run(metrics=ratios), "G18", "warn", 0.28)
     passed(make_run(metrics=[(1, "trainer/idle_ratio", 0.05)]), "G18", 0.05)

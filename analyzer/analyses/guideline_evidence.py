@@ -168,10 +168,8 @@ class Evidence:
 
     @cached_property
     def disaggregated(self) -> bool | None:
-        """True when some ranks only generate or only train (separate pools), False when every
-        rank is shared (colocated), None when neither the trace nor the config says."""
-        if self.pools is not None:
-            return bool(self.pools["pool"].cast(pl.String).is_in(["rollout", "train"]).any())
+        """False when the placement is colocated (every rank runs every stage), True when it is
+        disaggregated or split, None when neither the trace nor the config says."""
         placement = self.placement[0]
         return None if placement is None else placement != "colocated"
 

@@ -199,9 +199,10 @@ def preemption_ratio(ev: Evidence, check: Check) -> Result:
 
 def engine_memory_share(ev: Evidence, check: Check) -> Result:
     """Colocated only: the engine's memory share kept through training, from its settings."""
-    if ev.disaggregated:
+    placement = ev.placement[0]
+    if placement == "disaggregated":
         return Inapplicable("the rollout engine has GPUs of its own (disaggregated placement)")
-    if ev.disaggregated is None:
+    if placement is None:
         return Missing("the placement (colocated or not) and the engine's memory settings")
     freed, share, eager = (ev.config(f) for f in ("free_cache_engine", "gpu_memory_utilization", "enforce_eager"))
     if freed is None:
@@ -219,9 +220,9 @@ def pool_idle(ev: Evidence, check: Check) -> Result:
     """The larger pool's pool_wait share (trace), else the larger logged idle ratio."""
     if ev.disaggregated is False:
         return Inapplicable("colocated: every rank runs both rollout and training")
-    bubbles = ev.frame("bubbles")
-    if ev.pools is not None and bubbles is not None:
-        pools = ev.pools.select("rank", pl.col("pool").cast(pl.String))
+    bubbles, pools = ev.frame("bubbles"), ev.pools
+    if pools is not None and bubbles is not None and {"rollout", "train"} <= set(pools["pool"].cast(pl.String).to_list()):
+        pools = pools.select("rank", pl.col("pool").cast(pl.String))
         rows = bubbles.join(pools, on="rank").filter(pl.col("pool").is_in(["rollout", "train"]))
         windows = rows.unique(["step", "rank"]).group_by("step", "pool").agg(pl.col("window_ns").sum().alias("den"))
         waits = rows.filter(pl.col("cause") == "pool_wait").group_by("step", "pool").agg(pl.col("idle_ns").sum().alias("num"))
@@ -240,7 +241,7 @@ def pool_idle(ev: Evidence, check: Check) -> Result:
 
 
 def actor_critic_overlap(ev: Evidence, check: Check) -> Result:
-    if ev.disaggregated is False and ev.pools is None:
+    if ev.disaggregated is False:
         return Inapplicable("colocated: actor and critic share every device")
     if ev.device_timeline is None:
         return Missing(check.needs)
