@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,6 @@ __all__ = ["SCENARIOS", "Config", "generate", "preset", "trace_name"]
 
 TRUTH_FORMAT = "rlperf-truth/1"
 GENERATOR = "sample_traces/synth"
-
-_RUN: RunData | None = None
-_OUT: tuple[Path, bool, int] | None = None
 
 
 def trace_name(rank: int, gz: bool = True) -> str:
@@ -77,27 +73,23 @@ def _rows_by_rank(rank: np.ndarray) -> dict[int, np.ndarray]:
 
 def generate(cfg: Config, out_dir: str | Path, *, jobs: int | None = None, gz: bool = True,
              level: int = 2, nsys: bool = False) -> dict[str, Any]:
-    """Write the run's traces and ``truth.json`` into ``out_dir``; return the truth."""
-    global _RUN, _OUT
+    """Write the run's traces and ``truth.json`` into ``out_dir``; return the truth.
+
+    ``jobs`` > 1 writes ranks in that many fresh (spawned) processes, each sent only its own
+    rank's rows; the bytes do not depend on it.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     run, truth, responses = simulate(cfg)
-    _RUN, _OUT = run, (out, gz, level)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, cfg.ranks))
-    try:
-        if jobs == 1:
-            for r in range(cfg.ranks):
-                _write_rank(r)
-        else:
-            with multiprocessing.get_context("fork").Pool(jobs) as pool:
-                pool.map(_write_rank, range(cfg.ranks), chunksize=max(1, cfg.ranks // (4 * jobs)))
-        if nsys:
-            from .nsys import write_nsys
-
-            for r in range(cfg.ranks):
-                write_nsys(run, r, out / nsys_name(r))
-    finally:
-        _RUN, _OUT = None, None
+    jobs = max(1, min(jobs or 1, cfg.ranks))
+    tasks = ((r, run.only(r), out, gz, level, nsys) for r in range(cfg.ranks))
+    if jobs == 1:
+        for task in tasks:
+            _write_rank(task)
+    else:
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            for _ in pool.imap_unordered(_write_rank, tasks, chunksize=1):
+                pass
     doc = {
         "format": TRUTH_FORMAT,
         "synthetic": True,
@@ -120,13 +112,15 @@ def generate(cfg: Config, out_dir: str | Path, *, jobs: int | None = None, gz: b
     return doc
 
 
-def _write_rank(rank: int) -> None:
-    assert _RUN is not None and _OUT is not None
-    out, gz, level = _OUT
-    data = rank_trace(_RUN, rank)
-    path = out / trace_name(rank, gz)
+def _write_rank(task: tuple[int, RunData, Path, bool, int, bool]) -> None:
+    rank, run, out, gz, level, nsys = task
+    data = rank_trace(run, rank)
     if gz:
         from isal import igzip
 
         data = igzip.compress(data, compresslevel=level, mtime=0)
-    path.write_bytes(data)
+    (out / trace_name(rank, gz)).write_bytes(data)
+    if nsys:
+        from .nsys import write_nsys
+
+        write_nsys(run, rank, out / nsys_name(rank))

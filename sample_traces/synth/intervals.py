@@ -47,7 +47,8 @@ def covered(a: Span, points: np.ndarray) -> np.ndarray:
 
 
 def combine(a: Span, b: Span, keep: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Span:
-    cuts = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
+    cuts = np.sort(np.concatenate([a[0], a[1], b[0], b[1]]))
+    cuts = cuts[np.r_[True, cuts[1:] != cuts[:-1]]] if cuts.size else cuts
     if cuts.size < 2:
         return EMPTY
     left, right = cuts[:-1], cuts[1:]

@@ -52,6 +52,23 @@ class RunData:
     stage_rows_of: dict[int, np.ndarray]
     host_rows_of: dict[int, np.ndarray]
 
+    def only(self, rank: int) -> RunData:
+        """This run cut down to what ``rank``'s writer reads (collective instances renumbered)."""
+        empty = np.zeros(0, dtype=np.int64)
+        ops = {k: v[self.rows_of.get(rank, empty)] for k, v in self.ops.items()}
+        used = np.unique(ops["inst"][ops["inst"] >= 0])
+        ops["inst"] = np.where(ops["inst"] >= 0, np.searchsorted(used, ops["inst"]), -1)
+        stages = {k: v[self.stage_rows_of.get(rank, empty)] for k, v in self.stages.items()}
+        host_rows = self.host_rows_of.get(rank, empty)
+        host = {k: v[host_rows] for k, v in self.host_ops.items()}
+        return RunData(
+            cfg=self.cfg, groups=self.groups, names=self.names, ops=ops,
+            insts={k: v[used] for k, v in self.insts.items()}, stages=stages, host_ops=host,
+            windows=self.windows, offsets=self.offsets,
+            rows_of={rank: np.arange(len(ops["start"]))}, stage_rows_of={rank: np.arange(len(stages["start"]))},
+            host_rows_of={rank: np.arange(len(host_rows))} if host_rows.size else {},
+        )
+
 
 def base_time_ns(epoch_ns: int) -> int:
     """Kineto's ``baseTimeNanoseconds``: the start of the calendar quarter (UTC)."""
