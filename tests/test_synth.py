@@ -390,3 +390,30 @@ def test_cli_writes_a_run_and_rejects_bad_shapes(tmp_path: Path) -> None:
     bad = subprocess.run([*cmd[:-2], "--tp", "3", "-o", str(tmp_path / "bad")], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "does not divide" in bad.stderr
+
+
+# --- nsys-schema SQLite -----------------------------------------------------------------------------
+
+
+def test_nsys_export_says_what_the_kineto_trace_says(tmp_path: Path) -> None:
+    """The nsys parser reads the SQLite (rank from the captured environment) and finds the same
+    device rows at the same times and the same NVTX ranges as the Kineto trace of that rank."""
+    truth = generate(preset("one_step_off", 4, seed=2), tmp_path, jobs=1, nsys=True)
+    gpu = ["kernel", "memcpy", "memset"]
+    for entry in truth["ranks"]:
+        nsys = parse_file(tmp_path / entry["nsys"])
+        kineto = parse_file(tmp_path / entry["trace"])
+        assert nsys.format == "nsys-sqlite" and not nsys.warnings
+        validate(nsys.events)
+        assert nsys.meta["rank"] == entry["rank"]
+
+        def rows(events: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
+            return (events.filter(pl.col("kind").is_in(kinds))
+                    .select(pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String), "stream",
+                            "start_ns", "end_ns")
+                    .sort("start_ns", "stream", "name"))
+
+        assert rows(nsys.events, gpu).equals(rows(kineto.events, gpu))
+        assert rows(nsys.events, ["annotation"]).equals(rows(kineto.events, ["annotation"]))
+        launches = kineto.events.filter(pl.col("kind") == "runtime").height
+        assert nsys.events.filter(pl.col("kind") == "runtime").height == launches

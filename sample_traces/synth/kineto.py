@@ -109,17 +109,12 @@ def us(col: str | pl.Expr) -> pl.Expr:
     return pl.concat_str([(x // 1000).cast(pl.String), pl.lit("."), (x % 1000).cast(pl.String).str.zfill(3)])
 
 
-def rank_trace(run: RunData, rank: int) -> bytes:
-    """The whole JSON document of one rank's trace."""
+def device_and_launches(run: RunData, rank: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The rank's device rows and their host launches, on the rank's clock relative to
+    ``baseTimeNanoseconds`` (shared by the Kineto and nsys writers so both say the same)."""
     cfg = run.cfg
     rng = np.random.default_rng([cfg.seed, rank, 11])
-    base = base_time_ns(cfg.start_epoch_ns)
-    shift = int(run.offsets[rank]) - base
-    pid = pid_of(cfg, rank)
-    device = device_of(cfg, rank)
-    names = pl.DataFrame({"name": np.arange(len(run.names), dtype=np.int32),
-                          "qname": [json.dumps(n) for n in run.names]})
-
+    shift = int(run.offsets[rank]) - base_time_ns(cfg.start_epoch_ns)
     rows = run.rows_of.get(rank, np.zeros(0, dtype=np.int64))
     ops = {k: v[rows] for k, v in run.ops.items()}
     dev = pl.DataFrame({
@@ -132,6 +127,20 @@ def rank_trace(run: RunData, rank: int) -> bytes:
     dev = dev.join(launches.select("launch", "corr", "ext"), on="launch", how="left").with_columns(
         first=pl.int_range(pl.len()).over("launch") == 0
     )
+    return dev, launches
+
+
+def rank_trace(run: RunData, rank: int) -> bytes:
+    """The whole JSON document of one rank's trace."""
+    cfg = run.cfg
+    base = base_time_ns(cfg.start_epoch_ns)
+    shift = int(run.offsets[rank]) - base
+    pid = pid_of(cfg, rank)
+    device = device_of(cfg, rank)
+    names = pl.DataFrame({"name": np.arange(len(run.names), dtype=np.int32),
+                          "qname": [json.dumps(n) for n in run.names]})
+    dev, launches = device_and_launches(run, rank)
+    ops = {"inst": dev["inst"].to_numpy(), "stream": dev["stream"].to_numpy()}
     colls = _collective_args(run, np.unique(ops["inst"][ops["inst"] >= 0]))
     blocks = [
         _device_rows(dev, names, colls, device),
@@ -275,6 +284,17 @@ def _launch_rows(launches: pl.DataFrame, names: pl.DataFrame, colls: pl.DataFram
 def _annotations(run: RunData, rank: int, shift: int, pid: int) -> pl.DataFrame:
     """``ProfilerStep#N`` and verl's ``step`` per step, then each stage's driver range with
     the worker range inside it."""
+    frame = annotation_frame(run, rank, shift)
+    return frame.select(e=fmt(
+        '{"ph": "X", "cat": "user_annotation", "name": "{}", "pid": ' + str(pid) + ', "tid": ' + str(pid)
+        + ', "ts": {}, "dur": {}, "args": {"External id": {}, "Record function id": 0, "Ev Idx": {}}}',
+        pl.col("name"), us("start"), us(pl.col("end") - pl.col("start")),
+        pl.int_range(pl.len()) * 2 + 2, pl.int_range(pl.len()),
+    ))
+
+
+def annotation_frame(run: RunData, rank: int, shift: int) -> pl.DataFrame:
+    """name, start, end of every range the rank records, shifted by ``shift``, outer first."""
     names, starts, ends = [], [], []
     for step, a, b in run.windows:
         names += [f"ProfilerStep#{step}", "step"]
@@ -291,14 +311,8 @@ def _annotations(run: RunData, rank: int, shift: int, pid: int) -> pl.DataFrame:
             names.append(worker)
             starts.append(int(st["inner_start"][i]))
             ends.append(int(st["inner_end"][i]))
-    frame = pl.DataFrame({"name": names, "start": np.array(starts, np.int64) + shift,
-                          "end": np.array(ends, np.int64) + shift}).sort(["start", "end"], descending=[False, True])
-    return frame.select(e=fmt(
-        '{"ph": "X", "cat": "user_annotation", "name": "{}", "pid": ' + str(pid) + ', "tid": ' + str(pid)
-        + ', "ts": {}, "dur": {}, "args": {"External id": {}, "Record function id": 0, "Ev Idx": {}}}',
-        pl.col("name"), us("start"), us(pl.col("end") - pl.col("start")),
-        pl.int_range(pl.len()) * 2 + 2, pl.int_range(pl.len()),
-    ))
+    return pl.DataFrame({"name": names, "start": np.array(starts, np.int64) + shift,
+                         "end": np.array(ends, np.int64) + shift}).sort(["start", "end"], descending=[False, True])
 
 
 def _host_ops(run: RunData, rank: int, shift: int, pid: int, names: pl.DataFrame) -> pl.DataFrame:
