@@ -29,11 +29,13 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from parsers import ParsedSource
+from parsers.errors import InputError
 from parsers.events import GPU_ACTIVITY_KINDS, concat
 from taxonomy import profiles as tp
 
@@ -378,7 +380,7 @@ def step_markers(ranges: pl.DataFrame) -> tuple[pl.DataFrame, str]:
         outer = _outermost_ranges(steps)
         return outer.sort("rank", "start_ns").select(
             "rank", (pl.int_range(pl.len()).over("rank") + 1).cast(pl.Int32).alias("step"), "start_ns", "end_ns"
-        ), "step range " + ", ".join(sorted(outer["name"].unique().to_list()))
+        ), "step ranges: " + ", ".join(sorted(outer["name"].unique().to_list()))
     rollout = ranges.filter((pl.col("stage") == "rollout") & ~pl.col("inferred").fill_null(False))
     if rollout.height == 0:
         rollout = ranges.filter(pl.col("stage") == "rollout")
@@ -449,6 +451,35 @@ def match_log_steps(trace: pl.DataFrame, log: pl.DataFrame) -> tuple[int, float]
     best_err, best_k = errors[0]
     clear = len(errors) == 1 or errors[1][0] >= CLEAR_MARGIN * best_err + 0.01
     return (best_k, best_err) if best_err <= MATCH_TOLERANCE and clear else None
+
+
+# --- options -----------------------------------------------------------------------------------
+
+
+def assembly_options(*, framework: str | None = None, steps: str | None = None, ranks: str | None = None,
+                     rules: str | Path | None = None, layout: str | None = None) -> dict[str, Any]:
+    """``Run.options`` for ``--framework``, ``--steps``, ``--ranks``, ``--rules`` and ``--layout``,
+    checked before any file is read: a bad value is one :class:`InputError` line."""
+    from taxonomy.collectives import CollectiveRulesError, parse_layout
+
+    for flag, text in (("--steps", steps), ("--ranks", ranks)):
+        try:
+            parse_selection(text)
+        except ValueError as exc:
+            raise InputError(flag, str(exc)) from None
+    try:
+        profiles = tp.load_profiles(rules)
+    except tp.ProfileError as exc:
+        raise InputError(rules or "--rules", str(exc).removeprefix(f"{rules}: ")) from None
+    if framework and not any(framework == p.name or framework in p.frameworks for p in profiles.values()):
+        raise InputError("--framework", f"no profile {framework!r} (one of {', '.join(sorted(profiles))})")
+    if layout:
+        try:
+            parse_layout(layout)
+        except CollectiveRulesError as exc:
+            raise InputError("--layout", str(exc)) from None
+    given = {"framework": framework, "steps": steps, "ranks": ranks, "rules": str(rules) if rules else None, "layout": layout}
+    return {k: v for k, v in given.items() if v}
 
 
 # --- products ----------------------------------------------------------------------------------

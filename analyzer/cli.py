@@ -37,6 +37,7 @@ COMMANDS: tuple[str, ...] = (
     "analyzer.commands.audit",
     "analyzer.commands.export",
     "analyzer.commands.crosscheck",
+    "analyzer.commands.taxonomy",
 )
 """Command modules, in the order ``rlperf --help`` lists them. Add one line per module."""
 
@@ -50,6 +51,15 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output (
 Output = Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
 GuidelinesFile = Annotated[Path | None, typer.Option(
     "--guidelines", help="A guideline file merged over the catalogue: thresholds, texts, enabled = false, your own guidelines (docs/guidelines.md).")]
+
+Framework = Annotated[str | None, typer.Option(
+    "--framework", help="Classify with this framework's profile (verl, openrlhf, trl, nemo_rl, slime, areal, roll, …) instead of detecting it.")]
+StepSelection = Annotated[str | None, typer.Option("--steps", help="Only these training steps, e.g. 3-5,8.")]
+RankSelection = Annotated[str | None, typer.Option("--ranks", help="Only these ranks, e.g. 0-7 (the controller and logs stay).")]
+RulesFile = Annotated[Path | None, typer.Option(
+    "--rules", help="Your own name → stage rules (TOML, docs/profiles.md), tried before the framework profile's.")]
+LayoutSpec = Annotated[str | None, typer.Option(
+    "--layout", help="Rank layout of the training pool for collectives whose group has no description: degrees and/or order, e.g. tp=2,pp=4 or dp-tp-pp,tp=2 (default Megatron's tp-cp-ep-dp-pp).")]
 
 
 def main() -> None:

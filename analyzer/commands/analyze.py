@@ -10,7 +10,20 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ..cli import GuidelinesFile, Jobs, NoCache, Output, Paths, Quiet, app
+from ..cli import (
+    Framework,
+    GuidelinesFile,
+    Jobs,
+    LayoutSpec,
+    NoCache,
+    Output,
+    Paths,
+    Quiet,
+    RankSelection,
+    RulesFile,
+    StepSelection,
+    app,
+)
 
 
 class Format(str, Enum):
@@ -30,6 +43,11 @@ def analyze(
     no_cache: NoCache = False,
     quiet: Quiet = False,
     guidelines: GuidelinesFile = None,
+    framework: Framework = None,
+    steps_selected: StepSelection = None,
+    ranks: RankSelection = None,
+    rules: RulesFile = None,
+    layout: LayoutSpec = None,
 ) -> None:
     """Analyze one run: per-rank GPU time, idle, communication overlap, time by annotation.
 
@@ -40,13 +58,16 @@ def analyze(
     charts as images (-o names the file or folder), json a document usable as an audit baseline.
     """
     from ..analyses.guidelines import OPTION, load_catalogue
+    from ..assemble import assembly_options
     from ..progress import Steps, load
     from ..report.sections import sections
 
     if guidelines is not None:
         load_catalogue(guidelines)  # a bad file stops the command before any parsing
+    options = assembly_options(framework=framework, steps=steps_selected, ranks=ranks, rules=rules, layout=layout)
     steps = Steps(quiet)
     run = load(paths, steps, jobs=jobs, no_cache=no_cache)
+    run.options.update(options)
     if guidelines is not None:
         run.options[OPTION] = str(guidelines)
     with steps.step("Analyzing"):

@@ -1,0 +1,66 @@
+"""``rlperf taxonomy`` prints the vocabulary, the profiles with their rules, the collective rules
+and the guideline catalogue, in every format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.cli import app
+from taxonomy import collectives, profiles, vocab
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, ["taxonomy", *args], catch_exceptions=False, env={"COLUMNS": "250"})
+
+
+def test_text_lists_every_part() -> None:
+    out = invoke().output
+    for name in (*vocab.STAGE_NAMES, *vocab.ROLES, *vocab.PLACEMENTS, *vocab.EXECUTION_MODES):
+        assert name in out
+    assert "TENSOR_MODEL_PARALLEL" in out and "generate_sequences" in out
+    has_catalogue = Path(profiles.__file__).with_name("guidelines.toml").is_file()
+    assert ("Guideline catalogue" in out) == has_catalogue
+
+
+def test_json_holds_every_rule() -> None:
+    doc = json.loads(invoke("--format", "json").output)
+    assert [r["stage"] for r in doc["stages"]["rows"]] == list(vocab.STAGE_NAMES)
+    assert len(doc["profiles"]["rows"]) == sum(len(p.rules) for p in profiles.load_profiles().values())
+    rules = collectives.load_rules()
+    assert len(doc["collectives"]["rows"]) == len(rules.descriptions) + len(rules.kernels) + len(rules.patterns)
+    assert {r["dim"] for r in doc["dimensions"]["rows"]} == set(vocab.DIMENSIONS)
+
+
+def test_one_part_one_profile_markdown() -> None:
+    out = invoke("--part", "profiles", "--profile", "openrlhf", "--format", "md").output
+    assert out.startswith("## Framework profiles")
+    rows = [line for line in out.splitlines() if line.startswith("| openrlhf")]
+    assert len(rows) == len(profiles.load_profiles()["openrlhf"].rules)
+    assert "| verl" not in out
+
+
+def test_user_rules_are_shown_first(tmp_path: Path) -> None:
+    user = tmp_path / "rules.toml"
+    user.write_text('[profile]\nname = "verl"\n\n[[rules]]\nmatch = "^my_gen$"\nsource = "trace"\nstage = "rollout"\nrelation = "stage"\n')
+    doc = json.loads(invoke("--part", "profiles", "--profile", "verl", "--rules", str(user), "-f", "json").output)
+    assert doc["profiles"]["rows"][0]["match"] == "^my_gen$" and doc["profiles"]["rows"][0]["rule"] == "user:1"
+
+
+def test_bad_input_is_one_line() -> None:
+    result = runner.invoke(app, ["taxonomy", "--profile", "nosuch"])
+    assert result.exit_code == 2 and "nosuch" in result.output
+    bad = runner.invoke(app, ["taxonomy", "--collective-rules", "/nonexistent/rules.toml"])
+    assert bad.exit_code != 0
+
+
+@pytest.mark.parametrize("part", ["stages", "collectives", "placements"])
+def test_output_file(tmp_path: Path, part: str) -> None:
+    target = tmp_path / f"{part}.md"
+    invoke("--part", part, "-f", "md", "-o", str(target))
+    assert target.read_text().startswith("## ")
