@@ -157,7 +157,8 @@ def _stage_slices(stages: pl.DataFrame, t0: int) -> pl.Series:
 
 
 def _bubbles(run) -> pl.DataFrame | None:
-    """Idle runs by cause (``device_states``), else the largest ones only; ``largest`` marks those."""
+    """Idle runs by cause (``device_states``), else the largest ones only; ``largest`` marks the
+    runs that overlap one of the largest bubbles of the same rank and cause."""
     largest = frame_of(run, "largest_bubbles", "rank", "step", "cause", "start_ns", "end_ns")
     states = frame_of(run, "device_states", "rank", "step", "cause", "start_ns", "end_ns")
     cols = ["rank", "step", "cause", "start_ns", "end_ns"]
@@ -167,14 +168,13 @@ def _bubbles(run) -> pl.DataFrame | None:
         idle = largest.select(cols)
     else:
         return None
-    marked = largest.select(cols).with_columns(pl.lit(True).alias("largest")) if largest is not None else None
-    idle = idle.with_columns(pl.col("cause").cast(pl.String))
-    if marked is not None:
-        marked = marked.with_columns(pl.col("cause").cast(pl.String))
-        idle = idle.join(marked, on=cols, how="left")
-    else:
-        idle = idle.with_columns(pl.lit(None, pl.Boolean).alias("largest"))
-    return idle.with_columns(pl.col("largest").fill_null(False)).filter(pl.col("end_ns") > pl.col("start_ns"))
+    idle = idle.with_columns(pl.col("cause").cast(pl.String)).filter(pl.col("end_ns") > pl.col("start_ns")).with_row_index("_i")
+    marked: list[int] = []
+    if largest is not None and largest.height:
+        top = largest.select("rank", pl.col("cause").cast(pl.String), pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"))
+        hits = idle.join(top, on=["rank", "cause"]).filter((pl.col("start_ns") < pl.col("_e")) & (pl.col("end_ns") > pl.col("_s")))
+        marked = hits["_i"].unique().to_list()
+    return idle.with_columns(pl.col("_i").is_in(marked).alias("largest")).drop("_i")
 
 
 def _bubble_slices(bubbles: pl.DataFrame, t0: int) -> pl.Series:

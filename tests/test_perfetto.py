@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from report_truth import RUNS, cli, synthetic, synthetic_run
+from report_truth import RUNS, cli, synthetic
 
 import analyzer
 import parsers
@@ -23,7 +23,7 @@ GPU = ["kernel", "memcpy", "memset"]
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("perfetto")
-    run = synthetic_run(synthetic(root, "disaggregated"))
+    run = analyzer.load([synthetic(root, "disaggregated")])
     out = root / "trace.json"
     written = export(run, out)
     return run, out, written

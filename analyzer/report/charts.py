@@ -33,6 +33,7 @@ CAUSE_COLORS: dict[str, str] = {
     "rollout_tail": "#4e79a7", "pool_wait": "#f28e2b", "stage_gap": "#76b7b2", "sync_wait": "#e15759",
     "host_bound": "#edc948", "weight_sync": "#17becf", "other": "#bab0ac",
 }
+OVERLAP_COLORS: dict[str, str] = {"exposed": "#e15759", "hidden": "#bab0ac", "overlap unknown": "#4e79a7"}
 BUBBLE_MARK = "#c00000"
 
 WIDTH = 860
@@ -296,8 +297,7 @@ def collectives(run) -> Figure:
     chart = alt.Chart(_values(parts)).mark_bar().encode(
         y=alt.Y("group:N", title=None),
         x=alt.X("ms:Q", title="time summed over ranks (ms)"),
-        color=alt.Color("part:N", scale=alt.Scale(domain=["exposed", "hidden", "overlap unknown"], range=["#e15759", "#bab0ac", "#4e79a7"]),
-                        legend=alt.Legend(title="overlap")),
+        color=alt.Color("part:N", scale=_scale(OVERLAP_COLORS, parts["part"]), legend=alt.Legend(title="overlap")),
         tooltip=["group:N", "part:N", alt.Tooltip("ms:Q", format=".3f")],
     ).properties(width=WIDTH - 260, height=max(60, 22 * table.height), title=title)
     formats = {"count": "number", "bytes": "bytes", "time_ns": "duration", "exposed_ns": "duration",

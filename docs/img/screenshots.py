@@ -17,7 +17,10 @@ OUT = Path(__file__).resolve().parent
 WIDTH = 1280
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """``screenshots.py [OUT_DIR]`` (default: this folder)."""
+    args = sys.argv[1:] if argv is None else argv
+    out = Path(args[0]) if args else OUT
     sys.path.insert(0, str(REPO))
     import analyzer
     from analyzer.report import browser, html
@@ -33,13 +36,13 @@ def main() -> int:
         page = html.Page(f"rlperf: {RUN.name} — figures")
         page.add(*(html.figure_html(page, f) for f in drawn if f.key != "timeline"))
         only = html.write(page.render(), Path(tmp) / "figures.html")
-        for source, name, height in ((full, "report-top.png", 1500), (only, "report-figures.png", 1900)):
+        for source, name, height in ((full, "report-top.png", 1500), (only, "report-figures.png", 1350)):
             checked = browser.render(source, width=WIDTH, height=height)
             if checked.console or any(s["rendered"] != "ok" for s in checked.charts.values()):
                 print(f"screenshots: {source.name} did not draw cleanly: {checked.console}", file=sys.stderr)
                 return 1
-            browser.screenshot(source, OUT / name, width=WIDTH, height=height)
-            print(f"wrote {OUT / name}")
+            browser.screenshot(source, out / name, width=WIDTH, height=height)
+            print(f"wrote {out / name}")
     return 0
 
 

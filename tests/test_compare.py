@@ -1,0 +1,143 @@
+"""``rlperf compare``: the same metrics side by side, deltas against the first run, the winner.
+
+Two synthetic runs of the same job (colocated vs disaggregated) are compared; every delta must
+equal the difference of the numbers computed straight from each run's ground truth (truth.json,
+docs/analyses.md), and GPU busy time comes from the real analysis of the real traces.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from report_truth import RUNS, cli, load_truth, synthetic, synthetic_run
+
+from analyzer.compare import TIE_TOLERANCE, compare, default_labels, display
+
+LABELS = ["colocated", "disaggregated"]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    root = tmp_path_factory.mktemp("synthetic")
+    return [synthetic(root, scenario) for scenario in LABELS]
+
+
+@pytest.fixture(scope="module")
+def result(folders):
+    return compare([synthetic_run(f) for f in folders], LABELS)
+
+
+def idle_fractions(truth: dict) -> dict[str, float]:
+    window = sum(d["window_ns"] for d in truth["devices"])
+    idle: dict[str, int] = defaultdict(int)
+    for device in truth["devices"]:
+        for cause, ns in device["idle_ns"].items():
+            idle[cause] += ns
+    return {cause: ns / window for cause, ns in idle.items()}
+
+
+def stage_time_per_step(truth: dict) -> dict[str, float]:
+    """Per stage: Σ over steps of (its time summed over the ranks running it / those ranks), ÷ steps."""
+    per_step: dict[tuple[int, str], int] = defaultdict(int)
+    ranks: dict[tuple[int, str], set[int]] = defaultdict(set)
+    steps = {row["step"] for row in truth["stage_durations"]}
+    for row in truth["stage_durations"]:
+        if row["duration_ns"] > 0:
+            per_step[row["step"], row["stage"]] += row["duration_ns"]
+            ranks[row["step"], row["stage"]].add(row["rank"])
+    out: dict[str, float] = defaultdict(float)
+    for key, ns in per_step.items():
+        out[key[1]] += ns / len(ranks[key]) / len(steps)
+    return out
+
+
+def row(result, metric: str) -> dict:
+    found = [r for r in result.table.iter_rows(named=True) if r["metric"] == metric]
+    assert len(found) == 1, metric
+    return found[0]
+
+
+def test_idle_deltas_are_the_truths(result, folders):
+    a, b = (idle_fractions(load_truth(f)) for f in folders)
+    for cause in ("pool_wait", "rollout_tail", "sync_wait", "stage_gap", "weight_sync"):
+        r = row(result, f"idle.{cause}")
+        assert r["colocated"] == pytest.approx(a[cause], abs=1e-12)
+        assert r["delta disaggregated"] == pytest.approx(b[cause] - a[cause], abs=1e-12)
+    # a disaggregated pool waits for the other pool; a colocated one never does
+    pool_wait = row(result, "idle.pool_wait")
+    assert pool_wait["colocated"] == 0 and pool_wait["delta disaggregated"] > 0.2
+    assert pool_wait["winner"] == "colocated"
+
+
+def test_stage_and_busy_deltas_are_the_truths(result, folders):
+    ta, tb = (load_truth(f) for f in folders)
+    a, b = stage_time_per_step(ta), stage_time_per_step(tb)
+    for stage in ("rollout", "actor_update", "weight_sync"):
+        r = row(result, f"stage.{stage}")
+        assert r["delta disaggregated"] == pytest.approx(b[stage] - a[stage], rel=1e-9)
+        close = abs(a[stage] - b[stage]) <= TIE_TOLERANCE * max(a[stage], b[stage])
+        assert r["winner"] == ("tie" if close else "colocated" if a[stage] < b[stage] else "disaggregated")
+    busy = row(result, "overview.gpu_busy_ns")
+    expected = [sum(d["busy_ns"] for d in t["devices"]) for t in (ta, tb)]
+    assert busy["colocated"] == expected[0]
+    assert busy["delta disaggregated"] == expected[1] - expected[0]
+    assert busy["change disaggregated"] == pytest.approx((expected[1] - expected[0]) / expected[0])
+
+
+def test_wins_and_display(result):
+    wins = result.wins()
+    assert set(wins) == set(LABELS)
+    directed = [r for r in result.table.iter_rows(named=True) if r["winner"] not in (None, "tie")]
+    assert sum(len(w) for w in wins.values()) == len(directed)
+    shown = display(result)
+    assert shown.columns[:4] == ["metric", "path", "colocated", "disaggregated"]
+    pool = shown.filter(shown["path"] == "idle.pool_wait").row(0, named=True)
+    assert pool["Δ disaggregated"].startswith("+") and pool["Δ disaggregated"].endswith(" pp")
+
+
+def test_labels():
+    assert default_labels([Path("/a/run1"), Path("/b/run2")]) == ["run1", "run2"]
+    assert default_labels([Path("/a/x/run"), Path("/b/y/run")]) == ["x/run", "y/run"]
+    with pytest.raises(ValueError):
+        compare([], ["a"])
+
+
+def test_cli_json_matches_each_runs_own_report(tmp_path: Path):
+    a, b = RUNS / "verl_ppo_disaggregated", RUNS / "openrlhf_ppo_disaggregated"
+    done = cli("compare", str(a), str(b), "--label", "verl", "--label", "openrlhf", "--format", "json", "--quiet")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["runs"] == ["verl", "openrlhf"] and document["baseline"] == "verl"
+    reports = []
+    for path in (a, b):
+        out = tmp_path / f"{path.name}.json"
+        assert cli("analyze", str(path), "--format", "json", "-o", str(out), "--quiet").returncode == 0
+        reports.append({r["metric"]: r["value"] for r in json.loads(out.read_text())["overview"]})
+    overview = [m for m in document["metrics"] if m["metric"].startswith("overview.")]
+    assert overview
+    for metric in overview:
+        name = metric["metric"].removeprefix("overview.")
+        assert metric["values"] == {"verl": reports[0][name], "openrlhf": reports[1][name]}
+        if reports[0][name] is not None and reports[1][name] is not None:
+            assert metric["delta"]["openrlhf"] == pytest.approx(reports[1][name] - reports[0][name])
+
+
+@pytest.mark.parametrize("fmt", ["text", "md", "html"])
+def test_cli_formats(tmp_path: Path, fmt: str):
+    out = tmp_path / f"compare.{fmt}"
+    done = cli("compare", str(RUNS / "verl_grpo_colocated"), str(RUNS / "verl_ppo_disaggregated"),
+               "--format", fmt, "-o", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert "verl_grpo_colocated" in text and "verl_ppo_disaggregated" in text
+    assert "wins" in text
+
+
+def test_cli_bad_usage():
+    done = cli("compare", str(RUNS / "verl_grpo_colocated"), "--quiet")
+    assert done.returncode == 2 and "two runs" in done.stderr
+    done = cli("compare", str(RUNS / "verl_grpo_colocated"), str(RUNS / "trl_grpo"), "-l", "a", "--quiet")
+    assert done.returncode == 2 and "one label per run" in done.stderr

@@ -1,0 +1,177 @@
+"""The HTML report: one self-contained file that headless Chromium, with the network cut off,
+draws completely — every chart present as SVG, no console message, no error recorded."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import statistics
+from pathlib import Path
+
+import polars as pl
+import pytest
+from report_truth import RUNS, cli, load_truth, products, synthetic, synthetic_run
+
+import analyzer
+from analyzer.report import browser, charts, html
+from analyzer.report.charts import aggregate_timeline
+
+FIGURES_WITH_CHARTS = {"timeline", "stage_share", "bubbles", "collectives", "workdepth"}
+SIZE_LIMIT_64_RANKS = 3 * 1024 * 1024
+"""docs/reports.md: a 64-rank run's report stays under 3 MiB (the inlined Vega bundle is ~0.9 MiB)."""
+
+pytestmark = pytest.mark.skipif(browser.chromium() is None, reason="needs Chromium (installed by .ci/run)")
+
+
+def assert_draws_offline(page: Path, expected: set[str]) -> browser.Rendered:
+    drawn = browser.render(page)
+    assert drawn.console == [], drawn.console
+    assert 'id="rlperf-errors" class="errors" hidden' in drawn.dom
+    keys = {key.split("-", 1)[1] for key in drawn.charts}
+    assert keys == expected
+    for key, state in drawn.charts.items():
+        assert state["rendered"] == "ok", key
+        assert int(state["svg"]) + int(state["canvas"]) >= 1, key
+    return drawn
+
+
+def assert_self_contained(text: str) -> None:
+    """No markup that loads anything (scripts are inline; the Chromium run shows they fetch nothing)."""
+    text = re.sub(r"(<script[^>]*>).*?</script>", r"\1</script>", text, flags=re.S | re.I)
+    assert text.count("<script") >= 3
+    assert not re.search(r"<(script|img|iframe)[^>]+src=", text, re.I)
+    assert not re.search(r"<link[^>]+href=", text, re.I)
+    assert "@import" not in text and "url(http" not in text
+    assert "@font-face" not in text
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("synthetic")
+
+
+def test_every_chart_draws_offline(tmp_path: Path, made: Path):
+    folder = synthetic(made, "disaggregated")
+    run = synthetic_run(folder)
+    page = html.write(html.render(run, title="disaggregated"), tmp_path / "report.html")
+    text = page.read_text()
+    assert_self_contained(text)
+    drawn = assert_draws_offline(page, FIGURES_WITH_CHARTS)
+    assert "Headline numbers" in drawn.dom and "Guidelines" in drawn.dom
+    truth = load_truth(folder)
+    median = statistics.median(w["end_ns"] - w["start_ns"] for w in truth["step_windows"])
+    shown = run.overview.filter(pl.col("metric") == "step_time_ns")["value"].item()
+    assert shown == pytest.approx(median)
+
+
+class OnlySome:
+    """A run that provides only the given products (the others are not written yet)."""
+
+    def __init__(self, made: dict[str, pl.DataFrame]) -> None:
+        self.made = made
+
+    def provides(self, *names: str) -> bool:
+        return all(n in self.made for n in names)
+
+    def product(self, name: str) -> pl.DataFrame:
+        return self.made[name]
+
+
+def test_missing_products_say_what_they_need(tmp_path: Path, made: Path):
+    truth = products(load_truth(synthetic(made, "colocated")))
+    found = {f.key: f for f in charts.figures(OnlySome({"stage_timeline": truth["stage_timeline"]}))}
+    assert found["timeline"].chart is not None
+    for key, product in (("stage_share", "breakdown"), ("bubbles", "bubbles"), ("collectives", "collectives_by_dim"),
+                         ("workdepth", "workdepth")):
+        assert found[key].chart is None and found[key].needs.startswith("needs ") and f"'{product}'" in found[key].needs
+    empty = charts.figures(OnlySome({"bubbles": truth["bubbles"].clear()}))[2]
+    assert "found nothing to show" in empty.needs
+    page = html.Page("partial")
+    page.add(*(html.figure_html(page, f) for f in found.values()))
+    drawn = assert_draws_offline(html.write(page.render(), tmp_path / "partial.html"), {"timeline"})
+    assert drawn.dom.count('class="needs"') == 4
+
+
+def test_sample_run_report_through_the_cli(tmp_path: Path):
+    out = tmp_path / "report.html"
+    done = cli("analyze", str(RUNS / "verl_ppo_disaggregated"), "--format", "html", "-o", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert f"wrote the html report to {out}" in done.stderr
+    run = analyzer.load([RUNS / "verl_ppo_disaggregated"])
+    expected = {f.key for f in charts.figures(run) if f.chart is not None}
+    assert_self_contained(out.read_text())
+    assert_draws_offline(out, expected)
+
+
+def test_aggregated_timeline_keeps_the_majority_stage():
+    stages = pl.DataFrame({
+        "rank": [0, 0, 0, 1], "step": [1, 1, 1, 1], "stage": ["rollout", "reward", "actor_update", "rollout"],
+        "name": ["gen", "rm", "update", "gen"],
+        "start_ns": [0, 600, 700, 0], "end_ns": [600, 700, 1000, 1000],
+    })
+    out = aggregate_timeline(stages, slices=10)
+    rank0 = out.filter(pl.col("rank") == 0).sort("start_ns")
+    # slice 6 (600–700) is all reward; slices 0–5 rollout; 7–9 actor_update
+    assert rank0.select("stage", "start_ns", "end_ns").rows() == [
+        ("rollout", 0, 600), ("reward", 600, 700), ("actor_update", 700, 1000)]
+    assert out.filter(pl.col("rank") == 1).rows() == [(1, 1, "rollout", "(aggregated)", 0, 1000)]
+
+
+def test_64_rank_report_is_aggregated_small_and_draws(tmp_path: Path, made: Path):
+    run = synthetic_run(synthetic(made, "colocated", ranks=64, steps=12))
+    assert run.stage_timeline.height > charts.MAX_TIMELINE_MARKS
+    timeline = charts.timeline(run)
+    assert "Aggregated" in timeline.note
+    spec = timeline.spec()
+    data = spec["layer"][0].get("data") or spec["data"]
+    marks = len(spec["datasets"][data["name"]] if "name" in data else data["values"])
+    assert marks <= charts.MAX_TIMELINE_MARKS
+    page = html.write(html.render(run), tmp_path / "run64.html")
+    assert page.stat().st_size < SIZE_LIMIT_64_RANKS
+    assert_draws_offline(page, FIGURES_WITH_CHARTS)
+
+
+def test_demo_writes_the_report_and_says_where(tmp_path: Path):
+    done = cli("demo", "-o", str(tmp_path / "demo.html"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert f"wrote the report to {tmp_path / 'demo.html'}" in done.stderr
+    text = (tmp_path / "demo.html").read_text()
+    for label in ("verl colocated", "verl disaggregated", "verl one-step-off", "OpenRLHF disaggregated"):
+        assert f"Run: {label}" in text
+    from analyzer.compare import compare
+    from analyzer.samples import demo_runs
+
+    runs = [analyzer.load([path]) for _, path in demo_runs()]
+    drawable = sum(f.chart is not None for run in runs for f in charts.figures(run))
+    drawable += sum(f.chart is not None for f in charts.comparison_figures(compare(runs, [label for label, _ in demo_runs()])))
+    drawn = browser.render(tmp_path / "demo.html")
+    assert drawn.console == []
+    assert len(drawn.charts) == drawable
+    assert all(s["rendered"] == "ok" and int(s["svg"]) >= 1 for s in drawn.charts.values())
+
+
+def test_no_chromium_left_behind():
+    import subprocess
+
+    if shutil.which("pgrep") is None:
+        pytest.skip("pgrep missing")
+    mine = subprocess.run(["pgrep", "-f", "rlperf-chromium-"], capture_output=True, text=True).stdout.split()
+    assert mine == []
+
+
+def test_docs_screenshots_are_the_reports_own(tmp_path: Path):
+    """docs/reports.md shows screenshots that docs/img/screenshots.py makes from a sample run."""
+    import struct
+    import subprocess
+    import sys
+
+    docs = RUNS.parents[1] / "docs"
+    text = (docs / "reports.md").read_text()
+    done = subprocess.run([sys.executable, str(docs / "img" / "screenshots.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    for name in ("report-top.png", "report-figures.png"):
+        assert f"(img/{name})" in text
+        committed, fresh = (docs / "img" / name).read_bytes(), (tmp_path / name).read_bytes()
+        assert committed[:8] == fresh[:8] == b"\x89PNG\r\n\x1a\n"
+        assert struct.unpack(">II", committed[16:24]) == struct.unpack(">II", fresh[16:24])

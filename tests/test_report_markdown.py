@@ -1,0 +1,86 @@
+"""The Markdown report (tables that render in a pull request) and the PNG charts (vl-convert)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import polars as pl
+import pytest
+from report_truth import RUNS, cli, synthetic, synthetic_run
+
+from analyzer.report import charts, markdown, png
+from analyzer.report.units import cell
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory):
+    return synthetic_run(synthetic(tmp_path_factory.mktemp("synthetic"), "disaggregated"))
+
+
+def tables(text: str) -> list[list[str]]:
+    """Every GFM table of ``text``, as its lines."""
+    found, current = [], []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            found.append(current)
+            current = []
+    return found + ([current] if current else [])
+
+
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").replace("\\|", "\0").split("|")]
+
+
+def test_markdown_tables_are_well_formed(run):
+    text = markdown.render(run, title="disaggregated")
+    assert text.startswith("# disaggregated\n")
+    found = tables(text)
+    assert len(found) >= 7
+    for table in found:
+        width = len(cells(table[0]))
+        assert set(table[1].replace("|", "").replace(":", "")) == {"-"}, table[1]
+        assert all(len(cells(line)) == width for line in table), table[0]
+
+
+def test_markdown_shows_the_numbers_of_each_figure(run):
+    text = markdown.render(run)
+    for figure in charts.figures(run):
+        assert f"## {figure.title}" in text
+    idle = run.bubbles.group_by("cause").agg(pl.col("idle_ns").sum()).sort("idle_ns", descending=True)
+    windows = run.bubbles.group_by("step", "rank").agg(pl.col("window_ns").first())["window_ns"].sum()
+    top_cause, top_ns = idle.row(0)
+    assert f"| {top_cause} | {cell(top_ns, 'duration')} | {cell(top_ns / windows, 'percent')} |" in text
+    step_ns = run.overview.filter(pl.col("metric") == "step_time_ns")["value"].item()
+    assert f"| step time (median) | {cell(step_ns, 'duration')} | step_time_ns |" in text
+
+
+def test_markdown_says_what_a_missing_product_needs(tmp_path: Path):
+    out = tmp_path / "r.md"
+    done = cli("analyze", str(RUNS / "trl_grpo" / "logs"), "--format", "md", "-o", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert "## Per-rank timeline by stage" in text
+    assert "> needs " in text or "> stage classification found nothing" in text
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_png_writes_every_drawable_chart(run, tmp_path: Path):
+    written = png.render(run, tmp_path / "report.png")
+    expected = [f.key for f in charts.figures(run) if f.chart is not None]
+    assert [p.name for p in written] == [f"report-{k}.png" for k in expected]
+    for path in written:
+        width, height = png_size(path)
+        assert width >= 300 and height >= 100
+
+
+def test_png_needs_an_output(tmp_path: Path):
+    done = cli("analyze", str(RUNS / "verl_ppo_disaggregated"), "--format", "png", "--quiet")
+    assert done.returncode == 2 and "-o" in done.stderr and "Traceback" not in done.stderr
