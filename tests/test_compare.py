@@ -141,3 +141,19 @@ def test_cli_bad_usage():
     assert done.returncode == 2 and "two runs" in done.stderr
     done = cli("compare", str(RUNS / "verl_grpo_colocated"), str(RUNS / "trl_grpo"), "-l", "a", "--quiet")
     assert done.returncode == 2 and "one label per run" in done.stderr
+
+
+def test_sample_runs_colocated_vs_disaggregated():
+    """The real analyses on the real sample runs: a colocated pool idles at the rollout tail and
+    never waits for another pool; a disaggregated one waits for the other pool and has no shared
+    rollout tail — as the waits each run's harness recorded say."""
+    import analyzer
+
+    names = ["verl_grpo_colocated", "verl_ppo_disaggregated"]
+    result = compare([analyzer.load([RUNS / n]) for n in names], names)
+    recorded = [{w["cause"] for w in load_truth(RUNS / n)["waits"]} for n in names]
+    assert recorded == [{"rollout_tail", "weight_sync"}, {"pool_wait", "weight_sync"}]
+    for cause in ("rollout_tail", "pool_wait"):
+        r = row(result, f"idle.{cause}")
+        assert [r[n] > 0 for n in names] == [cause in causes for causes in recorded]
+        assert r["winner"] == (names[1] if cause == "rollout_tail" else names[0])
