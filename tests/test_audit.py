@@ -175,3 +175,24 @@ def test_regression_checks_cover_every_directed_summary_number(reports):
     directed = [m.name for m in audit.METRICS if m.better and have[m.name]]
     assert [c.path.field for c in checks] == directed
     assert all(set(c.limits.values()) == {audit.DEFAULT_REGRESSION} for c in checks)
+
+
+def test_weight_sync_budget_on_a_sample_run(tmp_path: Path):
+    """The docs' example budget on a real sample run, with the real analyses: verl disaggregated
+    spends more than 5% of its steps in weight sync (the truth's weight-sync ranges say how much)."""
+    run = RUNS / "verl_ppo_disaggregated"
+    truth = load_truth(run)
+    profiled = set(truth["config"]["profiled_steps"])
+    sync = sum(s["end_ns"] - s["start_ns"] for s in truth["stages"]
+               if s["stage"] == "weight_sync" and s["rank"] == -1 and s["step"] in profiled)
+    steps = sum(s["end_ns"] - s["start_ns"] for s in truth["spans"] if s["name"] == "step" and s["step"] in profiled)
+    assert 0.05 < sync / steps < 0.15
+    report = tmp_path / "report.json"
+    assert cli("analyze", str(run), "--format", "json", "-o", str(report), "--quiet").returncode == 0
+    share = next(r["value"] for r in json.loads(report.read_text())["overview"] if r["metric"] == "weight_sync_share")
+    assert 0.05 < share < 0.15
+    for limit, status in ((0.05, 1), (0.15, 0)):
+        path = budget(tmp_path, f'[[check]]\nname = "weight sync"\nmetric = "overview.weight_sync_share"\nmax = {limit}\n')
+        done = cli("audit", str(run), "--budget", str(path), "--quiet")
+        assert done.returncode == status, done.stdout
+        assert f"overview.weight_sync_share = {100 * share:.1f}%" in done.stdout
