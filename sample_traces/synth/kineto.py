@@ -247,7 +247,7 @@ def _device_rows(dev: pl.DataFrame, names: pl.DataFrame, colls: pl.DataFrame, de
         ).otherwise(
             pl.concat_str([common, pl.lit(', "bytes": '), pl.col("bytes").cast(pl.String),
                            pl.lit(', "memory bandwidth (GB/s)": '),
-                           (pl.col("bytes") / pl.col("dur")).round(3).cast(pl.String)])
+                           us(pl.col("bytes") * 1000 // pl.col("dur"))])
         ),
         cat=pl.lit(pl.Series(CATEGORIES)).gather(kind),
     )
