@@ -132,18 +132,24 @@ def test_64_rank_report_is_aggregated_small_and_draws(tmp_path: Path, made: Path
 
 
 def test_demo_writes_the_report_and_says_where(tmp_path: Path):
+    from analyzer.compare import compare
+    from analyzer.samples import DEMO_GROUPS, demo_groups
+
     done = cli("demo", "-o", str(tmp_path / "demo.html"), "--quiet")
     assert done.returncode == 0, done.stderr
     assert f"wrote the report to {tmp_path / 'demo.html'}" in done.stderr
     text = (tmp_path / "demo.html").read_text()
-    for label in ("verl colocated", "verl disaggregated", "verl one-step-off", "OpenRLHF disaggregated"):
-        assert f"Run: {label}" in text
-    from analyzer.compare import compare
-    from analyzer.samples import demo_runs
-
-    runs = [analyzer.load([path]) for _, path in demo_runs()]
-    drawable = sum(f.chart is not None for run in runs for f in charts.figures(run))
-    drawable += sum(f.chart is not None for f in charts.comparison_figures(compare(runs, [label for label, _ in demo_runs()])))
+    groups = demo_groups()
+    assert [title for title, _ in groups] == [title for title, _, _ in DEMO_GROUPS]
+    drawable = 0
+    for title, found in groups:
+        assert f"<h2>{title}</h2>" in text
+        runs = [analyzer.load([path]) for _, path in found]
+        for label, _ in found:
+            assert f"Run: {label}" in text
+        drawable += sum(f.chart is not None for run in runs for f in charts.figures(run))
+        drawable += sum(f.chart is not None for f in charts.comparison_figures(compare(runs, [label for label, _ in found])))
+    assert drawable >= 5 * 7 + 2 * 2
     drawn = browser.render(tmp_path / "demo.html")
     assert drawn.console == []
     assert len(drawn.charts) == drawable

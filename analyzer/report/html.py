@@ -219,29 +219,27 @@ def javascript_bundle() -> str:
 
 def render_comparison(comparison, *, runs: Sequence | None = None, title: str = "rlperf comparison") -> str:
     """Runs side by side (``analyzer.compare``); with ``runs``, each run's full report follows."""
-    from ..compare import display
-    from .charts import comparison_figures
-
     page = Page(title)
     page.add(f"<h1>{esc(title)}</h1>")
-    add_comparison(page, comparison, display(comparison))
-    for figure in comparison_figures(comparison):
-        page.add(figure_html(page, figure))
-    for label, run in zip(comparison.labels, runs or [], strict=False):
-        page.add(f'<h2 id="run-{esc(label)}">Run: {esc(label)}</h2>')
-        add_run(page, run, level=3)
+    add_comparison(page, comparison, runs)
     return page.render()
 
 
-def add_comparison(page: Page, comparison, shown: pl.DataFrame) -> None:
-    from ..compare import NOTE, display_columns
+def add_comparison(page: Page, comparison, runs: Sequence | None = None, *, level: int = 2) -> None:
+    """Who wins where, the metrics table, the comparison charts, then each run's report."""
+    from ..compare import NOTE, display, display_columns
+    from .charts import comparison_figures
 
+    h = f"h{level}"
     labels = comparison.labels
+    shown = display(comparison)
     page.add(f'<p class="meta">Deltas are against the first run, <b>{esc(labels[0])}</b>.</p>')
-    wins = comparison.wins()
     items = "".join(
-        f"<li><b>{esc(label)}</b> wins {len(won)}: {esc(', '.join(won) or '–')}</li>" for label, won in wins.items()
+        f"<li><b>{esc(label)}</b> wins {len(won)}: {esc(', '.join(won) or '–')}</li>" for label, won in comparison.wins().items()
     )
-    page.add(f"<h2>Who wins where</h2><ul>{items}</ul>")
-    page.add("<h2>Metrics</h2>")
+    page.add(f"<{h}>Who wins where</{h}><ul>{items}</ul>", f"<{h}>Metrics</{h}>")
     page.add(frame_html(shown, display_columns(shown)), f'<p class="note">{esc(NOTE)}</p>')
+    page.add(*(figure_html(page, figure, h) for figure in comparison_figures(comparison)))
+    for label, run in zip(labels, runs or [], strict=False):
+        page.add(f'<{h} id="run-{esc(label)}">Run: {esc(label)}</{h}>')
+        add_run(page, run, level=level + 1)
