@@ -234,25 +234,22 @@ def stage_ranges(run: Run) -> pl.DataFrame:
 
 
 def timeline(ranges: pl.DataFrame) -> pl.DataFrame:
-    """Disjoint per-rank segments where the innermost range decides (ranges carry ``depth``)."""
+    """Disjoint per-rank segments where the innermost range decides (ranges carry ``depth``):
+    each range keeps what no deeper range covers; ranges that merely touch stay apart."""
     cols = list(frames.STAGE_TIMELINE)
     if ranges.height == 0:
         return frames.empty(frames.STAGE_TIMELINE)
     pieces = []
-    deepest = int(ranges["depth"].max())
-    for d in range(deepest + 1):
-        level = ranges.filter(pl.col("depth") == d)
-        if level.height == 0:
-            continue
-        inner = ranges.filter(pl.col("depth") > d)
-        own = intervals.difference(level, inner, by=["rank"]) if inner.height else intervals.union(level, by=["rank"])
-        if own.height == 0:
-            continue
-        tagged = own.sort("rank", "start_ns").join_asof(
-            level.sort("rank", "start_ns").select("rank", pl.col("start_ns").alias("_s"), *[c for c in cols if c not in ("rank", "start_ns", "end_ns")]),
-            left_on="start_ns", right_on="_s", by="rank", strategy="backward", check_sortedness=False,
-        )
-        pieces.append(tagged.select(cols))
+    keyed = ranges.with_row_index("_id").sort("rank", "start_ns")
+    for d in sorted(keyed["depth"].unique().to_list()):
+        level = keyed.filter(pl.col("depth") == d)
+        inner = keyed.filter(pl.col("depth") > d).drop("_id").join_asof(
+            level.select("rank", "start_ns", "_id"), on="start_ns", by="rank", strategy="backward", check_sortedness=False)
+        inner = inner.filter(pl.col("_id").is_not_null())
+        own = intervals.difference(level.select("rank", "_id", "start_ns", "end_ns"),
+                                   inner.select("rank", "_id", "start_ns", "end_ns"), by=["rank", "_id"])
+        if own.height:
+            pieces.append(own.join(level.drop("rank", "start_ns", "end_ns"), on="_id").select(cols))
     return pl.concat(pieces).sort("rank", "start_ns").cast(frames.STAGE_TIMELINE)
 
 

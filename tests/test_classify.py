@@ -8,6 +8,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_assemble import (
     ANNOTATED,
     CPU_SCENARIOS,
@@ -24,7 +26,9 @@ import analyzer
 import parsers
 from analyzer import frames
 from analyzer.classify import timeline
+from parsers.events import nesting_depth
 from taxonomy import collectives as tc
+from taxonomy.vocab import STAGE_NAMES
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 
@@ -307,3 +311,59 @@ def test_gpu_work_without_its_launch_takes_the_device_annotation() -> None:
     without = bare.classified.filter(pl.col("kind") == "kernel")["stage"]
     assert with_launch.drop_nulls().len() == without.drop_nulls().len() > 1000
     assert (with_launch.cast(pl.String).fill_null("") == without.cast(pl.String).fill_null("")).all()
+
+
+# --- invariants ----------------------------------------------------------------------------------
+
+
+@st.composite
+def nested_ranges(draw: st.DrawFn) -> pl.DataFrame:
+    """Properly nested ranges on a few ranks (children inside their parent, siblings apart)."""
+    rows = []
+
+    def grow(rank: int, start: int, end: int, level: int) -> None:
+        cursor = start
+        for _ in range(draw(st.integers(0, 3 if level < 3 else 0))):
+            a = draw(st.integers(cursor, max(cursor, end - 2)))
+            b = draw(st.integers(a + 1, max(a + 1, end)))
+            if b > end or a >= b:
+                break
+            rows.append({"rank": rank, "start_ns": a, "end_ns": b, "stage": draw(st.sampled_from(STAGE_NAMES[:13]))})
+            grow(rank, a, b, level + 1)
+            cursor = b
+
+    for rank in range(draw(st.integers(1, 3))):
+        grow(rank, 0, 10_000, 0)
+    return pl.DataFrame(rows, schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "stage": pl.String})
+
+
+@settings(max_examples=60, deadline=None)
+@given(nested_ranges())
+def test_timeline_is_the_innermost_range_at_every_point(frame: pl.DataFrame) -> None:
+    if frame.height == 0:
+        return
+    ranges = frame.with_columns(
+        pl.lit(1, pl.Int32).alias("step"), pl.lit(None, pl.String).alias("role"), pl.format("r{}", pl.int_range(pl.len())).alias("name"),
+        nesting_depth(frame, ["rank"]).alias("depth"), pl.lit(False).alias("inferred"), pl.lit(1.0).alias("confidence"),
+    ).select(list(frames.STAGE_RANGES)).cast(frames.STAGE_RANGES)
+    tl = timeline(ranges)
+    # disjoint, and together exactly the union of the ranges
+    ordered = tl.sort("rank", "start_ns")
+    assert (ordered["start_ns"] < ordered["end_ns"]).all()
+    assert (ordered.select((pl.col("start_ns") >= pl.col("end_ns").shift(1).over("rank")).fill_null(True))["start_ns"]).all()
+    from analyzer import intervals
+    assert intervals.union_length(tl, ["rank"]).sort("rank").equals(intervals.union_length(ranges, ["rank"]).sort("rank"))
+    # every segment belongs to the deepest range covering its start
+    for row in tl.iter_rows(named=True):
+        covering = ranges.filter((pl.col("rank") == row["rank"]) & (pl.col("start_ns") <= row["start_ns"]) & (pl.col("end_ns") >= row["end_ns"]))
+        assert covering.sort("depth")["name"][-1] == row["name"]
+
+
+def test_products_do_not_depend_on_event_order(synth_dir: Path) -> None:  # noqa: F811
+    run, _ = synth_run(synth_dir, "one_step_off")
+    shuffled = analyzer.Run(sources=run.sources, events=run.events.sample(fraction=1.0, shuffle=True, seed=5), metrics=run.metrics)
+    for product in ("clock", "steps", "stage_timeline", "pools", "collectives"):
+        a, b = run.product(product), shuffled.product(product)
+        key = [c for c in ("rank", "step", "start_ns", "instance") if c in a.columns]
+        assert a.sort(key).equals(b.sort(key)), product
+    assert run.placement["execution"] == shuffled.placement["execution"]
