@@ -382,8 +382,8 @@ def classified(run: Run) -> pl.DataFrame:
         pl.col("stage").cast(STAGE), pl.col("role").cast(ROLE), pl.col("dim").cast(DIM), pl.col("pool").cast(POOL),
         pl.col("inferred").cast(pl.Boolean), pl.col("confidence").cast(pl.Float32),
     )
-    out = _select_steps(run, out) if parse_selection(run.options.get("steps")) is not None else out
-    return out
+    out = out.select([*run.events.columns, *frames.CLASSIFIED_COLUMNS])
+    return _select_steps(run, out) if parse_selection(run.options.get("steps")) is not None else out
 
 
 def _window_step(points: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:

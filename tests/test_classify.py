@@ -149,7 +149,7 @@ def test_gpu_work_takes_the_stage_of_the_range_enclosing_its_launch(synth_dir: P
 def test_classified_keeps_the_event_table_and_adds_the_contract_columns(synth_dir: Path) -> None:  # noqa: F811
     run, _ = synth_run(synth_dir, "disaggregated")
     cl = run.classified
-    assert cl.columns[: len(run.events.columns)] == run.events.columns
+    assert cl.columns == [*run.events.columns, *frames.CLASSIFIED_COLUMNS]
     frames.check(cl, frames.CLASSIFIED_COLUMNS, "classified")
     assert cl.height == run.events.height
     colls = cl.filter(pl.col("coll").is_not_null())
