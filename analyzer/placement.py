@@ -174,8 +174,13 @@ def summary(run: Run) -> pl.DataFrame:
     if clock.height:
         shifted = clock.filter(pl.col("offset_ns") != 0)
         worst = int(aligned["uncertainty_ns"].max() or 0) if aligned.height else 0
-        detail = (f"{shifted.height} rank(s) shifted, largest offset {int(shifted['offset_ns'].abs().max() or 0) / 1e3:.0f} µs; "
-                  f"residual uncertainty up to {worst / 1e3:.0f} µs" if aligned.height else "no matched collectives: clocks taken as recorded")
+        if not aligned.height:
+            detail = "no matched collectives: clocks taken as recorded"
+        elif shifted.height:
+            detail = (f"{shifted.height} rank(s) shifted, largest offset {int(shifted['offset_ns'].abs().max()) / 1e3:.0f} µs; "
+                      f"residual uncertainty up to {worst / 1e3:.0f} µs")
+        else:
+            detail = f"no offset beyond its uncertainty; clocks agree within {worst / 1e3:.0f} µs"
         rows.append(("clock alignment", f"{aligned.height}/{clock.height} ranks aligned", detail))
     return pl.DataFrame(rows, schema={"fact": pl.String, "value": pl.String, "detail": pl.String}, orient="row")
 
