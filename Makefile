@@ -36,13 +36,18 @@ $(VENV)/.installed-samples: pyproject.toml | $(BIN)/python
 # Regenerates sample_traces/runs/ from scratch (real tiny RL runs on CPU; nsys for one of them).
 samples: $(VENV)/.installed-samples
 	$(BIN)/python -m sample_traces.harness.run
+	$(BIN)/python -m sample_traces.synth.samples
 
 # Screenshots of a sample run's HTML report for docs/reports.md (headless Chromium, offline).
 docs-images: $(VENV)/.installed-test
 	$(BIN)/python docs/img/screenshots.py
 
+# Speed and memory against the references, measured in the same run (figures in each script's doc).
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/ingest.py
+	$(BIN)/python benchmarks/nsys_ingest.py
+	$(BIN)/python benchmarks/logs_ingest.py
+	$(BIN)/python benchmarks/analyze_scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

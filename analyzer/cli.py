@@ -67,9 +67,13 @@ def main() -> None:
     debug = "--debug" in sys.argv
     if debug:
         sys.argv.remove("--debug")
+    from taxonomy.collectives import CollectiveRulesError
+    from taxonomy.guidelines import GuidelineError
+    from taxonomy.profiles import ProfileError
+
     try:
         app()
-    except InputError as exc:
+    except (InputError, ProfileError, GuidelineError, CollectiveRulesError) as exc:
         if debug:
             raise
         typer.echo(f"rlperf: error: {exc}", err=True)

@@ -145,6 +145,21 @@ def provide(run: Run, name: str) -> dict[str, Any]:
 # --- report section: the run summary ----------------------------------------------------------
 
 
+def number_ranges(numbers: list[int]) -> str:
+    """``[1, 2, 3, 7, 9, 10]`` → ``"1–3, 7, 9–10 (6)"``: step lists stay one line."""
+    values = sorted(set(numbers))
+    runs: list[str] = []
+    start = prev = None
+    for n in [*values, None]:
+        if n is not None and prev is not None and n == prev + 1:
+            prev = n
+            continue
+        if start is not None:
+            runs.append(str(start) if start == prev else f"{start}–{prev}")
+        start = prev = n
+    return ", ".join(runs) + (f" ({len(values)})" if len(values) > 2 else "")
+
+
 def summary(run: Run) -> pl.DataFrame:
     """Facts about the run as (fact, value, detail) rows."""
     rows: list[tuple[str, str, str]] = []
@@ -153,19 +168,22 @@ def summary(run: Run) -> pl.DataFrame:
     rows.append(("version assumed", profile["version"] or "any", profile["reason"]))
     pools = run.pools
     hosts = sorted({h for h in pools["host"].to_list() if h})
-    rows.append(("ranks", str(pools.height), f"on {len(hosts)} host(s): {', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''}"))
+    if pools.height:
+        rows.append(("ranks", str(pools.height), f"on {len(hosts)} host(s): {', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''}"))
+    else:
+        rows.append(("ranks", "–", "no device traces: logs only"))
     roles = {s.meta.get("role") for s in run.sources}
     if "driver" in roles:
         rows.append(("driver", "yes", "the single controller's timers frame the steps; it is not a device"))
     facts = run.placement
-    rows.append(("placement", str(facts["placement"]), "; ".join(facts["evidence"][:1])))
-    rows.append(("execution mode", str(facts["execution"]), "; ".join(facts["evidence"][1:])))
+    rows.append(("placement", facts["placement"] or "–", "; ".join(facts["evidence"][:1])))
+    rows.append(("execution mode", facts["execution"] or "–", "; ".join(facts["evidence"][1:])))
     steps = run.steps
     if steps.height:
         lengths = (steps["end_ns"] - steps["start_ns"]) / 1e6
         src = steps["source"][0]
         numbering = step_numbering(run)
-        rows.append(("steps", ", ".join(str(s) for s in steps["step"].to_list()),
+        rows.append(("steps", number_ranges(steps["step"].to_list()),
                      f"from {src}; median {lengths.median():.1f} ms" + (f"; {numbering}" if numbering else "")))
     else:
         rows.append(("steps", "none", "no ProfilerStep, step range, rollout or log step found"))

@@ -103,6 +103,8 @@ class Run:
         }
         for section in sections(self):
             document[section.key] = section.frame.to_dicts() if section.frame is not None else []
+            for name, frame in section.details.items():
+                document[name] = frame.to_dicts()
         return document
 
 

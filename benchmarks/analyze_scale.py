@@ -31,9 +31,9 @@ from ingest import _env  # noqa: E402  (the same environment as the ingest bench
 
 ANALYSES = (
     "breakdown", "critical_path", "collective_waits", "device_states", "bubbles", "largest_bubbles",
-    "collectives_by_dim", "weight_sync", "stragglers", "workdepth",
+    "collectives_by_dim", "weight_sync", "stragglers", "workdepth", "violations",
 )
-SECTIONS = ("breakdown", "bubbles", "sync", "workdepth")
+SECTIONS = ("breakdown", "bubbles", "sync", "workdepth", "guidelines")
 """Report sections the analyses contribute; each must hold rows for the run to count."""
 
 INGEST = "import sys; from analyzer.ingest import ingest; ingest([sys.argv[1]], jobs=int(sys.argv[2]), use_cache=False)"

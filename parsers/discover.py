@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import importlib
+import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,13 +103,25 @@ def discover(paths: list[str | Path]) -> Discovery:
             if resolved in seen:
                 continue
             seen.add(resolved)
-            fmt = sniff(file)
+            head = read_head(file)
+            if _is_own_output(head):
+                found.notes.append(f"{file}: rlperf's own output (ground truth or report), not an input; skipped")
+                continue
+            fmt = sniff(file, head)
             if fmt is None:
                 found.unknown.append(file)
             else:
                 found.sources.append((file, fmt))
     _drop_shadowed(found)
     return found
+
+
+_OWN_OUTPUT = re.compile(rb'^\s*\{\s*"(?:format|schema)"\s*:\s*"rlperf-(?:truth|report|compare|crosscheck)/')
+
+
+def _is_own_output(head: bytes) -> bool:
+    """Ground-truth files and JSON reports rlperf writes sit beside traces; they are not inputs."""
+    return _OWN_OUTPUT.match(head[:512]) is not None
 
 
 def _walk(root: Path):

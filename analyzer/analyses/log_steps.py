@@ -54,7 +54,7 @@ OUTPUTS = {
     "unclassified": "timer keys no profile rule claims: steps seen, seconds",
     "needs_trace": "analyses the logs cannot decide, and why",
 }
-PROVIDES = tuple(OUTPUTS)
+OUTPUT_NAMES: tuple[str, ...] = tuple(OUTPUTS)
 
 OUTLIER_K = 3.0
 """A step is an outlier when its wall time exceeds median + OUTLIER_K × MAD."""

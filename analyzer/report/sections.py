@@ -35,6 +35,9 @@ class Section:
     columns: list[Column] = field(default_factory=list)
     note: str = ""
     key: str = ""
+    details: dict[str, pl.DataFrame] = field(default_factory=dict)
+    """More frames behind the table (per step, statistics, …): in the JSON report under their
+    own keys, and in every renderer that has room for them."""
 
     def rows(self) -> list[list[object]]:
         if self.frame is None:

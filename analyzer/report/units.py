@@ -36,7 +36,7 @@ def number(value: float | int | None) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
-        return f"{value:.3g}"
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
     return f"{value:,}"
 
 
