@@ -6,10 +6,22 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from ..cli import Quiet, app
 
 DEFAULT_OUTPUT = Path("rlperf-demo.html")
+HIGHLIGHTS = (
+    ("overview.step_time_ns", "step time"),
+    ("idle.rollout_tail", "idle: rollout tail"),
+    ("idle.pool_wait", "idle: pool wait"),
+    ("overview.idle_fraction", "idle, all devices"),
+    ("overview.weight_sync_share", "weight sync"),
+    ("overview.guideline_errors", "guideline errors"),
+    ("overview.guideline_warnings", "warnings"),
+)
+"""The few numbers the terminal shows per sample run; the HTML report has everything."""
 
 
 @app.command()
@@ -35,8 +47,30 @@ def demo(
             comparison = compare(runs, [label for label, _ in found])
             page.add(f"<h2>{esc(heading)}</h2>")
             add_comparison(page, comparison, runs, level=3)
-        for label, won in comparison.wins().items():
-            steps.say(f"  {label}: best on {len(won)} metric(s)")
+        if not quiet:
+            highlights(heading, comparison, Console())
     with steps.step("Writing the report"):
         written = write(page.render(), output)
     steps.say(f"rlperf demo: wrote the report to {written.resolve()} — open it in a browser (it works offline)")
+
+
+def highlights(heading: str, comparison, console: Console) -> None:
+    """One row per run: the headline numbers of the comparison, formatted as the reports do."""
+    from ..report.units import cell
+
+    table = Table(title=heading, title_justify="left", show_edge=False)
+    table.add_column("run", no_wrap=True)
+    rows = {r["metric"]: r for r in comparison.table.iter_rows(named=True)}
+    shown = [(m, t) for m, t in HIGHLIGHTS if m in rows]
+    for _, title in shown:
+        table.add_column(title, justify="right")
+    for label in comparison.labels:
+        cells = []
+        for metric, _ in shown:
+            row = rows[metric]
+            unit = row["unit"]
+            fmt = "duration" if unit == "ns" else "percent" if unit == "fraction" else "number"
+            value = row[label]
+            cells.append(cell(int(value) if fmt == "number" and value is not None else value, fmt))
+        table.add_row(label, *cells)
+    console.print(table)
