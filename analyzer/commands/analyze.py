@@ -49,7 +49,11 @@ def analyze(
     rules: RulesFile = None,
     layout: LayoutSpec = None,
 ) -> None:
-    """Analyze one run: per-rank GPU time, idle, communication overlap, time by annotation.
+    """Analyze one run: RL stages per step and rank, idle time by cause, sync overhead, guidelines.
+
+    Placement and execution mode, per-stage time and the critical path, bubbles (rollout tail,
+    pool wait, stage gaps, sync wait, host-bound, weight sync), collectives by parallelism
+    dimension, work–depth what-ifs, and the guideline catalogue with evidence.
 
     PATHS may mix PyTorch profiler traces (.json/.json.gz), Nsight Systems exports (.sqlite,
     .nsys-rep with nsys on PATH, nsys stats CSV) and framework logs; formats are told by
