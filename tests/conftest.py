@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+"""CI runs the property tests on a fixed sequence of examples (set by .ci/run); a developer's
+`make test` explores new ones each run."""
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 

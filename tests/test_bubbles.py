@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 import polars as pl
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from analyzer import frames, intervals
@@ -216,6 +216,11 @@ def runs(draw):
 
 @settings(max_examples=120, deadline=None)
 @given(runs(), st.randoms(use_true_random=False))
+@example(  # a range of the step beyond its window still bounds the rank's stage gap (rule 6)
+    ([(1, 0, 20), (2, 20, 35)], {0: "shared", 1: "shared"},
+     [(1, 2, "rollout", 20, 21), (1, 2, "rollout", 21, 31), (1, 2, "rollout", 35, 36)], [], []),
+    random.Random(0),
+)
 def test_random_runs_follow_the_rules_point_by_point(run, rnd) -> None:
     windows, pools, ranges, acts, colls = run
     states, bubbles = analyse(windows, pools, ranges, acts, colls)

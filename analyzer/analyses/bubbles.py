@@ -79,14 +79,13 @@ def compute_states(
     )
     staged = ranged.filter(pl.col("step").is_not_null())
     mine = within(ranged.select("rank", "start_ns", "end_ns"))
-    step_ranges = of_step(staged.select(SPAN))
     rules = {
         "weight_sync": within(ranged.filter(pl.col("stage") == "weight_sync").select("rank", "start_ns", "end_ns")),
         "rollout_tail": _rollout_tail(staged, pools, windows),
         "pool_wait": intervals.difference(within(_other_pool_working(ranged, pools)), mine, DEVICE),
         "sync_wait": waiting,
         "host_bound": mine,
-        "stage_gap": step_ranges.group_by(DEVICE).agg(pl.col("start_ns").min(), pl.col("end_ns").max()).select(SPAN),
+        "stage_gap": staged.select(SPAN).group_by(DEVICE).agg(pl.col("start_ns").min(), pl.col("end_ns").max()).select(SPAN),
         "other": windows,
     }
     tagged = pl.concat(
