@@ -13,12 +13,12 @@ from ..cli import Quiet, app
 
 DEFAULT_OUTPUT = Path("rlperf-demo.html")
 HIGHLIGHTS = (
-    ("overview.step_time_ns", "step time"),
-    ("idle.rollout_tail", "idle: rollout tail"),
-    ("idle.pool_wait", "idle: pool wait"),
-    ("overview.idle_fraction", "idle, all devices"),
+    ("overview.step_time_ns", "step"),
+    ("overview.idle_fraction", "idle"),
+    ("idle.rollout_tail", "rollout tail"),
+    ("idle.pool_wait", "pool wait"),
     ("overview.weight_sync_share", "weight sync"),
-    ("overview.guideline_errors", "guideline errors"),
+    ("overview.guideline_errors", "errors"),
     ("overview.guideline_warnings", "warnings"),
 )
 """The few numbers the terminal shows per sample run; the HTML report has everything."""
