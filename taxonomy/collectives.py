@@ -28,11 +28,7 @@ from typing import Any
 
 import polars as pl
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
+from .tomlfile import read_toml
 from .vocab import DIM, DIMENSIONS, STAGE_NAMES
 
 RULES_PATH = Path(__file__).with_name("collectives.toml")
@@ -105,13 +101,7 @@ def load_rules(user: str | Path | None = None, path: Path = RULES_PATH) -> Colle
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except OSError as exc:
-        raise CollectiveRulesError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CollectiveRulesError(f"{path}: not valid TOML ({exc})") from None
+    return read_toml(path, lambda p, problem: CollectiveRulesError(f"{p}: {problem}"))
 
 
 def _rules(path: Path, data: dict[str, Any], origin: str) -> CollectiveRules:

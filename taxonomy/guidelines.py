@@ -18,10 +18,7 @@ from typing import Any
 
 import polars as pl
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from .tomlfile import read_toml
 
 CATALOGUE = Path(__file__).with_name("guidelines.toml")
 
@@ -172,13 +169,7 @@ def _order(g: Guideline) -> tuple[int, int, str]:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except OSError as exc:
-        raise GuidelineError(path, f"cannot read ({exc.strerror or exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise GuidelineError(path, f"not valid TOML ({exc})") from None
+    return read_toml(path, GuidelineError)
 
 
 def _merge(base: dict[str, Any], user: dict[str, Any], path: Path, origins: dict[str, str]) -> None:

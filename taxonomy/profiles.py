@@ -17,11 +17,7 @@ from typing import Any
 
 import polars as pl
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
+from .tomlfile import read_toml
 from .vocab import ROLE, ROLES, STAGE, STAGE_NAMES
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
@@ -130,13 +126,7 @@ def load_profiles(user_rules: str | Path | None = None, directory: Path = PROFIL
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"{path}: not valid TOML ({exc})") from None
+    return read_toml(path, lambda p, problem: ProfileError(f"{p}: {problem}"))
 
 
 def _profile(path: Path, data: dict[str, Any]) -> Profile:

@@ -1,0 +1,23 @@
+"""Reading the taxonomy's TOML data files (and users' files on top) with one-line errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+def read_toml(path: Path, error: Callable[[Path, str], Exception]) -> dict[str, Any]:
+    """The parsed file; an unreadable or invalid one raises ``error(path, problem)``."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise error(path, f"cannot read ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise error(path, f"not valid TOML ({exc})") from None
