@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
+
 from parsers import discover, sniff
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,3 +59,16 @@ def test_a_bad_rules_file_is_one_line_and_exit_two(tmp_path: Path):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"rlperf: error: {rules}")
+
+
+def test_emit_nvtx_calls_are_grouped_by_operator():
+    """nsys' PyTorch NVTX names every call apart; the annotation breakdown groups them by op."""
+    import analyzer
+
+    run = analyzer.load([CORPUS / "nsys-ai" / "mfu_2gpu_before.sqlite"])
+    names = set(run.annotations["name"])
+    assert "aten::to" in names
+    assert not any(", op_id = " in n or ", seq = " in n for n in names)
+    to = run.annotations.filter(run.annotations["name"] == "aten::to")
+    assert sorted(to["rank"]) == [0, 1] and (to["count"] > 100).all()
+    assert (run.annotations.group_by("rank").agg(pl.col("share").sum())["share"] <= 1.0).all()

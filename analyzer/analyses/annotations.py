@@ -16,6 +16,8 @@ OUTPUTS = {
 }
 
 PROVIDES = ("annotations",)
+OP_ID_SUFFIX = r", (?:op_id|seq) = \d+.*$"
+"""PyTorch's emit_nvtx names every call apart (``aten::to, op_id = 999599``); grouped by op."""
 STEP_PREFIX = "ProfilerStep#"
 TOP = 8
 
@@ -27,7 +29,9 @@ def compute(events: pl.DataFrame) -> pl.DataFrame:
     )
     keys = ["source", "pid", "tid"]
     ranges = ranges.with_columns(nesting_depth(ranges, keys).alias("outer_depth"))
-    top = ranges.filter(pl.col("outer_depth") == 0)
+    top = ranges.filter(pl.col("outer_depth") == 0).with_columns(
+        pl.col("name").cast(pl.String).str.replace(OP_ID_SUFFIX, "").alias("name")
+    )
     return (
         top.group_by("rank", "name")
         .agg(pl.len().alias("count"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("time_ns"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import polars as pl
 from rich.console import Console
 from rich.table import Table
 
@@ -15,8 +16,11 @@ def render(run: Run, console: Console) -> None:
     files = Table(title="Sources", title_justify="left", show_edge=False)
     for column in ("file", "format", "rank"):
         files.add_column(column)
+    ranks = dict(
+        run.events.filter(pl.col("rank") >= 0).group_by("source").agg(pl.col("rank").unique().sort()).iter_rows()
+    )
     for s in run.sources:
-        files.add_row(s.path.name, s.format, str(s.rank) if s.rank >= 0 else "–")
+        files.add_row(s.path.name, s.format, ",".join(map(str, ranks.get(s.index, []))) or "–")
     console.print(files)
     for section in sections(run):
         _section(section, console)
