@@ -76,8 +76,7 @@ def assign_ranks(parsed: list[ParsedSource]) -> tuple[pl.DataFrame, list[int], l
     tables = [p.events.with_columns(pl.lit(i, dtype=pl.UInt32).alias("source")) for i, p in enumerate(parsed)]
     taken = {int(r) for t in tables for r in t["rank"].unique().to_list() if r is not None and r >= 0}
     units = _units(parsed, tables)
-    trace_units = [u for u in units if u["trace"]]
-    ranked = any(u["rank"] >= 0 for u in trace_units)
+    several = sum(u["trace"] for u in units) > 1
     fixes: dict[tuple[int, int | None], int] = {}
     next_free = 0
     for u in units:
@@ -85,7 +84,7 @@ def assign_ranks(parsed: list[ParsedSource]) -> tuple[pl.DataFrame, list[int], l
             continue
         where = u["label"]
         by_file = RANK_IN_FILE.search(u["file"]) if u["pid"] is None else None
-        if u["driver_file"] or (len(trace_units) > 1 and u["driverish"] and (ranked or len(trace_units) > 1)):
+        if u["driver_file"] or (several and u["driverish"]):
             u["role"] = DRIVER
             why = "its file name" if u["driver_file"] else "driver timers and no device work"
             notes.append(f"{where}: the single controller ({why}); role driver, not a device")
@@ -128,8 +127,9 @@ def _units(parsed: list[ParsedSource], tables: list[pl.DataFrame]) -> list[dict[
     names: set[str] = set()
     for table in tables:
         names.update(table.filter(pl.col("kind").is_in(["annotation", "gpu_annotation"]))["name"].cast(pl.String).unique().to_list())
-    detection = tp.detect(names, meta=next((p.meta for p in parsed if p.meta.get("framework")), None))
-    classes = tp.classify(names, "trace", detection) if names else pl.DataFrame(schema=tp.CLASSES_SCHEMA)
+    profiles = tp.load_profiles()
+    detection = tp.detect(names, meta=next((p.meta for p in parsed if p.meta.get("framework")), None), profiles=profiles)
+    classes = tp.classify(names, "trace", detection, profiles=profiles)
     driver_names = set(classes.filter((pl.col("role") == "driver") & pl.col("relation").is_in(["stage", "step"]))["name"].to_list())
     other_names = set(classes.filter((pl.col("role") != "driver") & (pl.col("relation") == "stage"))["name"].to_list())
     for i, (p, table) in enumerate(zip(parsed, tables, strict=True)):
@@ -158,10 +158,6 @@ def _units(parsed: list[ParsedSource], tables: list[pl.DataFrame]) -> list[dict[
                 "role": WORKER,
             })
     return units
-
-
-def source_roles(run: Run) -> dict[int, str]:
-    return {s.index: s.meta.get("role", WORKER) for s in run.sources}
 
 
 # --- collective calls and instances ------------------------------------------------------------
@@ -498,8 +494,7 @@ def provide(run: Run, name: str) -> Any:
     if name == "collective_calls":
         return collective_calls(run.events, _pg_config(run))
     if name == "clock":
-        ranks = sorted(r for r in run.events["rank"].unique().to_list() if r is not None and r >= 0)
-        clock = estimate_clock(run.collective_calls, ranks)
+        clock = estimate_clock(run.collective_calls, run.ranks)
         return frames.check(clock, frames.CLOCK, "clock")
     if name == "aligned":
         ranks = parse_selection(run.options.get("ranks"))
