@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from parsers import ParsedSource
+from parsers.source import empty_metrics
 
 from .analyses import REGISTRY
 
@@ -53,8 +54,7 @@ class Run:
         module = _providers().get(name)
         if module is None:
             raise AttributeError(f"Run has no product {name!r}")
-        if name not in products:
-            products[name] = importlib.import_module(module).provide(self, name)
+        products[name] = importlib.import_module(module).provide(self, name)
         return products[name]
 
     def product(self, name: str) -> Any:
@@ -70,9 +70,7 @@ class Run:
         cls, parsed: list[ParsedSource], *, unknown: list[Path] | None = None, notes: list[str] | None = None
     ) -> Run:
         events, infos, assembly_notes = _assign_ranks(parsed)
-        metrics = pl.concat([p.metrics for p in parsed if p.metrics.height], how="vertical") if any(
-            p.metrics.height for p in parsed
-        ) else parsed[0].metrics.clear()
+        metrics = pl.concat([p.metrics for p in parsed if p.metrics.height] or [empty_metrics()], how="vertical")
         warnings = [w for p in parsed for w in p.warnings]
         return cls(
             sources=infos,
