@@ -94,18 +94,7 @@ def all_ranges(run: Run) -> pl.DataFrame:
     from .infer import infer_ranges
 
     ev = run.aligned.filter(pl.col("kind").is_in(list(RANGE_KINDS)) & (pl.col("end_ns") > pl.col("start_ns")))
-    names = ev["name"].cast(pl.String).unique()
-    classes = name_classes(run, names, "trace").select(
-        "name", "stage", "role", "relation", "rule",
-        (pl.col("covers").list.len().fill_null(0) > 1).alias("composite"),
-    )
-    ranges = ev.select("rank", "source", "pid", "tid", pl.col("name").cast(pl.String), "start_ns", "end_ns").join(
-        classes, on="name", how="left"
-    ).with_columns(
-        pl.col("rule").fill_null("").str.starts_with(tp.GENERIC + ":").alias("weak"),
-        pl.lit(False).alias("inferred"),
-        pl.lit(1.0, pl.Float32).alias("confidence"),
-    ).drop("rule")
+    ranges = _with_classes(run, ev.select("rank", "source", "pid", "tid", "name", "start_ns", "end_ns"))
     named = ranges.filter(_is_staged() & ~pl.col("weak"))
     workers = set(run.aligned.filter(pl.col("rank") >= 0)["rank"].unique().to_list())
     needs = sorted(workers - set(named["rank"].unique().to_list()))
@@ -119,6 +108,18 @@ def all_ranges(run: Run) -> pl.DataFrame:
             )
             ranges = pl.concat([ranges.cast(RANGES_SCHEMA), inferred.select(list(RANGES_SCHEMA)).cast(RANGES_SCHEMA)])
     return ranges.select(list(RANGES_SCHEMA)).cast(RANGES_SCHEMA)
+
+
+def _with_classes(run: Run, ev: pl.DataFrame) -> pl.DataFrame:
+    """Named rows with the class of their name: stage, role, relation, ``composite`` (one timer
+    over several stages), ``weak`` (named by the generic fallback only), not inferred."""
+    classes = name_classes(run, ev["name"].cast(pl.String).unique(), "trace").select(
+        "name", "stage", "role", "relation", "rule", (pl.col("covers").list.len().fill_null(0) > 1).alias("composite"))
+    return ev.with_columns(pl.col("name").cast(pl.String)).join(classes, on="name", how="left").with_columns(
+        pl.col("rule").fill_null("").str.starts_with(tp.GENERIC + ":").alias("weak"),
+        pl.lit(False).alias("inferred"),
+        pl.lit(1.0, pl.Float32).alias("confidence"),
+    ).drop("rule")
 
 
 def _is_staged() -> pl.Expr:
@@ -269,7 +270,7 @@ def pools(run: Run) -> pl.DataFrame:
         pl.col("host").cast(pl.String).drop_nulls().first().alias("host"),
         pl.col("device").filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("device") >= 0)).first().alias("device"),
     )
-    stages = stage_ranges(run).filter(pl.col("rank") >= 0).group_by("rank").agg(
+    stages = run.stage_ranges.filter(pl.col("rank") >= 0).group_by("rank").agg(
         (pl.col("stage") == "rollout").any().alias("gen"),
         pl.col("stage").cast(pl.String).is_in(list(UPDATE_STAGES)).any().alias("train"),
     )
@@ -308,11 +309,7 @@ def device_timeline(run: Run) -> pl.DataFrame:
     ev = run.aligned.filter((pl.col("kind") == "gpu_annotation") & (pl.col("end_ns") > pl.col("start_ns")))
     if ev.height == 0:
         return frames.empty(frames.STAGE_TIMELINE)
-    classes = name_classes(run, ev["name"].cast(pl.String).unique(), "trace").select(
-        "name", "stage", "role", "relation", pl.col("rule").fill_null("").str.starts_with(tp.GENERIC + ":").alias("weak"),
-        (pl.col("covers").list.len().fill_null(0) > 1).alias("composite"))
-    rows = staged(ev.select("rank", pl.col("name").cast(pl.String), "start_ns", "end_ns").join(classes, on="name").with_columns(
-        pl.lit(False).alias("inferred"), pl.lit(1.0, pl.Float32).alias("confidence")))
+    rows = staged(_with_classes(run, ev.select("rank", "name", "start_ns", "end_ns")))
     if rows.height == 0:
         return frames.empty(frames.STAGE_TIMELINE)
     rows = rows.with_columns(_window_step(rows.select("start_ns").with_row_index("_row").rename({"start_ns": "t"}), run.steps).alias("step"))
@@ -383,7 +380,7 @@ def classified(run: Run) -> pl.DataFrame:
         pl.col("inferred").cast(pl.Boolean), pl.col("confidence").cast(pl.Float32),
     )
     out = out.select([*run.events.columns, *frames.CLASSIFIED_COLUMNS])
-    return _select_steps(run, out) if parse_selection(run.options.get("steps")) is not None else out
+    return _select_steps(run, out)
 
 
 def _window_step(points: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
@@ -408,10 +405,9 @@ def _dim_rules(run: Run) -> tc.CollectiveRules:
     return rules
 
 
-def group_dims(run: Run, groups: pl.DataFrame) -> pl.DataFrame:
+def group_dims(run: Run, groups: pl.DataFrame, rules: tc.CollectiveRules) -> pl.DataFrame:
     """Per unique (group, pg_desc): the dimension from the description, else pool spanning
     (``gdim``, and ``by`` which of them decided), and what the rank layout says (``_layout``)."""
-    rules = _dim_rules(run)
     groups = groups.unique(["group", "pg_desc"]).filter(pl.col("group").is_not_null())
     if groups.height == 0:
         return groups.with_columns(pl.lit(None, pl.String).alias("gdim"), pl.lit(None, pl.String).alias("by"),
@@ -446,7 +442,7 @@ def group_dims(run: Run, groups: pl.DataFrame) -> pl.DataFrame:
 def _dims_for(run: Run, rows: pl.DataFrame) -> pl.DataFrame:
     """``rows`` (group, pg_desc, name, coll, stage, bytes) → dim and ``dim_by``."""
     rules = _dim_rules(run)
-    g = group_dims(run, rows.select("group", "pg_desc"))
+    g = group_dims(run, rows.select("group", "pg_desc"), rules)
     names = rows["name"].unique()
     kd = pl.DataFrame({"name": names, "_kdim": tc.kernel_dims(names, rules)})
     out = rows.join(g, on=["group", "pg_desc"], how="left", nulls_equal=True, maintain_order="left").join(
@@ -537,8 +533,7 @@ def provide(run: Run, name: str) -> Any:
     if name == "stage_ranges":
         return frames.check(stage_ranges(run), frames.STAGE_RANGES, "stage_ranges")
     if name == "stage_timeline":
-        rows = stage_ranges(run)
-        return frames.check(timeline(rows), frames.STAGE_TIMELINE, "stage_timeline")
+        return frames.check(timeline(run.stage_ranges), frames.STAGE_TIMELINE, "stage_timeline")
     if name == "pools":
         return frames.check(pools(run), frames.POOLS, "pools")
     if name == "classified":
