@@ -185,9 +185,9 @@ def _weight_syncs(m: pl.DataFrame, updates: pl.DataFrame, rollouts: pl.DataFrame
     return keyed.filter(between).select("rank", "start_ns", "end_ns")
 
 
-def infer_ranges(events: pl.DataFrame, ranges: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Inferred stage ranges of the ranks in ``events`` (rank, name, start, end, stage, role,
-    relation, composite, weak, inferred, confidence, source/pid/tid placeholders)."""
+def infer_ranges(events: pl.DataFrame) -> pl.DataFrame:
+    """Inferred stage ranges of the ranks in ``events`` (:data:`SCHEMA`: rank, name ``inferred
+    <stage>``, start, end, stage, role, confidence)."""
     m = marks(events)
     if m.height == 0:
         return pl.DataFrame(schema=SCHEMA)
