@@ -23,6 +23,7 @@ placement and execution mode, steps, and how well the clocks could be aligned.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -45,19 +46,20 @@ FUSED_MIN = 0.05
 TRAINING = ("old_logprob", "ref_logprob", "values", "critic_update", "actor_update")
 
 
+def _runs(numbers: Iterable[int]) -> list[tuple[int, int]]:
+    """Distinct numbers as (first, last) runs of consecutive ones, ascending."""
+    runs: list[tuple[int, int]] = []
+    for n in sorted(set(numbers)):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], n)
+        else:
+            runs.append((n, n))
+    return runs
+
+
 def _ranks_text(ranks: list[int]) -> str:
-    if not ranks:
-        return "none"
-    ranks = sorted(ranks)
-    parts, start, prev = [], ranks[0], ranks[0]
-    for r in [*ranks[1:], None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if r is not None:
-            start = prev = r
-    return ",".join(parts)
+    """``[0, 1, 2, 5]`` → ``"0-2,5"`` for the evidence sentences."""
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in _runs(ranks)) or "none"
 
 
 def _length(frame: pl.DataFrame) -> int:
@@ -147,17 +149,8 @@ def provide(run: Run, name: str) -> dict[str, Any]:
 
 def number_ranges(numbers: list[int]) -> str:
     """``[1, 2, 3, 7, 9, 10]`` → ``"1–3, 7, 9–10 (6)"``: step lists stay one line."""
-    values = sorted(set(numbers))
-    runs: list[str] = []
-    start = prev = None
-    for n in [*values, None]:
-        if n is not None and prev is not None and n == prev + 1:
-            prev = n
-            continue
-        if start is not None:
-            runs.append(str(start) if start == prev else f"{start}–{prev}")
-        start = prev = n
-    return ", ".join(runs) + (f" ({len(values)})" if len(values) > 2 else "")
+    count = len(set(numbers))
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in _runs(numbers)) + (f" ({count})" if count > 2 else "")
 
 
 def summary(run: Run) -> pl.DataFrame:
