@@ -31,7 +31,7 @@ from typing import Any
 from parsers.errors import InputError
 
 from .analyses.overview import METRICS
-from .report.units import cell
+from .report.units import cell, unit_format
 
 try:
     import tomllib
@@ -292,7 +292,7 @@ def value_format(document: dict[str, Any], path: MetricPath) -> str:
         return "number"
     for row in document.get(path.section) or []:
         if isinstance(row, dict) and row.get("metric") == path.field and row.get("unit"):
-            return {"ns": "duration", "fraction": "percent", "bytes": "bytes"}.get(row["unit"], "number")
+            return unit_format(row["unit"])
     name = path.field
     if name.endswith("_ns"):
         return "duration"

@@ -194,13 +194,12 @@ def default_labels(paths: Sequence) -> list[str]:
 
 def display(comparison: Comparison) -> pl.DataFrame:
     """The table as report cells (strings): values in their unit, signed deltas and changes."""
-    from .report.charts import UNIT_FORMATS
-    from .report.units import cell
+    from .report.units import cell, unit_format
 
     labels = comparison.labels
     rows = []
     for row in comparison.table.iter_rows(named=True):
-        fmt = UNIT_FORMATS.get(row["unit"], "number")
+        fmt = unit_format(row["unit"])
         out = {"metric": row["title"], "path": row["metric"]}
         out |= {label: cell(row[label], fmt) for label in labels}
         for label in labels[1:]:

@@ -56,7 +56,7 @@ def demo(
 
 def highlights(heading: str, comparison, console: Console) -> None:
     """One row per run: the headline numbers of the comparison, formatted as the reports do."""
-    from ..report.units import cell
+    from ..report.units import cell, unit_format
 
     table = Table(title=heading, title_justify="left", show_edge=False)
     table.add_column("run", no_wrap=True)
@@ -68,8 +68,7 @@ def highlights(heading: str, comparison, console: Console) -> None:
         cells = []
         for metric, _ in shown:
             row = rows[metric]
-            unit = row["unit"]
-            fmt = "duration" if unit == "ns" else "percent" if unit == "fraction" else "number"
+            fmt = unit_format(row["unit"])
             value = row[label]
             cells.append(cell(int(value) if fmt == "number" and value is not None else value, fmt))
         table.add_row(label, *cells)

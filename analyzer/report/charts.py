@@ -351,9 +351,6 @@ FIGURES: tuple[Callable[[Any], Figure], ...] = (timeline, stage_share, bubble_ca
 # --- comparisons -------------------------------------------------------------------------------
 
 
-UNIT_FORMATS: dict[str, str] = {"ns": "duration", "fraction": "percent", "count": "number", "ratio": "number", "bytes": "bytes"}
-
-
 def comparison_figures(comparison) -> list[Figure]:
     """Stage time per step and idle time by cause, one bar per run (from a Comparison's table)."""
     labels = comparison.labels

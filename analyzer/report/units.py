@@ -21,11 +21,11 @@ def size(nbytes: float | int | None) -> str:
     if nbytes is None:
         return "–"
     value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if abs(value) < 1024:
             return f"{value:.3g} {unit}" if unit != "B" else f"{value:.0f} B"
         value /= 1024
-    return f"{value:.3g} TiB"
+    return f"{value:.3g} GiB"
 
 
 def bandwidth(gbps: float | None) -> str:
@@ -38,6 +38,14 @@ def number(value: float | int | None) -> str:
     if isinstance(value, float):
         return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
     return f"{value:,}"
+
+
+UNIT_FORMATS: dict[str, str] = {"ns": "duration", "fraction": "percent", "count": "number", "ratio": "number", "bytes": "bytes"}
+"""A run-summary unit (``overview``'s ``unit`` column) → the cell format its values print in."""
+
+
+def unit_format(unit: str | None) -> str:
+    return UNIT_FORMATS.get(unit or "", "number")
 
 
 def cell(value: object, fmt: str) -> str:
