@@ -185,27 +185,40 @@ def concat(tables: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def nesting_depth(frame: pl.DataFrame, keys: list[str]) -> pl.Series:
-    """Nesting depth of every ``[start_ns, end_ns)`` interval among the rows sharing ``keys``.
+    """For every ``[start_ns, end_ns)`` interval, how many others sharing ``keys`` are open as it starts.
 
-    depth = (intervals of the group that started before it, in (start, -end) order)
-            − (intervals of the group that ended at or before its start);
-    0 for the outermost. Returned in the frame's row order.
+    A sweep over start (+1) and end (-1) boundaries per group. At one instant ends come before
+    starts (a range ending as another begins does not enclose it); starts come in (start, longest
+    first, row) order so a parent precedes its child and, of two identical ranges, the earlier row
+    is the outer one; a zero-length range closes right after it opens so it encloses nothing.
+    0 for the outermost; returned in the frame's row order.
     """
     if frame.height == 0:
         return pl.Series("depth", [], dtype=pl.Int16)
-    ordered = (
-        frame.select([*keys, "start_ns", "end_ns"])
+    order = (
+        frame.select(*keys, "start_ns", "end_ns")
         .with_row_index("_row")
-        .sort([*keys, "start_ns", "end_ns"], descending=[False] * (len(keys) + 1) + [True])
-        .select(
-            "_row",
-            (
-                pl.int_range(pl.len()).over(keys)
-                - pl.col("end_ns").sort().search_sorted(pl.col("start_ns"), side="right").over(keys)
-            )
-            .clip(lower_bound=0)
-            .alias("depth"),
-        )
+        .sort([*keys, "start_ns", "end_ns", "_row"], descending=[False] * (len(keys) + 1) + [True, False])
+        .select("_row", "start_ns", "end_ns", _group=pl.struct(keys).rle_id())
+        .with_row_index("_order")
     )
-    depth = pl.zeros(frame.height, dtype=pl.Int64, eager=True).scatter(ordered["_row"], ordered["depth"])
+    opens = order.select(
+        "_group", "_row", t="start_ns", late=pl.lit(True), sub=pl.col("_order") * 2, delta=pl.lit(1, pl.Int32)
+    )
+    closes = order.select(
+        "_group",
+        "_row",
+        t="end_ns",
+        late=pl.col("end_ns") == pl.col("start_ns"),
+        sub=pl.col("_order") * 2 + 1,
+        delta=pl.lit(-1, pl.Int32),
+    )
+    # Every group opens and closes as often, so the running sum is back at 0 where a group ends.
+    sweep = (
+        pl.concat([opens, closes])
+        .sort(["_group", "t", "late", "sub"])
+        .with_columns(open=pl.col("delta").cum_sum())
+        .filter(pl.col("delta") == 1)
+    )
+    depth = pl.zeros(frame.height, dtype=pl.Int32, eager=True).scatter(sweep["_row"], sweep["open"] - 1)
     return depth.cast(pl.Int16).alias("depth")

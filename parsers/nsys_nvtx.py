@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from .events import nesting_depth
 from .nsys_db import Db
 
 RANGE_TYPES: dict[int, str] = {
@@ -58,7 +59,8 @@ def read_nvtx(db: Db, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, st
     closed = pl.col("end").is_not_null() & (pl.col("end") >= pl.col("start"))
     unclosed = ranges.height - ranges.filter(closed).height
     ranges = ranges.filter(closed).with_columns(kind=pl.lit("annotation"))
-    ranges = ranges.with_columns(depth=nesting_depth(ranges))
+    spans = ranges.select("globalTid", start_ns="start", end_ns="end")
+    ranges = ranges.with_columns(depth=nesting_depth(spans, ["globalTid"]))
     marks = rows.filter(pl.col("eventType").is_in(list(MARK_TYPES))).with_columns(
         end=pl.col("start"), kind=pl.lit("marker"), depth=pl.lit(0, pl.Int64)
     )
@@ -66,44 +68,6 @@ def read_nvtx(db: Db, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, st
         "globalTid", "kind", pl.col("name").fill_null(""), "start", "end", "depth"
     )
     return events, dict(sorted(domains.items())), threads, unclosed
-
-
-def nesting_depth(ranges: pl.DataFrame, key: str = "globalTid") -> pl.Series:
-    """For each range, how many other ranges on its ``key`` are open when it starts.
-
-    A sweep over start (+1) and end (-1) boundaries per thread. At one instant, ends come before
-    starts (a range ending as another begins does not enclose it), starts come in (start, longest
-    first) order so a parent precedes its child, and a zero-length range closes right after it
-    opens so it encloses nothing.
-    """
-    if ranges.height == 0:
-        return pl.Series("depth", [], dtype=pl.Int64)
-    order = (
-        ranges.select(key, "start", "end")
-        .with_row_index("_i")
-        .sort([key, "start", "end", "_i"], descending=[False, False, True, False])
-        .with_row_index("_o")
-    )
-    zero_length = pl.col("end") == pl.col("start")
-    opens = order.select(
-        key, "_i", t=pl.col("start"), cls=pl.lit(1), sub=pl.col("_o") * 2, delta=pl.lit(1)
-    )
-    closes = order.select(
-        key,
-        "_i",
-        t=pl.col("end"),
-        cls=pl.when(zero_length).then(1).otherwise(0),
-        sub=pl.col("_o") * 2 + 1,
-        delta=pl.lit(-1),
-    )
-    sweep = (
-        pl.concat([opens, closes])
-        .sort([key, "t", "cls", "sub"])
-        .with_columns(open=pl.col("delta").cum_sum().over(key))
-        .filter(pl.col("delta") == 1)
-        .sort("_i")
-    )
-    return (sweep["open"] - 1).alias("depth")
 
 
 def _empty() -> pl.DataFrame:

@@ -24,9 +24,8 @@ import polars as pl
 
 from .discover import open_bytes
 from .errors import InputError
-from .events import conform
+from .events import conform, nesting_depth
 from .nccl import kernel_coll_expr
-from .nsys_nvtx import nesting_depth
 from .source import ParsedSource
 
 FORMAT = "nsys-stats-csv"
@@ -208,8 +207,7 @@ def _pushpop(table: pl.DataFrame) -> pl.DataFrame:
         tid=pl.col("TID").cast(pl.Int64),
         lvl=pl.col("Lvl").cast(pl.Int64),
     )
-    keyed = ranges.select(thread=pl.struct("pid", "tid"), start="start_ns", end="end_ns")
-    return ranges.with_columns(depth=nesting_depth(keyed, key="thread"))
+    return ranges.with_columns(depth=nesting_depth(ranges, ["pid", "tid"]))
 
 
 def _gpu_trace(table: pl.DataFrame) -> pl.DataFrame:
