@@ -30,8 +30,6 @@ LOG_STEPS = "log_steps"
 """log_steps' per-step frame (step, total_s, total_from, …, wall_s)."""
 LOG_WEIGHT_SYNC = "log_weight_sync"
 """log_steps' weight-sync frame (status, …, note): says when a version hides the sync in a timer."""
-STEP_SOURCE_SUM = "sum of stage timers"
-"""``total_from`` of a log step that has no step timer of its own."""
 
 PER_STEP: dict[str, pl.DataType] = {
     "step": pl.Int32(),
@@ -104,35 +102,16 @@ class Evidence:
 
     # --- products -------------------------------------------------------------------------
 
-    def has(self, name: str) -> bool:
-        provides = getattr(self.run, "provides", None)
-        if provides is not None:
-            return bool(provides(name))
-        from ..run import _providers
-
-        return name in self.run._products or name in _providers()
-
-    def product(self, name: str) -> Any:
-        """A product, or None when the run has no such product."""
-        if not self.has(name):
-            return None
-        try:
-            return self.run.product(name)
-        except AttributeError as exc:
-            if "has no product" not in str(exc):
-                raise
-            return None  # a product whose own inputs this run's modules do not provide
-
     def frame(self, name: str) -> pl.DataFrame | None:
-        """A frame product with rows, or None when the run has no such product or it is empty."""
-        value = self.product(name)
-        return value if isinstance(value, pl.DataFrame) and value.height else None
+        """A frame product with rows, or None when it is empty."""
+        value: pl.DataFrame = self.run.product(name)
+        return value if value.height else None
 
     @cached_property
     def placement(self) -> tuple[str | None, str | None, str]:
         """(placement, execution mode, where from): the trace's inference, else the config."""
-        facts = self.product("placement")
-        if isinstance(facts, dict) and facts.get("placement"):
+        facts = self.run.placement
+        if facts.get("placement"):
             return facts["placement"], facts.get("execution"), "trace"
         stated = self.config("placement")
         return (str(stated) if stated else None), None, "config"
@@ -173,27 +152,6 @@ class Evidence:
         placement = self.placement[0]
         return None if placement is None else placement != "colocated"
 
-    @cached_property
-    def _log_frames(self) -> dict[str, pl.DataFrame | None]:
-        """log_steps' frames: the products when a module provides them, else computed here from
-        the run's log timers, classified by the run's framework profile."""
-        names = (LOG_STAGES, LOG_STEPS, LOG_WEIGHT_SYNC)
-        if self.has(LOG_STAGES):
-            return {n: self.frame(n) for n in names}
-        timers = self.run.events.filter(pl.col("kind") == "log_stage")
-        if timers.height == 0 or not self.has("profile"):
-            return {}
-        from ..classify import name_classes
-        from .log_steps import compute
-
-        out = compute(self.run.events, self.run.metrics, name_classes(self.run, timers["name"].cast(pl.String).unique(), "log"))
-        frames = dict(zip(names, (out.stages, out.steps, out.weight_sync), strict=True))
-        return {n: f if f.height else None for n, f in frames.items()}
-
-    def log_frame(self, name: str) -> pl.DataFrame | None:
-        """One of log_steps' frames (:data:`LOG_STAGES`, :data:`LOG_STEPS`, :data:`LOG_WEIGHT_SYNC`)."""
-        return self._log_frames.get(name)
-
     # --- stage time -----------------------------------------------------------------------
 
     def stage_time(self, stages: Iterable[str], *, absent_is_zero: bool = False) -> Measured | Missing:
@@ -223,7 +181,7 @@ class Evidence:
 
     def _log_stage_time(self, stages: list[str], absent_is_zero: bool) -> Measured | Missing:
         label = " + ".join(stages)
-        rows, walls = self.log_frame(LOG_STAGES), self.log_frame(LOG_STEPS)
+        rows, walls = self.frame(LOG_STAGES), self.frame(LOG_STEPS)
         if rows is None or walls is None:
             return Missing(f"{label} times (stage ranges in a trace, or a framework log's timers)")
         covers = rows.with_columns(pl.col("label").str.split("+").alias("_covers"))

@@ -21,7 +21,6 @@ from .guideline_evidence import (
     LOG_STAGES,
     LOG_STEPS,
     LOG_WEIGHT_SYNC,
-    STEP_SOURCE_SUM,
     Evidence,
     Inapplicable,
     Measured,
@@ -30,6 +29,7 @@ from .guideline_evidence import (
     per_step,
     run_value,
 )
+from .log_steps import TOTAL_FROM_STAGES
 
 Metric = Callable[[Evidence, Check], Result]
 
@@ -63,7 +63,7 @@ def weight_sync_share(ev: Evidence, check: Check) -> Result:
         return Measured(per_step(frame.with_columns((pl.col("num") / pl.col("den")).alias("value"))),
                         f"weight-sync stage in the trace, {frame.height} steps")
     result = ev.stage_time(["weight_sync"])
-    logged = ev.log_frame(LOG_WEIGHT_SYNC)
+    logged = ev.frame(LOG_WEIGHT_SYNC)
     if isinstance(result, Missing) and logged is not None and logged["note"][0]:
         return Missing(f"{result.needs}; {logged['note'][0]}")
     return result
@@ -96,9 +96,7 @@ def updates_per_rollout(ev: Evidence) -> tuple[int | None, str]:
     ranges = ev.frame("stage_ranges")
     if ranges is None:
         return None, ""
-    aligned = ev.product("aligned")
-    events = aligned if isinstance(aligned, pl.DataFrame) else ev.run.events
-    marks = events.filter(pl.col("kind").is_in(["annotation", "cpu_op", "python", "gpu_annotation"]))
+    marks = ev.run.aligned.filter(pl.col("kind").is_in(["annotation", "cpu_op", "python", "gpu_annotation"]))
     names = [n for n in marks["name"].unique().cast(pl.String).to_list() if n and n.startswith(OPTIMIZER_STEP)]
     if not names:
         return None, ""
@@ -465,7 +463,7 @@ def staleness_lag(ev: Evidence, check: Check) -> Result:
 
 
 def sync_wait_share(ev: Evidence, check: Check) -> Result:
-    found, walls = ev.timer("sync_wait"), ev.log_frame(LOG_STEPS)
+    found, walls = ev.timer("sync_wait"), ev.frame(LOG_STEPS)
     if found is None or walls is None:
         return Missing(check.needs)
     key, seconds = found
@@ -487,10 +485,10 @@ def dispatch_gap_share(ev: Evidence, check: Check) -> Result:
         if ev.windows is not None:
             frame = frame.join(ev.windows, on="step", how="left")
         return Measured(per_step(frame), f"stage_gap idle over {bubbles['rank'].n_unique()} devices in the trace, {frame.height} steps")
-    stages, steps = ev.log_frame(LOG_STAGES), ev.log_frame(LOG_STEPS)
+    stages, steps = ev.frame(LOG_STAGES), ev.frame(LOG_STEPS)
     if stages is None or steps is None:
         return Missing(check.needs)
-    timed = steps.filter((pl.col("total_from") != STEP_SOURCE_SUM) & (pl.col("stages_s") > 0))
+    timed = steps.filter((pl.col("total_from") != TOTAL_FROM_STAGES) & (pl.col("stages_s") > 0))
     if timed.height == 0:
         return Missing("a step timer next to stage timers (the log lacks one or the other)")
     other = stages.filter((pl.col("label") == "other") & pl.col("in_step")).group_by("step").agg(pl.col("seconds").sum().alias("num"))

@@ -66,6 +66,8 @@ TOLERANCE_S = 0.01
 TOLERANCE_SHARE = 0.005
 """Reconciliation tolerance: TOLERANCE_S + TOLERANCE_SHARE × total (3-decimal rounding of ~10
 timers, and untimed driver work between them)."""
+TOTAL_FROM_STAGES = "sum of stage timers"
+"""``total_from`` of a step that has no step timer of its own (its total is the stage sum)."""
 OUTSIDE_CANDIDATES: tuple[str, ...] = ("evaluation", "checkpoint")
 """Stages whose place inside or outside the step total changed across versions (verl v0.6)."""
 
@@ -235,7 +237,7 @@ def _totals(rows: pl.DataFrame, stage_rows: pl.DataFrame) -> pl.DataFrame:
     steps = summed.join(own, on="step", how="full", coalesce=True).with_columns(pl.col("stages_s").fill_null(0.0))
     return steps.with_columns(
         pl.coalesce("own", "stages_s").alias("total_s"),
-        pl.when(pl.col("own").is_not_null()).then(pl.col("own_name")).otherwise(pl.lit("sum of stage timers")).alias("total_from"),
+        pl.when(pl.col("own").is_not_null()).then(pl.col("own_name")).otherwise(pl.lit(TOTAL_FROM_STAGES)).alias("total_from"),
     ).drop("own", "own_name").sort("step")
 
 
@@ -247,7 +249,7 @@ def _check_in_step(stage_rows: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.Da
     """Let the numbers overrule the assumed version about evaluation/checkpoint being inside the
     step total (only for steps whose total is the log's own step timer)."""
     candidate = pl.col("stage").cast(pl.String).is_in(list(OUTSIDE_CANDIDATES))
-    timed = steps.filter(pl.col("total_from") != "sum of stage timers").select("step", "total_s", "stages_s")
+    timed = steps.filter(pl.col("total_from") != TOTAL_FROM_STAGES).select("step", "total_s", "stages_s")
     if timed.height == 0:
         return stage_rows, steps, []
     per = stage_rows.filter(candidate).group_by("step").agg(
@@ -282,7 +284,7 @@ def _check_in_step(stage_rows: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.Da
         fresh = stage_rows.group_by("step").agg(pl.col("seconds").filter(pl.col("in_step")).sum().alias("stages_s"))
         steps = steps.drop("stages_s").join(fresh, on="step", how="left").with_columns(
             pl.col("stages_s").fill_null(0.0),
-            pl.when(pl.col("total_from") == "sum of stage timers").then(pl.col("stages_s")).otherwise(pl.col("total_s")).alias("total_s"),
+            pl.when(pl.col("total_from") == TOTAL_FROM_STAGES).then(pl.col("stages_s")).otherwise(pl.col("total_s")).alias("total_s"),
         )
     return stage_rows, steps, notes
 
