@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 
 from parsers.errors import InputError
+from parsers.events import GPU_ACTIVITY_KINDS
 
 from .analyses.gpu_time import compute as gpu_time
 
@@ -45,6 +46,8 @@ METRICS: tuple[tuple[str, str], ...] = (
 )
 HTA_COLUMNS = {"window_us": "kernel_time(us)", "idle_us": "idle_time(us)", "compute_us": "compute_time(us)",
                "non_compute_us": "non_compute_time(us)"}
+HTA_ROUNDED_KINDS = (*GPU_ACTIVITY_KINDS, "gpu_sync")
+"""The GPU rows whose timestamps HTA rounds (its busy time counts stream syncs too)."""
 AGREE_FRACTION = 0.01
 """Numbers within 1% of the GPU window (1 percentage point for overlap) agree."""
 
@@ -153,13 +156,13 @@ def ours(events: pl.DataFrame, *, hta_compatible: bool = False) -> dict[str, flo
 def without_launchless(events: pl.DataFrame) -> pl.DataFrame:
     """The events less GPU work whose correlation id no runtime launch carries."""
     launched = events.filter(pl.col("kind") == "runtime").select("corr").unique()
-    activity = pl.col("kind").is_in(["kernel", "memcpy", "memset"])
+    activity = pl.col("kind").is_in(GPU_ACTIVITY_KINDS)
     return pl.concat([events.filter(~activity), events.filter(activity).join(launched, on="corr", how="semi")])
 
 
 def rounded_like_hta(events: pl.DataFrame, base_ns: int) -> pl.DataFrame:
     """GPU rows with HTA's inward rounding to whole µs of the trace's own time base."""
-    activity = pl.col("kind").is_in(["kernel", "memcpy", "memset", "gpu_sync"])
+    activity = pl.col("kind").is_in(HTA_ROUNDED_KINDS)
     start = pl.col("start_ns") - base_ns
     end = pl.col("end_ns") - base_ns
     up = (start + 999) // 1000 * 1000 + base_ns
@@ -173,7 +176,7 @@ def rounded_like_hta(events: pl.DataFrame, base_ns: int) -> pl.DataFrame:
 def _hta_rounds(events: pl.DataFrame, base_ns: int) -> bool:
     if os.environ.get("HTA_DISABLE_NS_ROUNDING", "0") not in ("", "0"):
         return False
-    gpu = events.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset", "gpu_sync"]))
+    gpu = events.filter(pl.col("kind").is_in(HTA_ROUNDED_KINDS))
     return bool(gpu.height) and bool(((gpu["start_ns"] - base_ns) % 1000 != 0).any())
 
 
@@ -201,7 +204,7 @@ def _compare(rank: int, events: pl.DataFrame, theirs: dict[str, float], meta: di
     window = theirs["window_us"] or 1.0
     for metric, _title in METRICS:
         value, hta, fitted = mine[metric], theirs[metric], adjusted[metric]
-        if hta is not None and isinstance(hta, float) and math.isnan(hta):
+        if isinstance(hta, float) and math.isnan(hta):
             hta = None
         difference = None if value is None or hta is None else value - hta
         unexplained = None if fitted is None or hta is None else fitted - hta
