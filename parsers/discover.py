@@ -147,8 +147,14 @@ def _drop_shadowed(found: Discovery) -> None:
 
 
 def open_bytes(path: Path) -> bytes:
-    """The whole content of ``path``, gunzipped when needed (a cut gzip raises EOFError)."""
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":
+    """The whole content of ``path``, gunzipped when needed; unreadable is one :class:`InputError`."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if data[:2] != b"\x1f\x8b":
+        return data
+    try:
         return gzip.decompress(data)
-    return data
+    except (OSError, EOFError, zlib.error) as exc:  # cut (EOFError), bad CRC (OSError), bad data
+        raise InputError(path, f"broken gzip stream ({exc})") from None

@@ -82,10 +82,7 @@ def sniff(head: bytes, path: Path) -> int:
 
 def parse(path: Path, source: int = 0) -> ParsedSource:
     path = Path(path)
-    try:
-        text = open_bytes(path).decode("utf-8", "replace")
-    except (OSError, EOFError) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
+    text = open_bytes(path).decode("utf-8", "replace")
     blocks = split_blocks(text, default_report=report_from_name(path))
     if not blocks:
         raise InputError(path, "no nsys stats CSV table found (write reports with `nsys stats -f csv`)")

@@ -91,11 +91,7 @@ def sniff(head: bytes, path: Path) -> int:
 def parse(path: Path, source: int = 0) -> ParsedSource:
     path = Path(path)
     out = ParsedSource(path=path, format=FORMAT)
-    try:
-        data = open_bytes(path)
-    except (OSError, EOFError) as exc:
-        raise InputError(path, f"cannot read ({exc})") from None
-    events = _decode(path, data, out)
+    events = _decode(path, open_bytes(path), out)
     if not events:
         out.warn("no trace events")
         return out

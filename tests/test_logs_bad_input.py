@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import parsers
-from parsers import spans
+from parsers import nsys_stats, spans
 from parsers.discover import parser_for
 from parsers.events import validate
 from parsers.logs import areal, deepspeed_chat, nemo_rl, openrlhf, roll, slime, trl, verl
@@ -20,6 +20,7 @@ from parsers.logs import areal, deepspeed_chat, nemo_rl, openrlhf, roll, slime, 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 PARSERS = (verl, openrlhf, trl, nemo_rl, slime, areal, roll, deepspeed_chat, spans)
 SAMPLES = sorted(p for p in FIXTURES.iterdir() if p.is_file())
+NSYS_CSV = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "pipit" / "trace.csv"
 
 
 def outcome(module, path: Path) -> parsers.ParsedSource | None:
@@ -44,13 +45,25 @@ def test_empty_and_binary_files(tmp_path, module):
     assert out is None or out.events.height == 0
 
 
-def test_a_cut_gzip_is_one_clear_error(tmp_path):
-    data = gzip.compress((FIXTURES / "slime_perf.log").read_bytes())
-    cut = tmp_path / "slime.log.gz"
-    cut.write_bytes(data[: len(data) // 2])
+@pytest.mark.parametrize(
+    ("module", "sample"),
+    [(slime, FIXTURES / "slime_perf.log"), (spans, FIXTURES / "verl_ray_timeline.json"), (nsys_stats, NSYS_CSV)],
+    ids=lambda v: getattr(v, "FORMAT", getattr(v, "name", None)),
+)
+@pytest.mark.parametrize("damage", ["cut", "corrupt deflate data", "bad CRC"])
+def test_a_broken_gzip_is_one_clear_error(tmp_path, module, sample: Path, damage: str):
+    data = bytearray(gzip.compress(sample.read_bytes()))
+    if damage == "cut":
+        data = data[: len(data) // 2]
+    elif damage == "bad CRC":
+        data[-8] ^= 0xFF
+    else:
+        data[10:40] = bytes(30)
+    broken = tmp_path / f"{sample.name}.gz"
+    broken.write_bytes(bytes(data))
     with pytest.raises(parsers.InputError) as err:
-        slime.parse(cut)
-    assert "slime.log.gz" in str(err.value)
+        module.parse(broken)
+    assert broken.name in str(err.value) and "gzip" in str(err.value)
 
 
 def test_gzipped_logs_are_read(tmp_path):

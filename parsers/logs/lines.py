@@ -9,13 +9,13 @@ all of that with column expressions (no Python loop per line) and keeps what the
 
 from __future__ import annotations
 
-import gzip
 import re
 from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
 
+from ..discover import open_bytes
 from ..errors import InputError
 from ..source import ParsedSource
 
@@ -41,15 +41,7 @@ WARN_LISTED = 5
 
 def read_text(path: Path) -> tuple[str, bool]:
     """The file's text (gunzipped, undecodable bytes replaced) and whether it ends with a newline."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise InputError(path, f"broken gzip stream ({exc})") from None
+    raw = open_bytes(path)
     if b"\x00" in raw[:4096]:
         raise InputError(path, "binary content, not a text log")
     return raw.decode("utf-8", errors="replace"), raw.endswith(b"\n")
