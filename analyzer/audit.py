@@ -29,16 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from parsers.errors import InputError
+from taxonomy.tomlfile import read_toml
 
 from .analyses.overview import METRICS
+from .report.json import SCHEMA as REPORT_SCHEMA
 from .report.units import cell, unit_format
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
-REPORT_SCHEMA = "rlperf-report/1"
 DEFAULT_REGRESSION = 0.10
 """With ``--baseline`` alone: the largest allowed change for the worse, as a fraction of the baseline."""
 AGGREGATES = ("max", "min", "sum", "mean", "count")
@@ -162,10 +158,7 @@ def _read(path: Path) -> str:
 
 
 def load_budget(path: Path) -> list[Check]:
-    try:
-        data = tomllib.loads(_read(path))
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(path, f"not valid TOML: {exc}") from None
+    data = read_toml(path, InputError)
     entries = data.get("check")
     unknown = set(data) - {"check"}
     if unknown:
