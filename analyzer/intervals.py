@@ -7,7 +7,7 @@ expressions over sorted columns — never Python loops over intervals.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import polars as pl
 
@@ -15,19 +15,19 @@ START = "start_ns"
 END = "end_ns"
 
 
+def _per(by: list[str]) -> Callable[[pl.Expr], pl.Expr]:
+    """A window expression per ``by`` group (over the whole frame when there are no keys)."""
+    return (lambda e: e.over(by)) if by else (lambda e: e)
+
+
 def union(frame: pl.DataFrame | pl.LazyFrame, by: Sequence[str] = ()) -> pl.DataFrame:
     """Merge overlapping or touching intervals per group; returns ``by`` + start_ns, end_ns."""
     by = list(by)
     lazy = frame.lazy().select([*by, START, END]).filter(pl.col(END) > pl.col(START))
     ordered = lazy.sort([*by, START])
-    reach = pl.col(END).cum_max().shift(1)
-    if by:
-        reach = reach.over(by)
-    grouped = ordered.with_columns(
-        (pl.col(START) > reach).fill_null(True).cum_sum().alias("_piece")
-        if not by
-        else (pl.col(START) > reach).fill_null(True).cum_sum().over(by).alias("_piece")
-    )
+    per = _per(by)
+    piece = per((pl.col(START) > per(pl.col(END).cum_max().shift(1))).fill_null(True).cum_sum())
+    grouped = ordered.with_columns(piece.alias("_piece"))
     return (
         grouped.group_by([*by, "_piece"], maintain_order=True)
         .agg(pl.col(START).min(), pl.col(END).max())
@@ -46,18 +46,12 @@ def union_length(frame: pl.DataFrame | pl.LazyFrame, by: Sequence[str] = (), nam
 
 def intersection(a: pl.DataFrame, b: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
     """Intervals covered by both ``a`` and ``b`` (each first merged into a union), per group."""
-    by = list(by)
-    ua = union(a, by).with_columns(pl.lit(1, pl.Int8).alias("_a"), pl.lit(0, pl.Int8).alias("_b"))
-    ub = union(b, by).with_columns(pl.lit(0, pl.Int8).alias("_a"), pl.lit(1, pl.Int8).alias("_b"))
-    return _sweep(pl.concat([ua, ub]), by, pl.col("_ca").gt(0) & pl.col("_cb").gt(0))
+    return _sweep(a, b, list(by), pl.col("_ca").gt(0) & pl.col("_cb").gt(0))
 
 
 def difference(a: pl.DataFrame, b: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
     """Intervals covered by ``a`` and not by ``b``, per group."""
-    by = list(by)
-    ua = union(a, by).with_columns(pl.lit(1, pl.Int8).alias("_a"), pl.lit(0, pl.Int8).alias("_b"))
-    ub = union(b, by).with_columns(pl.lit(0, pl.Int8).alias("_a"), pl.lit(1, pl.Int8).alias("_b"))
-    return _sweep(pl.concat([ua, ub]), by, pl.col("_ca").gt(0) & pl.col("_cb").eq(0))
+    return _sweep(a, b, list(by), pl.col("_ca").gt(0) & pl.col("_cb").eq(0))
 
 
 def length(intervals: pl.DataFrame, by: Sequence[str] = (), name: str = "length_ns") -> pl.DataFrame:
@@ -68,20 +62,24 @@ def length(intervals: pl.DataFrame, by: Sequence[str] = (), name: str = "length_
     return intervals.group_by(list(by)).agg(dur)
 
 
-def _sweep(tagged: pl.DataFrame, by: list[str], keep: pl.Expr) -> pl.DataFrame:
-    """Boundary sweep over two tagged unions; keeps the elementary segments where ``keep`` holds."""
+def _sweep(a: pl.DataFrame, b: pl.DataFrame, by: list[str], keep: pl.Expr) -> pl.DataFrame:
+    """Boundary sweep over the unions of ``a`` and ``b``; keeps the elementary segments where
+    ``keep`` holds (``_ca``, ``_cb``: how many of a's and b's pieces cover the segment)."""
+    tagged = pl.concat([
+        union(a, by).with_columns(pl.lit(1, pl.Int8).alias("_a"), pl.lit(0, pl.Int8).alias("_b")),
+        union(b, by).with_columns(pl.lit(0, pl.Int8).alias("_a"), pl.lit(1, pl.Int8).alias("_b")),
+    ])
     points = pl.concat(
         [
             tagged.select([*by, pl.col(START).alias("t"), pl.col("_a").alias("da"), pl.col("_b").alias("db")]),
             tagged.select([*by, pl.col(END).alias("t"), (-pl.col("_a")).alias("da"), (-pl.col("_b")).alias("db")]),
         ]
     ).sort([*by, "t"])
-    cum = (lambda e: e.cum_sum().over(by)) if by else (lambda e: e.cum_sum())
-    nxt = (lambda e: e.shift(-1).over(by)) if by else (lambda e: e.shift(-1))
+    per = _per(by)
     segments = points.with_columns(
-        cum(pl.col("da").cast(pl.Int32)).alias("_ca"),
-        cum(pl.col("db").cast(pl.Int32)).alias("_cb"),
-        nxt(pl.col("t")).alias("_next"),
+        per(pl.col("da").cast(pl.Int32).cum_sum()).alias("_ca"),
+        per(pl.col("db").cast(pl.Int32).cum_sum()).alias("_cb"),
+        per(pl.col("t").shift(-1)).alias("_next"),
     ).filter(keep & pl.col("_next").is_not_null() & (pl.col("_next") > pl.col("t")))
     merged = segments.select([*by, pl.col("t").alias(START), pl.col("_next").alias(END)])
     return union(merged, by) if merged.height else merged
@@ -138,7 +136,7 @@ def labelled_sweep(tagged: pl.DataFrame, by: Sequence[str], labels: int) -> pl.D
         .agg(pl.col(f"_d{k}").sum() for k in range(labels))
         .sort([*by, "t"])
     )
-    over = (lambda e: e.over(by)) if by else (lambda e: e)
+    over = _per(by)
     winner = pl.coalesce(
         [pl.when(over(pl.col(f"_d{k}").cum_sum()) > 0).then(pl.lit(k, pl.Int8)) for k in range(labels)]
     )
@@ -168,7 +166,7 @@ def overlap_each(frame: pl.DataFrame, cover: pl.DataFrame, by: Sequence[str] = (
     pieces = union(cover, by).sort([*by, START])
     lengths = pl.col(END) - pl.col(START)
     before = lengths.cum_sum().shift(1, fill_value=0)
-    pieces = pieces.with_columns((before.over(by) if by else before).alias("_before")).select(
+    pieces = pieces.with_columns(_per(by)(before).alias("_before")).select(
         [*by, pl.col(START).alias("_ps"), pl.col(END).alias("_pe"), "_before"]
     )
     rows = frame.select([*by, START, END]).with_row_index("_row")
