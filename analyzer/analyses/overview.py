@@ -96,15 +96,10 @@ def _ranks(run) -> dict[str, Any]:
 
 
 def _steps(run) -> dict[str, Any]:
-    steps = frame_of(run, "steps", "step")
+    steps = frame_of(run, "steps", "step", "start_ns", "end_ns")
     if steps is None or steps.height == 0:
         return {}
-    if {"start_ns", "end_ns"} <= set(steps.columns):
-        length = steps["end_ns"] - steps["start_ns"]
-    elif "wall_s" in steps.columns:
-        length = steps["wall_s"] * 1e9
-    else:
-        return {"steps": steps["step"].n_unique()}
+    length = steps["end_ns"] - steps["start_ns"]
     return {"steps": steps["step"].n_unique(), "step_time_ns": length.median(), "step_time_max_ns": length.max()}
 
 
@@ -141,15 +136,12 @@ def _ratio(per_device: pl.DataFrame) -> float | None:
 
 
 def _weight_sync(run) -> dict[str, Any]:
-    sync = frame_of(run, "weight_sync", "share")
-    if sync is None or sync.height == 0:
+    sync = frame_of(run, "weight_sync", "time_ns")
+    steps = frame_of(run, "steps", "start_ns", "end_ns")
+    if sync is None or sync.height == 0 or steps is None:
         return {}
-    steps = frame_of(run, "steps", "step", "start_ns", "end_ns")
-    if "time_ns" in sync.columns and steps is not None and steps.height:
-        total = (steps["end_ns"] - steps["start_ns"]).sum()
-        return {"weight_sync_share": sync["time_ns"].sum() / total if total else None}
-    share = sync["share"].drop_nulls()
-    return {"weight_sync_share": share.mean()} if share.len() else {}
+    total = (steps["end_ns"] - steps["start_ns"]).sum()
+    return {"weight_sync_share": sync["time_ns"].sum() / total} if total else {}
 
 
 def _collectives(run) -> dict[str, Any]:
