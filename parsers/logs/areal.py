@@ -37,7 +37,7 @@ def sniff(head: bytes, path: Path) -> int:
 
 
 def parse(path: Path, source: int = 0) -> ParsedSource:
-    out, lines, _ = open_log(path, FORMAT, "areal")
+    out, lines = open_log(path, FORMAT, "areal")
     header = pl.col("text").str.extract_groups(HEADER)
     lines = lines.with_columns(
         header.struct.field("step").cast(pl.Int32).alias("header_step"),

@@ -46,7 +46,7 @@ def sniff(head: bytes, path: Path) -> int:
 
 
 def parse(path: Path, source: int = 0) -> ParsedSource:
-    out, lines, _ = open_log(path, FORMAT, "deepspeed_chat")
+    out, lines = open_log(path, FORMAT, "deepspeed_chat")
     old, now = pl.col("text").str.extract_groups(HEADER_2023), pl.col("text").str.extract_groups(HEADER_NOW)
     lines = lines.with_columns(
         pl.coalesce(old.struct.field(f), now.struct.field(f)).alias(f) for f in ("epoch", "s", "ppo", "losses")

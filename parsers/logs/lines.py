@@ -9,8 +9,6 @@ all of that with column expressions (no Python loop per line) and keeps what the
 
 from __future__ import annotations
 
-import re
-from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
@@ -47,11 +45,11 @@ def read_text(path: Path) -> tuple[str, bool]:
     return raw.decode("utf-8", errors="replace"), raw.endswith(b"\n")
 
 
-def open_log(path: Path, fmt: str, framework: str) -> tuple[ParsedSource, pl.DataFrame, bool]:
-    """The empty result for a log file, its clean lines, and whether it ends with a newline."""
+def open_log(path: Path, fmt: str, framework: str) -> tuple[ParsedSource, pl.DataFrame]:
+    """The empty result for a log file and its clean lines."""
     path = Path(path)
-    text, ends_with_newline = read_text(path)
-    return ParsedSource(path=path, format=fmt, meta={"framework": framework}), lines_frame(text), ends_with_newline
+    text, _ = read_text(path)
+    return ParsedSource(path=path, format=fmt, meta={"framework": framework}), lines_frame(text)
 
 
 def lines_frame(text: str) -> pl.DataFrame:
@@ -130,33 +128,12 @@ class LineIssues:
         return f"{self.count} unreadable {noun} skipped ({'; '.join(self.listed)}{tail})"
 
 
-TIMESTAMP_FORMATS: tuple[tuple[str, str], ...] = (
-    (r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)", "%Y-%m-%d %H:%M:%S"),
-    (r"(\d{8}-\d{2}:\d{2}:\d{2}(?:\.\d+)?)", "%Y%m%d-%H:%M:%S"),
-)
-"""Wall-clock stamps that carry a year (Ray/Python logging, AReaL); month-day-only stamps do not
-count, since they cannot be placed on the absolute clock."""
-
-
-def timestamp_ns(text: str) -> int | None:
-    """Epoch ns of the first full date-time in ``text`` (read as UTC: logs state no zone)."""
-    for pattern, fmt in TIMESTAMP_FORMATS:
-        found = re.search(pattern, text)
-        if not found:
-            continue
-        stamp = found.group(1).replace("T", " ").replace(",", ".")
-        whole, _, frac = stamp.partition(".")
-        try:
-            moment = datetime.strptime(whole, fmt).replace(tzinfo=timezone.utc)
-        except ValueError:
-            continue
-        nanos = int((frac + "000000000")[:9]) if frac else 0
-        return int(moment.timestamp()) * 1_000_000_000 + nanos
-    return None
-
-
 def timestamps_ns(texts: pl.Expr) -> pl.Expr:
-    """Column form of :func:`timestamp_ns` for the ``YYYY-MM-DD HH:MM:SS[,ms]`` and AReaL forms."""
+    """Epoch ns of the date-time stamped in each text (read as UTC: logs state no zone).
+
+    Only stamps that carry a year count (Python/Ray logging's ``YYYY-MM-DD HH:MM:SS[,ms]``,
+    AReaL's ``YYYYMMDD-HH:MM:SS.mmm``): month-day stamps cannot be placed on the absolute clock.
+    """
     iso = (
         texts.str.extract(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)", 1)
         .str.replace("T", " ", literal=True)

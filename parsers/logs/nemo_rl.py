@@ -41,7 +41,7 @@ def sniff(head: bytes, path: Path) -> int:
 
 
 def parse(path: Path, source: int = 0) -> ParsedSource:
-    out, lines, _ = open_log(path, FORMAT, "nemo_rl")
+    out, lines = open_log(path, FORMAT, "nemo_rl")
     header = pl.col("text").str.extract_groups(HEADER)
     block = pl.col("text").str.extract(BLOCK, 1)
     lines = lines.with_columns(

@@ -48,7 +48,7 @@ def sniff(head: bytes, path: Path) -> int:
 
 
 def parse(path: Path, source: int = 0) -> ParsedSource:
-    out, lines, _ = open_log(path, FORMAT, "openrlhf")
+    out, lines = open_log(path, FORMAT, "openrlhf")
     issues = LineIssues()
 
     dict_lines = lines.filter(pl.col("text").str.contains("Global step ", literal=True)).with_columns(

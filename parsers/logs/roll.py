@@ -46,7 +46,7 @@ def _unwrap(data: Any) -> tuple[int | None, dict[str, Any]]:
 
 
 def parse(path: Path, source: int = 0) -> ParsedSource:
-    out, lines, _ = open_log(path, FORMAT, "roll")
+    out, lines = open_log(path, FORMAT, "roll")
     tags = lines.filter(pl.col("text").str.contains("metrics_tag: ", literal=True)).with_columns(
         pl.col("text").str.extract(TAG, 1).alias("payload"),
         pl.lit(None, dtype=pl.Int32).alias("step"),

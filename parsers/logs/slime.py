@@ -35,7 +35,7 @@ def sniff(head: bytes, path: Path) -> int:
 
 
 def parse(path: Path, source: int = 0) -> ParsedSource:
-    out, lines, _ = open_log(path, FORMAT, "slime")
+    out, lines = open_log(path, FORMAT, "slime")
     found = lines.filter(pl.col("text").str.contains(r"\b(?:perf|rollout|step) \d+: ")).with_columns(
         pl.col("text").str.extract_groups(RECORD).alias("r")
     ).unnest("r").filter(pl.col("payload").is_not_null())
