@@ -28,7 +28,7 @@ from analyzer import frames
 from analyzer.classify import timeline
 from parsers.events import nesting_depth
 from taxonomy import collectives as tc
-from taxonomy.vocab import STAGE_NAMES
+from taxonomy.vocab import EXECUTION_MODES, PLACEMENTS, STAGE_NAMES
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 
@@ -295,11 +295,15 @@ def test_user_collective_rules_come_first(tmp_path: Path) -> None:
         tc.load_rules(bad)
 
 
-def test_no_python_loop_over_events_large_run_is_fast(synth_dir: Path) -> None:  # noqa: F811
-    """Every product of a synthetic run, all from scratch; the 64-rank figure is in benchmarks."""
+def test_every_product_from_scratch_holds_rows_of_its_contract(synth_dir: Path) -> None:  # noqa: F811
+    """Every product of a synthetic run, all from scratch, in its contract's shape and not empty
+    (the speed of a 64-rank run is measured in benchmarks/analyze_scale.py)."""
     run = analyzer.load([synth_dir / "stage_fused"])
-    for product in ("clock", "steps", "stage_timeline", "pools", "classified", "collectives", "activity", "placement"):
-        assert run.product(product) is not None
+    contracts = {"clock": frames.CLOCK, "steps": frames.STEPS, "stage_timeline": frames.STAGE_TIMELINE, "pools": frames.POOLS,
+                 "classified": frames.CLASSIFIED_COLUMNS, "collectives": frames.COLLECTIVE_INSTANCES, "activity": frames.ACTIVITY}
+    for product, schema in contracts.items():
+        assert frames.check(run.product(product), schema, product).height > 0, product
+    assert run.placement["placement"] in PLACEMENTS and run.placement["execution"] in EXECUTION_MODES
 
 
 def test_gpu_work_without_its_launch_takes_the_device_annotation() -> None:
