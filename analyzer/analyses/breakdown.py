@@ -216,7 +216,7 @@ def section(run):
     from ..report.sections import Column, Section, gated
 
     title = "Stage time per step"
-    table = gated(run, title, "breakdown", ("stage_timeline", "steps"), "needs stage ranges: no range in these sources maps to an RL stage")
+    table = gated(run, title, "breakdown", "needs stage ranges: no range in these sources maps to an RL stage")
     if isinstance(table, Section):
         return table
     chain = critical_summary(run.critical_path)

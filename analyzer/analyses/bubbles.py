@@ -181,8 +181,7 @@ def section(run):
     from ..report.sections import Column, Section, gated
 
     title = "Idle time by cause"
-    needs = ("steps", "pools", "stage_ranges", "activity", "collectives")
-    table = gated(run, title, "bubbles", needs, "needs steps and device activity: none in these sources")
+    table = gated(run, title, "bubbles", "needs steps and device activity: none in these sources")
     if isinstance(table, Section):
         return table
     per_device = (

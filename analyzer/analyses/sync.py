@@ -161,14 +161,13 @@ def section(run):
     from ..report.sections import Column, Section, gated
 
     title = "Collectives by parallelism dimension"
-    table = gated(run, title, "collectives_by_dim", ("collectives", "activity"), "no collectives in these sources")
+    table = gated(run, title, "collectives_by_dim", "no collectives in these sources")
     if isinstance(table, Section):
         return table
     notes = []
-    if run.provides("stage_timeline", "steps"):
-        for r in run.weight_sync.iter_rows(named=True):
-            bw = f", {r['bandwidth_gbps']:.3g} GB/s" if r["bandwidth_gbps"] else ""
-            notes.append(f"step {r['step']}: weight sync {r['time_ns'] / 1e6:.3g} ms ({100 * r['share']:.1f}% of the step){bw}")
+    for r in run.weight_sync.iter_rows(named=True):
+        bw = f", {r['bandwidth_gbps']:.3g} GB/s" if r["bandwidth_gbps"] else ""
+        notes.append(f"step {r['step']}: weight sync {r['time_ns'] / 1e6:.3g} ms ({100 * r['share']:.1f}% of the step){bw}")
     top = run.stragglers.head(3)
     if top.height:
         notes.append(

@@ -120,8 +120,7 @@ def section(run):
     from ..report.sections import Column, Section, gated
 
     title = "Work and depth per step"
-    needs = ("steps", "stage_timeline", "stage_ranges", "activity", "collectives")
-    table = gated(run, title, "workdepth", needs, "needs stage ranges: no critical path without them")
+    table = gated(run, title, "workdepth", "needs stage ranges: no critical path without them")
     if isinstance(table, Section):
         return table
     return Section(

@@ -61,10 +61,8 @@ def sections(run: Run) -> list[Section]:
     return out
 
 
-def gated(run: Run, title: str, product: str, needs: tuple[str, ...], empty: str) -> pl.DataFrame | Section:
-    """``run.<product>`` when its inputs exist and it has rows; else a frameless section saying
-    what is missing ("needs …"), so a report never shows an analysis its input cannot support."""
-    if not run.provides(*needs):
-        return Section(title, None, note=f"needs {', '.join(needs)} (not available for these sources)")
+def gated(run: Run, title: str, product: str, empty: str) -> pl.DataFrame | Section:
+    """``run.<product>`` when it has rows; else a frameless section whose note, ``empty``, says
+    what the sources lack, so a report never shows an empty table."""
     frame = run.product(product)
     return frame if frame.height else Section(title, None, note=empty)
