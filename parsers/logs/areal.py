@@ -18,6 +18,7 @@ import polars as pl
 
 from ..source import ParsedSource
 from .lines import LineIssues, note_ending, open_log, timestamps_ns
+from .records import split_timers
 from .timers import finish
 from .values import numbers
 
@@ -69,11 +70,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     if message := issues.message():
         out.warn(message)
     pairs = pairs.filter(pl.col("value").is_not_null() & ~pl.col("key").str.ends_with("__count"))
-    is_timer = pl.col("key").str.contains(TIMER_KEY)
-    timers = pairs.filter(is_timer).select(
-        "step", pl.col("key").alias("name"), pl.col("value").alias("seconds"), "record"
-    )
-    scalars = pairs.filter(~is_timer).select("step", "key", "value", "record")
+    timers, scalars = split_timers(pairs, pl.col("key").str.contains(TIMER_KEY))
     headers = lines.filter(pl.col("header_step").is_not_null())
     anchors = headers.select(
         pl.col("header_step").alias("step"), timestamps_ns(pl.col("text")).alias("end_ns")

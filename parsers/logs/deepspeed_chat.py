@@ -24,6 +24,7 @@ import polars as pl
 
 from ..source import ParsedSource
 from .lines import LineIssues, note_ending, open_log, timestamps_ns
+from .records import split_timers
 from .timers import finish
 from .values import numbers
 
@@ -76,8 +77,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     if message := issues.message():
         out.warn(message)
     is_timer = pl.col("key").is_in(list(TIMERS_2023)) | pl.col("key").str.ends_with("=> Latency")
-    timers = rows.filter(is_timer).select("step", pl.col("key").alias("name"), pl.col("value").alias("seconds"), "record")
-    scalars = rows.filter(~is_timer).select("step", "key", "value", "record")
+    timers, scalars = split_timers(rows, is_timer)
     _meta(out, lines)
     stamps = lines.filter(pl.col("text").str.starts_with("[20")).select(timestamps_ns(pl.col("text")).alias("ns")).drop_nulls()
     base = int(stamps["ns"][0]) if stamps.height else 0

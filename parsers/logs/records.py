@@ -57,10 +57,12 @@ def record_rows(
     return pl.DataFrame(rows, schema=ROWS_SCHEMA, orient="row")
 
 
-def split_timers(rows: pl.DataFrame, is_timer: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(timers ``step, name, seconds, record``, scalars ``step, key, value, record``)."""
+def split_timers(
+    rows: pl.DataFrame, is_timer: pl.Expr, extra: tuple[str, ...] = ()
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(timers ``step, name, seconds, record`` + ``extra``, scalars ``step, key, value, record``)."""
     timers = rows.filter(is_timer).select(
-        "step", pl.col("key").alias("name"), pl.col("value").alias("seconds"), "record"
+        "step", pl.col("key").alias("name"), pl.col("value").alias("seconds"), "record", *extra
     )
     scalars = rows.filter(~is_timer).select("step", "key", "value", "record")
     return timers, scalars

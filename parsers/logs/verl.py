@@ -21,6 +21,7 @@ import polars as pl
 from ..source import ParsedSource
 from .config import dig, printed_dict
 from .lines import LineIssues, lines_frame, note_ending, read_text, timestamps_ns
+from .records import split_timers
 from .timers import finish
 from .values import FIXED3, flat_scalars, numbers
 
@@ -77,10 +78,8 @@ def _parse_console(out: ParsedSource, text: str, ends_with_newline: bool, source
     )
     if not ends_with_newline and step_lines.height and step_lines["line"][-1] == lines["line"][-1]:
         cut = int(step_lines["line"][-1])
-        last = pairs.filter(pl.col("line") == cut).with_row_index("_i")["_i"].max()
-        pairs = pairs.with_row_index("_i").filter(
-            ~((pl.col("line") == cut) & (pl.col("_i") == pairs.height - 1))
-        ).drop("_i") if last is not None else pairs
+        if pairs.height and pairs["line"][-1] == cut:
+            pairs = pairs.slice(0, pairs.height - 1)
         out.warn(f"line {cut}: the file ends inside this step line; its last key:value pair was dropped")
         out.meta["ended"] = "cut"
 
@@ -101,12 +100,9 @@ def _parse_console(out: ParsedSource, text: str, ends_with_newline: bool, source
     if message := issues.message():
         out.warn(message)
 
-    is_timer = pl.col("key").str.starts_with("timing_s/") | pl.col("key").str.starts_with("timing/")
-    timers = pairs.filter(is_timer).select(
-        "step", pl.col("key").alias("name"), pl.col("value").alias("seconds"),
-        pl.col("line").alias("record"), "pid",
+    timers, scalars = split_timers(
+        pairs.with_columns(record="line"), pl.col("key").str.contains(TIMER_KEY), extra=("pid",)
     )
-    scalars = pairs.filter(~is_timer).select("step", "key", "value", pl.col("line").alias("record"))
 
     first_step_line = int(step_lines["line"].min()) if step_lines.height else None
     _console_meta(out, lines, step_lines, pairs, first_step_line)
