@@ -45,8 +45,3 @@ def demo_groups() -> list[tuple[str, list[tuple[str, Path]]]]:
     if not groups:
         raise InputError(root, "no sample runs found (run `make samples`, or set RLPERF_SAMPLES)")
     return groups
-
-
-def demo_runs() -> list[tuple[str, Path]]:
-    """(label, folder) of every demo run that is present."""
-    return [run for _, runs in demo_groups() for run in runs]

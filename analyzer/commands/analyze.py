@@ -79,13 +79,12 @@ def analyze(
     emit(run, fmt.value, output, steps)
 
 
-def emit(run, fmt: str, output: Path | None, steps=None) -> None:
+def emit(run, fmt: str, output: Path | None, steps) -> None:
     """Write ``run``'s report in ``fmt`` to ``output`` (or stdout)."""
     if fmt in ("md", "html", "png"):
-        from ..progress import Steps
         from ..report.files import write_report
 
-        write_report(run, fmt, output, steps or Steps(quiet=True))
+        write_report(run, fmt, output, steps)
         return
     if fmt == "json":
         from ..report import json as json_report

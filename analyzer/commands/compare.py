@@ -52,7 +52,7 @@ def compare(
     emit(comparison, fmt.value, output, steps, runs=loaded)
 
 
-def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None, title: str = "rlperf comparison") -> None:
+def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None:
     from ..report.files import emit_text
 
     if fmt == "json":
@@ -60,12 +60,12 @@ def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None, title: 
     elif fmt == "md":
         from ..report.markdown import render_comparison
 
-        text = render_comparison(comparison, title=title)
+        text = render_comparison(comparison)
     elif fmt == "html":
         from ..report.html import render_comparison
 
         with steps.step("Writing the report"):
-            text = render_comparison(comparison, runs=runs, title=title)
+            text = render_comparison(comparison, runs=runs)
     else:
         if output is None:
             render_text(comparison, Console())

@@ -18,9 +18,8 @@ def title_of(run) -> str:
     return f"rlperf: {common.name or common}"
 
 
-def write_report(run, fmt: str, output: Path | None, steps, *, title: str | None = None) -> list[Path]:
+def write_report(run, fmt: str, output: Path | None, steps) -> list[Path]:
     """Render ``run`` as ``fmt`` (``md``, ``html`` or ``png``); returns the files written."""
-    title = title or title_of(run)
     if fmt == "png":
         if output is None:
             raise typer.BadParameter("--format png writes image files: name them with -o FILE.png or -o FOLDER")
@@ -30,6 +29,7 @@ def write_report(run, fmt: str, output: Path | None, steps, *, title: str | None
             written = png.render(run, output)
         steps.say(f"rlperf: wrote {len(written)} chart image(s): {', '.join(str(p) for p in written) or 'none (nothing to draw)'}")
         return written
+    title = title_of(run)
     with steps.step("Writing the report"):
         if fmt == "html":
             from . import html

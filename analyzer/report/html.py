@@ -133,10 +133,10 @@ def section_html(section: Section, h: str = "h2") -> str:
     return "\n".join(parts)
 
 
-def frame_html(frame: pl.DataFrame, columns: Sequence[Column], *, row_class: str | None = None) -> str:
+def frame_html(frame: pl.DataFrame, columns: Sequence[Column]) -> str:
     """A table of ``frame``'s ``columns``, cells formatted as every renderer formats them."""
     head = "".join(f"<th>{esc(c.title)}</th>" for c in columns)
-    classes = _row_classes(frame) if row_class is None else [row_class] * frame.height
+    classes = _row_classes(frame)
     rows = []
     for css, row in zip(classes, frame.select([c.name for c in columns]).iter_rows(), strict=True):
         cells = "".join(

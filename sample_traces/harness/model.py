@@ -8,7 +8,7 @@ an MLP, a language-model head (actor, reference) or a value head (critic).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -29,9 +29,6 @@ class ModelConfig:
     max_len: int = 64
     eos_bias: float = -1.0
     """Initial logit bias of <eos>: sets how early an untrained policy stops (the length tail)."""
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 class Block(nn.Module):
@@ -104,12 +101,6 @@ class TinyLM(nn.Module):
             new_caches.append(kv)
         out = self.head(self.ln(x))
         return out, new_caches
-
-    def n_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
-    def n_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for p in self.parameters())
 
 
 def make_prompts(generator: torch.Generator, n: int) -> list[tuple[int, int]]:
