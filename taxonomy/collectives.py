@@ -28,7 +28,7 @@ from typing import Any
 
 import polars as pl
 
-from .tomlfile import read_toml
+from .tomlfile import read_toml, regex_problem
 from .vocab import DIM, DIMENSIONS, STAGE_NAMES
 
 RULES_PATH = Path(__file__).with_name("collectives.toml")
@@ -133,11 +133,9 @@ def _rule(path: Path, kind: str, index: int, raw: Any, origin: str) -> DimRule:
     match = raw.get("match")
     if kind in ("description", "kernel") and not match:
         raise CollectiveRulesError(f"{where}: needs a match regex")
-    if match is not None:
-        try:
-            pl.Series([""], dtype=pl.String).str.contains(str(match))
-        except pl.exceptions.ComputeError as exc:
-            raise CollectiveRulesError(f"{where}: bad regex {match!r} ({str(exc).splitlines()[0]})") from None
+    problem = None if match is None else regex_problem(str(match))
+    if problem is not None:
+        raise CollectiveRulesError(f"{where}: bad regex {match!r} ({problem})")
     stages = tuple(str(s) for s in raw.get("stage", []))
     bad = [s for s in stages if s not in STAGE_NAMES]
     if bad:

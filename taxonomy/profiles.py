@@ -17,7 +17,7 @@ from typing import Any
 
 import polars as pl
 
-from .tomlfile import read_toml
+from .tomlfile import read_toml, regex_problem
 from .vocab import ROLE, ROLES, STAGE, STAGE_NAMES
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
@@ -208,11 +208,9 @@ def _evidence(path: Path, raw: Any) -> Evidence:
 
 
 def _check_regex(path: Path, pattern: str, where: str) -> None:
-    try:
-        pl.Series([""], dtype=pl.String).str.contains(pattern)
-    except pl.exceptions.ComputeError as exc:
-        message = str(exc).splitlines()[0]
-        raise ProfileError(f"{path}: {where}: bad regex {pattern!r} ({message})") from None
+    problem = regex_problem(pattern)
+    if problem is not None:
+        raise ProfileError(f"{path}: {where}: bad regex {pattern!r} ({problem})")
 
 
 def _merge_user(profiles: dict[str, Profile], path: Path) -> dict[str, Profile]:

@@ -1,10 +1,13 @@
-"""Reading the taxonomy's TOML data files (and users' files on top) with one-line errors."""
+"""Reading the taxonomy's TOML data files (and users' files on top) with one-line errors, and
+checking the regexes their rules hold."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 try:
     import tomllib
@@ -21,3 +24,13 @@ def read_toml(path: Path, error: Callable[[Path, str], Exception]) -> dict[str, 
         raise error(path, f"cannot read ({exc.strerror or exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise error(path, f"not valid TOML ({exc})") from None
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why polars (the Rust regex dialect: no look-around, no back-references) rejects
+    ``pattern``, in one line; None when it compiles."""
+    try:
+        pl.Series([""], dtype=pl.String).str.contains(pattern)
+    except pl.exceptions.ComputeError as exc:
+        return str(exc).splitlines()[0]
+    return None
