@@ -1,4 +1,4 @@
-"""Time by top-level user annotation, per rank.
+"""Time by top-level user annotation, per rank: count, total time, share of the rank's trace window.
 
 "Top-level" means not enclosed by another user annotation on the same thread, ignoring the
 profiler's own ``ProfilerStep#N`` ranges (they frame steps; the user's ranges sit inside them).
@@ -9,11 +9,6 @@ from __future__ import annotations
 import polars as pl
 
 from parsers.events import nesting_depth
-
-INPUTS = ("events",)
-OUTPUTS = {
-    "annotations": "per rank and top-level annotation name: count, total time, share of the rank's trace window",
-}
 
 PROVIDES = ("annotations",)
 OP_ID_SUFFIX = r", (?:op_id|seq) = \d+.*$"

@@ -16,14 +16,6 @@ from parsers.events import GPU_ACTIVITY_KINDS
 
 from .. import intervals
 
-INPUTS = ("events",)
-OUTPUTS = {
-    "gpu_time": (
-        "per rank: trace window, GPU window, busy, idle, idle fraction, communication time, "
-        "computation time, communication overlapped by computation (ns and fraction)"
-    ),
-}
-
 PROVIDES = ("gpu_time",)
 
 COLUMNS = [
@@ -77,7 +69,6 @@ def compute(events: pl.DataFrame, *, hta_compatible: bool = False) -> pl.DataFra
         pl.when(pl.col("comm_ns") > 0).then(pl.col("overlap_ns") / pl.col("comm_ns")).alias("overlap_fraction"),
     )
     return out.select(COLUMNS).sort("rank")
-
 
 
 def provide(run, name: str) -> pl.DataFrame:

@@ -41,7 +41,6 @@ import polars as pl
 
 from taxonomy.vocab import STAGE
 
-INPUTS = ("events", "metrics", "classes", "metric_keys")
 OUTPUTS = {
     "stages": "per step × stage: seconds, share of the step's wall time, inside the step or not, the keys",
     "steps": "per step: total, its origin, stage sum, residual (other), outside time, wall, dominant stage, outlier",
