@@ -432,20 +432,22 @@ def match_log_steps(trace: pl.DataFrame, log: pl.DataFrame) -> tuple[int, float]
     clearly better than any other. Both frames: step, stage, dur."""
     if trace.height == 0 or log.height == 0:
         return None
-    t_steps = sorted(trace["step"].unique().to_list())
-    l_steps = sorted(log["step"].unique().to_list())
-    errors: list[tuple[float, int]] = []
-    for k in range(l_steps[0] - t_steps[0], l_steps[-1] - t_steps[-1] + 1):
-        joined = trace.with_columns((pl.col("step") + k).alias("step")).join(log, on=["step", "stage"], suffix="_log")
-        if joined["step"].n_unique() < len(t_steps):
-            continue
-        err = joined.select(((pl.col("dur") - pl.col("dur_log")).abs() / pl.col("dur_log").clip(lower_bound=1)).mean()).item()
-        errors.append((float(err), k))
-    if not errors:
+    first, last = log["step"].min() - trace["step"].min(), log["step"].max() - trace["step"].max()
+    errors = (
+        trace.lazy().join(log.lazy(), on="stage", suffix="_log")
+        .with_columns((pl.col("step_log") - pl.col("step")).alias("k"))
+        .filter(pl.col("k").is_between(first, last))
+        .group_by("k").agg(
+            pl.col("step").n_unique().alias("matched"),
+            ((pl.col("dur") - pl.col("dur_log")).abs() / pl.col("dur_log").clip(lower_bound=1)).mean().alias("err"),
+        )
+        .filter(pl.col("matched") == trace["step"].n_unique())
+        .sort("err", "k").head(2).collect()
+    )
+    if errors.height == 0:
         return None
-    errors.sort()
-    best_err, best_k = errors[0]
-    clear = len(errors) == 1 or errors[1][0] >= CLEAR_MARGIN * best_err + 0.01
+    best_err, best_k = float(errors["err"][0]), int(errors["k"][0])
+    clear = errors.height == 1 or errors["err"][1] >= CLEAR_MARGIN * best_err + 0.01
     return (best_k, best_err) if best_err <= MATCH_TOLERANCE and clear else None
 
 
