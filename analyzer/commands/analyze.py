@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from ..cli import (
     Framework,
@@ -96,9 +95,7 @@ def emit(run, fmt: str, output: Path | None, steps) -> None:
             sys.stdout.write(text)
         return
     from ..report import text as text_report
+    from ..report.files import console
 
-    if output:
-        with output.open("w") as fh:
-            text_report.render(run, Console(file=fh, width=120, color_system=None))
-    else:
-        text_report.render(run, Console())
+    with console(output, 120) as out:
+        text_report.render(run, out)

@@ -53,7 +53,7 @@ def compare(
 
 
 def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None:
-    from ..report.files import emit_text
+    from ..report.files import console, emit_text
 
     if fmt == "json":
         text = json.dumps(comparison.to_json(), indent=2, default=str) + "\n"
@@ -67,11 +67,8 @@ def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None
         with steps.step("Writing the report"):
             text = render_comparison(comparison, runs=runs)
     else:
-        if output is None:
-            render_text(comparison, Console())
-            return
-        with output.open("w") as fh:
-            render_text(comparison, Console(file=fh, width=160, color_system=None))
+        with console(output, 160) as out:
+            render_text(comparison, out)
         return
     emit_text(text, output, steps, f"{fmt} comparison")
 

@@ -48,11 +48,10 @@ def crosscheck(
         else:
             typer.echo(text, nl=False)
         return
-    if output:
-        with output.open("w") as fh:
-            render_text(result, Console(file=fh, width=140, color_system=None))
-    else:
-        render_text(result, Console())
+    from ..report.files import console
+
+    with console(output, 140) as out:
+        render_text(result, out)
 
 
 def render_text(result, console: Console) -> None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
+from rich.console import Console
 
 
 def title_of(run) -> str:
@@ -40,6 +43,17 @@ def write_report(run, fmt: str, output: Path | None, steps) -> list[Path]:
 
             text = markdown.render(run, title=title)
     return emit_text(text, output, steps, f"{fmt} report")
+
+
+@contextmanager
+def console(output: Path | None, width: int) -> Iterator[Console]:
+    """Where a command's rich tables go: the terminal, or ``output`` at a fixed width without
+    colour codes."""
+    if output is None:
+        yield Console()
+        return
+    with output.open("w") as fh:
+        yield Console(file=fh, width=width, color_system=None)
 
 
 def emit_text(text: str, output: Path | None, steps, what: str) -> list[Path]:
