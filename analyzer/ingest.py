@@ -169,8 +169,5 @@ def _cache_put(parsed: ParsedSource) -> None:
 
 
 def _jsonable(value: object) -> object:
-    if isinstance(value, (set, tuple)):
-        return list(value)
-    if isinstance(value, Path):
-        return str(value)
-    return str(value)
+    """Sets as lists; anything else JSON lacks (paths, …) as its text."""
+    return list(value) if isinstance(value, set) else str(value)

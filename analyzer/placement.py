@@ -122,7 +122,7 @@ def _execution(placement: str, by_pool: dict[str, list[int]], workers: pl.DataFr
         return "one_step_off"
     prep = workers.filter(pl.col("stage").is_in(list(PREPARATION_STAGES)))
     gen = workers.filter(pl.col("stage") == "rollout")
-    if prep.height and gen.height and "step" in workers.columns:
+    if prep.height and gen.height:
         cross = prep.join(gen.select("step", pl.col("rank").alias("_gr"), pl.col("start_ns").alias("_gs"), pl.col("end_ns").alias("_ge")),
                           on="step").filter((pl.col("_gr") != pl.col("rank")) & (pl.col("_gs") < pl.col("end_ns")) & (pl.col("_ge") > pl.col("start_ns")))
         fused = intervals.intersection(
