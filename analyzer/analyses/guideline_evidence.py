@@ -9,7 +9,7 @@ guideline logs can decide. Nothing here recomputes another module's product.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -75,6 +75,16 @@ def per_step(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.select(cols).sort("step", nulls_last=True)
 
 
+def ratio(whole: pl.DataFrame, part: pl.DataFrame, on: Sequence[str] = ("step",)) -> pl.DataFrame:
+    """``whole`` (``den`` per ``on``) with ``part``'s ``num`` joined in, 0 where ``part`` has
+    none, and ``value`` = num ÷ den."""
+    return (
+        whole.join(part, on=list(on), how="left")
+        .with_columns(pl.col("num").fill_null(0))
+        .with_columns((pl.col("num") / pl.col("den")).alias("value"))
+    )
+
+
 def run_value(frame: pl.DataFrame, check: Check) -> float | None:
     """The run's value from per-step values by the check's ``aggregate``."""
     values = frame["value"].drop_nulls()
@@ -123,6 +133,10 @@ class Evidence:
         if steps is None:
             return None
         return steps.select("step", "start_ns", "end_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("wall_ns"))
+
+    def in_windows(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame`` (per step) with its steps' trace windows, where the trace has steps."""
+        return frame if self.windows is None else frame.join(self.windows, on="step", how="left")
 
     @cached_property
     def timeline(self) -> pl.DataFrame | None:
@@ -174,10 +188,7 @@ class Evidence:
         spent = intervals.union_length(segments, ["step"], "num") if segments.height else pl.DataFrame(
             schema={"step": pl.Int32, "num": pl.Int64}
         )
-        frame = self.windows.join(spent, on="step", how="left").with_columns(
-            pl.col("num").fill_null(0).cast(pl.Float64), pl.col("wall_ns").cast(pl.Float64).alias("den")
-        )
-        return per_step(frame.with_columns((pl.col("num") / pl.col("den")).alias("value")))
+        return per_step(ratio(self.windows.with_columns(pl.col("wall_ns").alias("den")), spent))
 
     def _log_stage_time(self, stages: list[str], absent_is_zero: bool) -> Measured | Missing:
         label = " + ".join(stages)
@@ -194,8 +205,7 @@ class Evidence:
         if pure.height == 0 and not absent_is_zero:
             return Missing(f"a {label} timer (the log has none)")
         spent = pure.group_by("step").agg(pl.col("seconds").sum().alias("num"))
-        frame = walls.select("step", pl.col("wall_s").alias("den")).join(spent, on="step", how="left")
-        frame = frame.with_columns(pl.col("num").fill_null(0.0)).with_columns((pl.col("num") / pl.col("den")).alias("value"))
+        frame = ratio(walls.select("step", pl.col("wall_s").alias("den")), spent)
         keys = ", ".join(sorted(set(", ".join(pure["keys"].to_list()).split(", ")))) if pure.height else "no timer"
         return Measured(per_step(frame), f"log timers ({keys}), {frame.height} steps")
 

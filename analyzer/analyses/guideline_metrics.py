@@ -27,6 +27,7 @@ from .guideline_evidence import (
     Missing,
     Result,
     per_step,
+    ratio,
     run_value,
 )
 from .log_steps import TOTAL_FROM_STAGES
@@ -56,12 +57,8 @@ def weight_sync_share(ev: Evidence, check: Check) -> Result:
     """f_sync from the ``weight_sync`` product (trace), else the log's weight-sync timer."""
     synced = ev.frame("weight_sync")
     if synced is not None and ev.windows is not None and synced["time_ns"].sum() > 0:
-        frame = ev.windows.join(synced.select("step", "time_ns"), on="step", how="left").select(
-            "step", "start_ns", "end_ns",
-            pl.col("time_ns").fill_null(0).cast(pl.Float64).alias("num"), pl.col("wall_ns").cast(pl.Float64).alias("den"),
-        )
-        return Measured(per_step(frame.with_columns((pl.col("num") / pl.col("den")).alias("value"))),
-                        f"weight-sync stage in the trace, {frame.height} steps")
+        frame = ratio(ev.windows.with_columns(pl.col("wall_ns").alias("den")), synced.select("step", pl.col("time_ns").alias("num")))
+        return Measured(per_step(frame), f"weight-sync stage in the trace, {frame.height} steps")
     result = ev.stage_time(["weight_sync"])
     logged = ev.frame(LOG_WEIGHT_SYNC)
     if isinstance(result, Missing) and logged is not None and logged["note"][0]:
@@ -224,11 +221,9 @@ def pool_idle(ev: Evidence, check: Check) -> Result:
         rows = bubbles.join(pools, on="rank").filter(pl.col("pool").is_in(["rollout", "train"]))
         windows = rows.unique(["step", "rank"]).group_by("step", "pool").agg(pl.col("window_ns").sum().alias("den"))
         waits = rows.filter(pl.col("cause") == "pool_wait").group_by("step", "pool").agg(pl.col("idle_ns").sum().alias("num"))
-        per_pool = windows.join(waits, on=["step", "pool"], how="left").with_columns(
-            pl.col("num").fill_null(0), (pl.col("num").fill_null(0) / pl.col("den")).alias("value")
-        )
+        per_pool = ratio(windows, waits, on=("step", "pool"))
         worst = per_pool.sort("value", descending=True).group_by("step", maintain_order=True).first()
-        frame = worst.join(ev.windows, on="step", how="left") if ev.windows is not None else worst
+        frame = ev.in_windows(worst)
         pools_named = ", ".join(f"step {s}: {p}" for s, p in worst.sort("step").select("step", "pool").iter_rows())
         return Measured(per_step(frame), f"pool_wait idle per pool in the trace ({pools_named})")
     logged = [found for q in ("idle_train", "idle_rollout") if (found := ev.logged(q)) is not None]
@@ -263,8 +258,7 @@ def actor_critic_overlap(ev: Evidence, check: Check) -> Result:
         .join(intervals.union_length(both, ["step"], "lo") if both.height else pl.DataFrame(schema={"step": pl.Int32, "lo": pl.Int64}), on="step", how="left")
         .with_columns((pl.col("lo").fill_null(0) / pl.min_horizontal("la", "lc")).alias("value"))
     )
-    if ev.windows is not None:
-        frame = frame.join(ev.windows, on="step", how="left")
+    frame = ev.in_windows(frame)
     return Measured(per_step(frame), f"actor and critic update ranges on disjoint ranks in the trace, {frame.height} steps")
 
 
@@ -309,9 +303,7 @@ def dp_imbalance(ev: Evidence, check: Check) -> Result:
             .filter(pl.col("n") >= 2)
         )
         if per_group.height:
-            worst = per_group.sort("value", descending=True).group_by("step", maintain_order=True).first()
-            if ev.windows is not None:
-                worst = worst.join(ev.windows, on="step", how="left")
+            worst = ev.in_windows(per_group.sort("value", descending=True).group_by("step", maintain_order=True).first())
             return Measured(per_step(worst), f"update compute per rank within {scope} in the trace, {worst.height} steps")
     top, mean = ev.logged("seqlen_max"), ev.logged("seqlen_mean")
     if top is None or mean is None:
@@ -337,13 +329,11 @@ def exposed_update_comm(ev: Evidence, check: Check) -> Result:
         intervals.union_length(intervals.difference(comm, compute, keys), keys, "num")
         if comm.height else pl.DataFrame(schema={"step": pl.Int32, "rank": pl.Int32, "num": pl.Int64})
     )
-    per_rank = span.join(exposed, on=keys, how="left").with_columns(pl.col("num").fill_null(0))
-    per_rank = per_rank.with_columns((pl.col("num") / pl.col("den")).alias("ratio"))
+    per_rank = ratio(span, exposed, on=keys)
     frame = per_rank.group_by("step").agg(
-        pl.col("num").sum().cast(pl.Float64), pl.col("den").sum().cast(pl.Float64), pl.col("rank").sort_by("ratio").last()
+        pl.col("num").sum().cast(pl.Float64), pl.col("den").sum().cast(pl.Float64), pl.col("rank").sort_by("value").last()
     ).with_columns((pl.col("num") / pl.col("den")).alias("value"))
-    if ev.windows is not None:
-        frame = frame.join(ev.windows, on="step", how="left")
+    frame = ev.in_windows(frame)
     note = "" if comm.height else "; no collectives inside the updates"
     return Measured(per_step(frame), f"update-stage activity of {per_rank['rank'].n_unique()} ranks in the trace{note}")
 
@@ -421,8 +411,7 @@ def _traced_bubble(ev: Evidence, pp_rows: pl.DataFrame) -> Result:
     frame = sends.group_by("step").agg(pl.col("len").min().alias("sends"), pl.col("rank").min()).with_columns(
         (pl.col("sends") / flushes).alias("m")
     ).with_columns(((pp - 1) / (pl.col("m") + pp - 1)).alias("value"))
-    if ev.windows is not None:
-        frame = frame.join(ev.windows, on="step", how="left")
+    frame = ev.in_windows(frame)
     assumed = how if k else "assuming one pipeline flush per update (no optimizer steps recorded)"
     m = frame["m"].to_list()
     return Measured(per_step(frame), f"pp = {pp} from PP groups; m = {', '.join(f'{x:g}' for x in m)} from first-stage sends in the actor update, {assumed}")
@@ -467,9 +456,7 @@ def sync_wait_share(ev: Evidence, check: Check) -> Result:
     if found is None or walls is None:
         return Missing(check.needs)
     key, seconds = found
-    frame = walls.select("step", pl.col("wall_s").alias("den")).join(seconds, on="step", how="left").with_columns(
-        pl.col("num").fill_null(0.0)
-    ).with_columns((pl.col("num") / pl.col("den")).alias("value"))
+    frame = ratio(walls.select("step", pl.col("wall_s").alias("den")), seconds)
     return Measured(per_step(frame), f"log timer {key}, {frame.height} steps")
 
 
@@ -479,11 +466,7 @@ def dispatch_gap_share(ev: Evidence, check: Check) -> Result:
     if bubbles is not None:
         windows = bubbles.unique(["step", "rank"]).group_by("step").agg(pl.col("window_ns").sum().alias("den"))
         gaps = bubbles.filter(pl.col("cause") == "stage_gap").group_by("step").agg(pl.col("idle_ns").sum().alias("num"))
-        frame = windows.join(gaps, on="step", how="left").with_columns(pl.col("num").fill_null(0)).with_columns(
-            (pl.col("num") / pl.col("den")).alias("value")
-        )
-        if ev.windows is not None:
-            frame = frame.join(ev.windows, on="step", how="left")
+        frame = ev.in_windows(ratio(windows, gaps))
         return Measured(per_step(frame), f"stage_gap idle over {bubbles['rank'].n_unique()} devices in the trace, {frame.height} steps")
     stages, steps = ev.frame(LOG_STAGES), ev.frame(LOG_STEPS)
     if stages is None or steps is None:
@@ -492,9 +475,7 @@ def dispatch_gap_share(ev: Evidence, check: Check) -> Result:
     if timed.height == 0:
         return Missing("a step timer next to stage timers (the log lacks one or the other)")
     other = stages.filter((pl.col("label") == "other") & pl.col("in_step")).group_by("step").agg(pl.col("seconds").sum().alias("num"))
-    frame = timed.select("step", pl.col("wall_s").alias("den")).join(other, on="step", how="left").with_columns(
-        pl.col("num").fill_null(0.0)
-    ).with_columns((pl.col("num") / pl.col("den")).alias("value"))
+    frame = ratio(timed.select("step", pl.col("wall_s").alias("den")), other)
     return Measured(per_step(frame), f"step time outside every stage timer in the log, {frame.height} steps")
 
 
