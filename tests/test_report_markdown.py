@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 
 import polars as pl
 import pytest
-from report_truth import RUNS, cli, synthetic, synthetic_run
+from report_truth import RUNS, cli, load_truth, synthetic, synthetic_run
 
 from analyzer.report import charts, markdown, png
 from analyzer.report.units import cell
@@ -84,3 +85,16 @@ def test_png_writes_every_drawable_chart(run, tmp_path: Path):
 def test_png_needs_an_output(tmp_path: Path):
     done = cli("analyze", str(RUNS / "verl_ppo_disaggregated"), "--format", "png", "--quiet")
     assert done.returncode == 2 and "-o" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_sources_list_every_rank_a_file_holds(tmp_path: Path):
+    """One nsys export holds both ranks of the colocated run: every format's sources table says so."""
+    folder = RUNS / "verl_ppo_colocated_nsys"
+    ranks = ",".join(str(r["rank"]) for r in load_truth(folder)["ranks"] if r["rank"] >= 0)
+    assert ranks == "0,1"
+    for fmt in ("md", "text"):
+        out = tmp_path / f"report.{fmt}"
+        done = cli("analyze", str(folder), "--format", fmt, "-o", str(out), "--quiet")
+        assert done.returncode == 0, done.stderr
+        row = next(line for line in out.read_text().splitlines() if "report.sqlite" in line)
+        assert [c for c in re.split(r"[|│]", row) if c.strip()][-1].strip() == ranks, row

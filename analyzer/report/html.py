@@ -20,6 +20,7 @@ import polars as pl
 
 from .charts import Figure, figures, remarks, split_sections
 from .sections import Column, Section, sections
+from .sources import source_ranks
 from .units import cell
 
 LARGE_TABLE_ROWS = 40
@@ -162,15 +163,16 @@ def _row_classes(frame: pl.DataFrame) -> list[str]:
 
 def sources_html(run, h: str = "h2") -> str:
     parts = [f"<{h}>Sources</{h}>"]
+    ranks = source_ranks(run)
     rows = pl.DataFrame(
         {
             "file": [str(s.path) for s in run.sources],
             "format": [s.format for s in run.sources],
-            "rank": [s.rank if s.rank >= 0 else None for s in run.sources],
+            "rank": [ranks[s.index] for s in run.sources],
         },
-        schema={"file": pl.String, "format": pl.String, "rank": pl.Int64},
+        schema={"file": pl.String, "format": pl.String, "rank": pl.String},
     )
-    parts.append(frame_html(rows, [Column("file", "file"), Column("format", "format"), Column("rank", "rank", "number")]))
+    parts.append(frame_html(rows, [Column("file", "file"), Column("format", "format"), Column("rank", "rank")]))
     items = [f"<li>{esc(line)}</li>" for line in remarks(run)]
     if items:
         parts.append(f'<ul class="note">{"".join(items)}</ul>')

@@ -13,6 +13,7 @@ import polars as pl
 
 from .charts import Figure, figures, remarks, split_sections
 from .sections import Column, Section, sections
+from .sources import source_ranks
 from .units import cell
 
 FOLD_ROWS = 15
@@ -37,8 +38,9 @@ def run_lines(run, level: int = 2) -> list[str]:
     for section in rest:
         lines += section_lines(section, h)
     lines += [f"{h} Sources", ""]
-    lines += table([[s.path.name, s.format, s.rank if s.rank >= 0 else None] for s in run.sources],
-                   [Column("file", "file"), Column("format", "format"), Column("rank", "rank", "number")])
+    ranks = source_ranks(run)
+    lines += table([[s.path.name, s.format, ranks[s.index]] for s in run.sources],
+                   [Column("file", "file"), Column("format", "format"), Column("rank", "rank")])
     lines += [f"- {escape(line)}" for line in remarks(run)]
     return [*lines, ""]
 

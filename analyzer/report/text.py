@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import polars as pl
 from rich.console import Console
 from rich.table import Table
 
 from ..run import Run
 from .sections import Section, sections
+from .sources import source_ranks
 from .units import cell
 
 
@@ -16,11 +16,9 @@ def render(run: Run, console: Console) -> None:
     files = Table(title="Sources", title_justify="left", show_edge=False)
     for column in ("file", "format", "rank"):
         files.add_column(column)
-    ranks = dict(
-        run.events.filter(pl.col("rank") >= 0).group_by("source").agg(pl.col("rank").unique().sort()).iter_rows()
-    )
+    ranks = source_ranks(run)
     for s in run.sources:
-        files.add_row(s.path.name, s.format, ",".join(map(str, ranks.get(s.index, []))) or "–")
+        files.add_row(s.path.name, s.format, ranks[s.index])
     console.print(files)
     for section in sections(run):
         _section(section, console)
