@@ -369,7 +369,7 @@ def comparison_figures(comparison) -> list[Figure]:
             continue
         if prefix == "stage.":
             part = part.with_columns(pl.col("value") / 1e6)
-        part = part.with_columns(pl.col("part").replace_strict({k: i for i, k in enumerate(colors)}, default=len(colors)).alias("order"))
+        part = part.with_columns(_rank_of("part", tuple(colors)))
         chart = alt.Chart(_values(part.select("run", "part", "value", "order"))).mark_bar().encode(
             y=alt.Y("run:N", sort=labels, title=None),
             x=alt.X("value:Q", title=axis, axis=alt.Axis(format="%") if fmt.endswith("%") else alt.Axis()),
