@@ -26,6 +26,7 @@ Products (schemas in ``analyzer/frames.py``):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -234,12 +235,13 @@ def stage_ranges(run: Run) -> pl.DataFrame:
     return _select_steps(run, out)
 
 
-def timeline(ranges: pl.DataFrame) -> pl.DataFrame:
+def timeline(ranges: pl.DataFrame, keep: Sequence[str] = ()) -> pl.DataFrame:
     """Disjoint per-rank segments where the innermost range decides (ranges carry ``depth``):
-    each range keeps what no deeper range covers; ranges that merely touch stay apart."""
-    cols = list(frames.STAGE_TIMELINE)
+    each range keeps what no deeper range covers; ranges that merely touch stay apart. ``keep``:
+    further range columns every segment carries (classified rows take the confidence)."""
+    cols = [*frames.STAGE_TIMELINE, *keep]
     if ranges.height == 0:
-        return frames.empty(frames.STAGE_TIMELINE)
+        return ranges.select(cols).cast(frames.STAGE_TIMELINE)
     pieces = []
     keyed = ranges.with_row_index("_id").sort("rank", "start_ns")
     for d in sorted(keyed["depth"].unique().to_list()):
@@ -337,9 +339,11 @@ def _stage_at(points: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
 
 
 def _segments_with_confidence(run: Run) -> pl.DataFrame:
-    tl = run.stage_timeline
-    conf = run.stage_ranges.select("rank", "start_ns", "name", "confidence").unique(["rank", "start_ns", "name"])
-    return tl.join(conf, on=["rank", "start_ns", "name"], how="left").with_columns(pl.col("confidence").fill_null(1.0))
+    """The stage timeline with the confidence of the range each segment is a piece of (the
+    ``stage_timeline`` product is this without it)."""
+    if "_segments" not in run._products:
+        run._products["_segments"] = timeline(run.stage_ranges, keep=["confidence"])
+    return run._products["_segments"]
 
 
 def classified(run: Run) -> pl.DataFrame:
@@ -533,7 +537,7 @@ def provide(run: Run, name: str) -> Any:
     if name == "stage_ranges":
         return frames.check(stage_ranges(run), frames.STAGE_RANGES, "stage_ranges")
     if name == "stage_timeline":
-        return frames.check(timeline(run.stage_ranges), frames.STAGE_TIMELINE, "stage_timeline")
+        return frames.check(_segments_with_confidence(run).drop("confidence"), frames.STAGE_TIMELINE, "stage_timeline")
     if name == "pools":
         return frames.check(pools(run), frames.POOLS, "pools")
     if name == "classified":

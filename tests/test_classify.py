@@ -95,6 +95,21 @@ def test_innermost_range_decides_and_nesting_is_cut_out() -> None:
     ]
 
 
+def test_every_piece_of_a_cut_range_keeps_its_confidence() -> None:
+    """An inferred update cut by a named optimizer range inside it: both of its pieces carry
+    its confidence, the named range its own (classified rows take it from the segments)."""
+    ranges = pl.DataFrame({
+        "rank": [0, 0], "step": [1, 1], "stage": ["actor_update", "actor_update"], "role": ["actor", "actor"],
+        "name": ["inferred actor_update", "Optimizer.step#AdamW.step"], "start_ns": [0, 60], "end_ns": [100, 80],
+        "depth": [0, 1], "inferred": [True, False], "confidence": [0.9, 1.0],
+    }).cast(frames.STAGE_RANGES)
+    tl = timeline(ranges, keep=["confidence"])
+    assert tl.select("name", "start_ns", "end_ns").rows() == [
+        ("inferred actor_update", 0, 60), ("Optimizer.step#AdamW.step", 60, 80), ("inferred actor_update", 80, 100)]
+    assert tl["confidence"].to_list() == pytest.approx([0.9, 1.0, 0.9])
+    assert timeline(ranges).columns == list(frames.STAGE_TIMELINE)
+
+
 def test_composite_timers_are_not_stages_and_generic_rules_yield_to_framework_ones() -> None:
     run = sample_run("openrlhf_ppo_disaggregated")
     names = set(run.stage_ranges["name"].to_list())
