@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from product_frames import frame
 
 from analyzer import frames
 from analyzer.run import Run
 from parsers.events import empty_events
 
 MS = 1_000_000
-
-
-def frame(columns: dict[str, list], schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    return frames.check(pl.DataFrame(columns, schema=schema), schema, "input")
 
 
 def run_with(chain: list[tuple], rollout_ends: list[int], update_productive: list[int]) -> Run:
