@@ -9,8 +9,9 @@ Rust regex dialect: no look-around, no back-references).
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,10 @@ def _merge_user(profiles: dict[str, Profile], path: Path) -> dict[str, Profile]:
 # --- versions ------------------------------------------------------------------------------
 
 
+COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq, "=": operator.eq}
+
+
 def _version(text: str) -> tuple[int, ...]:
     parts = re.findall(r"\d+", text)
     if not parts:
@@ -257,12 +262,13 @@ def version_matches(spec: str | None, version: str | None) -> bool:
         return True
     if version is None:
         return False
-    have = _version(version)
-    width = max(len(have), *(len(v) for _, v in _spec(spec)))
-    pad = lambda v: v + (0,) * (width - len(v))  # noqa: E731
-    checks = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
-              "<": lambda a, b: a < b, "==": lambda a, b: a == b, "=": lambda a, b: a == b}
-    return all(checks[op](pad(have), pad(v)) for op, v in _spec(spec))
+    have, bounds = _version(version), _spec(spec)
+    width = max(len(have), *(len(v) for _, v in bounds))
+
+    def pad(v: tuple[int, ...]) -> tuple[int, ...]:
+        return v + (0,) * (width - len(v))
+
+    return all(COMPARE[op](pad(have), pad(v)) for op, v in bounds)
 
 
 # --- detection -----------------------------------------------------------------------------
