@@ -27,16 +27,14 @@ from analyzer.analyses.breakdown import CRITICAL_SLACK_NS, critical_summary
 from analyzer.run import Run
 from parsers.events import empty_events
 from sample_traces.synth import generate, preset
+from sample_traces.synth.samples import SAMPLES as COMMITTED
 from taxonomy.vocab import DIM, POOL, ROLE, STAGE
 
 STAGE_TOL_NS = 1_000_000
 REL = 0.02
 
 RUNS: dict[str, dict[str, Any]] = {
-    "colocated-8": {"scenario": "colocated", "ranks": 8, "seed": 11},
-    "disaggregated-8": {"scenario": "disaggregated", "ranks": 8, "seed": 12},
-    "one_step_off-8": {"scenario": "one_step_off", "ranks": 8, "seed": 13},
-    "stage_fused-8": {"scenario": "stage_fused", "ranks": 8, "seed": 14},
+    **{f"{s}-{spec['ranks']}": {"scenario": s, **spec} for s, spec in COMMITTED.items()},
     "disaggregated-16-tp2-pp2": {"scenario": "disaggregated", "ranks": 16, "seed": 3, "tp": 2, "pp": 2},
     "stage_fused-16": {"scenario": "stage_fused", "ranks": 16, "seed": 5, "steps": 3},
 }

@@ -28,6 +28,7 @@ from parsers.errors import InputError
 from parsers.events import conform, empty_events
 from parsers.source import empty_metrics
 from sample_traces.synth import generate, preset
+from sample_traces.synth.samples import SAMPLES as COMMITTED
 from taxonomy import guidelines as tg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -676,11 +677,8 @@ def test_the_report_section_lists_violations_first_with_what_to_do():
 
 
 SYNTHETIC: dict[str, dict[str, Any]] = {
-    "colocated": {"scenario": "colocated", "ranks": 8, "seed": 11},
-    "disaggregated": {"scenario": "disaggregated", "ranks": 8, "seed": 12},
-    "one_step_off": {"scenario": "one_step_off", "ranks": 8, "seed": 13},
-    "stage_fused": {"scenario": "stage_fused", "ranks": 8, "seed": 14},
-    "disaggregated-tp4-2gpn": {"scenario": "disaggregated", "ranks": 16, "seed": 3, "tp": 4, "gpus_per_node": 2},
+    **{s: {"scenario": s, **spec} for s, spec in COMMITTED.items()},
+    "disaggregated-tp4-2gpn": {"scenario": "disaggregated", "ranks": 16, "steps": 2, "seed": 3, "tp": 4, "gpus_per_node": 2},
 }
 """The committed samples' shapes and seeds, and a layout whose TP groups span nodes."""
 
@@ -717,7 +715,7 @@ def truth_idle_share(truth: dict[str, Any], cause: str, ranks: set[int] | None =
 def synthetic(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Run, dict[str, Any]]:
     spec = dict(SYNTHETIC[request.param])
     folder = tmp_path_factory.mktemp(request.param)
-    truth = generate(preset(spec.pop("scenario"), spec.pop("ranks"), steps=2, **spec), folder, jobs=1)
+    truth = generate(preset(spec.pop("scenario"), spec.pop("ranks"), **spec), folder, jobs=1)
     return request.param, analyzer.load([folder], use_cache=False), truth
 
 
