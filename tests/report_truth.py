@@ -1,9 +1,8 @@
 """Run products built from a sample run's ground truth (truth.json), for report tests.
 
-The analyses that compute these products are written in parallel; until they land (and beside
-them afterwards) the report, compare and audit tests inject frames built from the truth that the
-sample generator recorded, by the definitions of docs/analyses.md, so every number a report shows
-can be checked against a number known independently of the analyzer.
+The report, compare and audit tests inject frames built from the truth that the sample generator
+recorded, by the definitions of docs/analyses.md, in place of the analyses' products, so every
+number a report shows can be checked against a number known independently of the analyzer.
 """
 
 from __future__ import annotations
