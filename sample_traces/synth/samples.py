@@ -1,8 +1,8 @@
 """The committed synthetic samples (``sample_traces/synthetic/<scenario>/``) and how to remake them.
 
 ``python -m sample_traces.synth.samples`` rewrites all of them; the tests regenerate each one
-in a temporary folder and require the same ground truth, so the committed files are exactly
-the generator's output.
+in a temporary folder and require the same content in every file (gunzipped), so the committed
+files are exactly the generator's output.
 """
 
 from __future__ import annotations
