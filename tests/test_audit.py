@@ -175,6 +175,10 @@ def test_regression_checks_cover_every_directed_summary_number(reports):
     directed = [m.name for m in audit.METRICS if m.better and have[m.name]]
     assert [c.path.field for c in checks] == directed
     assert all(set(c.limits.values()) == {audit.DEFAULT_REGRESSION} for c in checks)
+    assert {"step_time_ns", "trainer_idle_fraction", "parallelism"} <= set(directed)
+    worse = {"step_time_ns": "max_increase", "trainer_idle_fraction": "max_increase", "parallelism": "max_decrease"}
+    assert {c.path.field: c.limits for c in checks if c.path.field in worse} == {
+        name: {limit: audit.DEFAULT_REGRESSION} for name, limit in worse.items()}
 
 
 def test_weight_sync_budget_on_a_sample_run(tmp_path: Path):
