@@ -80,12 +80,7 @@ def frame_of(run, name: str, *columns: str) -> pl.DataFrame | None:
     """Product ``name`` when the run provides it as a frame holding ``columns``, else None."""
     if not run.provides(name):
         return None
-    try:
-        value = run.product(name)
-    except AttributeError as exc:  # a product it is computed from is not provided (yet)
-        if not str(exc).startswith("Run has no product"):
-            raise
-        return None
+    value = run.product(name)
     if not isinstance(value, pl.DataFrame) or any(c not in value.columns for c in columns):
         return None
     return value
