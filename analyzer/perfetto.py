@@ -157,18 +157,15 @@ def _stage_slices(stages: pl.DataFrame, t0: int) -> pl.Series:
 
 
 def _bubbles(run) -> pl.DataFrame | None:
-    """Idle runs by cause (``device_states``), else the largest ones only; ``largest`` marks the
-    runs that overlap one of the largest bubbles of the same rank and cause."""
-    largest = frame_of(run, "largest_bubbles", "rank", "step", "cause", "start_ns", "end_ns")
+    """Idle runs by cause (``device_states``); ``largest`` marks the runs that overlap one of the
+    largest bubbles (computed from the same states) of the same rank and cause."""
     states = frame_of(run, "device_states", "rank", "step", "cause", "start_ns", "end_ns")
-    cols = ["rank", "step", "cause", "start_ns", "end_ns"]
-    if states is not None and states.height:
-        idle = states.filter(pl.col("cause").is_not_null()).select(cols)
-    elif largest is not None:
-        idle = largest.select(cols)
-    else:
+    if states is None or states.height == 0:
         return None
-    idle = idle.with_columns(pl.col("cause").cast(pl.String)).filter(pl.col("end_ns") > pl.col("start_ns")).with_row_index("_i")
+    largest = frame_of(run, "largest_bubbles", "rank", "step", "cause", "start_ns", "end_ns")
+    idle = states.filter(pl.col("cause").is_not_null()).select(
+        "rank", "step", pl.col("cause").cast(pl.String), "start_ns", "end_ns"
+    ).filter(pl.col("end_ns") > pl.col("start_ns")).with_row_index("_i")
     marked: list[int] = []
     if largest is not None and largest.height:
         top = largest.select("rank", pl.col("cause").cast(pl.String), pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"))
