@@ -138,32 +138,28 @@ def report_from_name(path: Path) -> str | None:
 
 
 def split_blocks(text: str, default_report: str | None = None) -> list[Block]:
-    """The CSV tables in ``text``: one per header line, named by a preceding ``Processing`` line."""
+    """The CSV tables in ``text``: one per header line, named by a preceding ``Processing`` line.
+
+    A table runs from its header to the next blank or ``Processing`` line. Those boundary lines
+    are found with one column expression, so a million-row trace is sliced, not walked in Python.
+    """
+    lines = text.splitlines()
+    texts = pl.Series(lines, dtype=pl.String)
+    bounds = (texts.str.strip_chars() == "") | texts.str.contains(PROCESSING.pattern)
+    bounds = bounds.arg_true().to_list()
     blocks: list[Block] = []
-    report: str | None = default_report
-    current: list[str] | None = None
-    header: list[str] = []
-    for line in text.splitlines():
-        m = PROCESSING.match(line)
-        if m:
-            report = m.group(1)
-            current = None
-            continue
-        if not line.strip():
-            current = None
-            continue
-        if current is None:
-            columns = [c.strip().strip('"') for c in line.split(",")]
+    report = default_report
+    start = 0
+    for end in [*bounds, len(lines)]:
+        for i in range(start, end):
+            columns = [c.strip().strip('"') for c in lines[i].split(",")]
             if len(set(columns) & KNOWN_COLUMNS) >= 3:
-                header = columns
-                current = [line]
-                blocks.append(Block(report, header, ""))
-            continue
-        current.append(line)
-        blocks[-1].text = "\n".join(current) + "\n"
-    for block in blocks:
-        if not block.text:
-            block.text = ",".join(block.header) + "\n"
+                body = "\n".join(lines[i:end]) if end - i > 1 else ",".join(columns)
+                blocks.append(Block(report, columns, body + "\n"))
+                break
+        if end < len(lines) and (m := PROCESSING.match(lines[end])):
+            report = m.group(1)
+        start = end + 1
     return blocks
 
 
