@@ -207,7 +207,7 @@ def display(comparison: Comparison) -> pl.DataFrame:
             shown = cell(delta, fmt).replace("%", " pp") if fmt == "percent" else cell(delta, fmt)
             out[f"Δ {label}"] = _signed(shown, delta)
             out[f"Δ% {label}"] = _signed(cell(change, "percent"), change)
-        out["better"] = {"lower": "lower", "higher": "higher"}.get(row["better"] or "", "")
+        out["better"] = row["better"] if row["better"] in ("lower", "higher") else ""
         out["winner"] = row["winner"] or ""
         rows.append(out)
     columns = ["metric", "path", *labels, *[c for label in labels[1:] for c in (f"Δ {label}", f"Δ% {label}")], "better", "winner"]
