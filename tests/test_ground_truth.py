@@ -328,8 +328,8 @@ def test_sample_collectives_by_dimension(name: str) -> None:
     """Every call of the traced steps, counted once, under the dimension the truth gives it; each
     within the caller's own interval. (Times are not held to 2% here: gloo runs the collective
     on a worker thread some 100–300 µs after the call and the caller wakes after it ends, so the
-    truth, taken around the blocking call, is 9–19% longer than what the trace records. The
-    nsys capture records no collectives at all: ``-t nvtx,osrt``.)"""
+    truth, taken around the blocking call, is 4–24% longer per dimension than what the trace
+    records on these runs. The nsys capture records no collectives at all: ``-t nvtx,osrt``.)"""
     run, t = sample(name)
     steps = run.steps["step"].to_list()
     want = pl.DataFrame(t["collectives"]).filter(pl.col("step").is_in(steps))
