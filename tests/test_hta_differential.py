@@ -1,8 +1,8 @@
 """rlperf against Holistic Trace Analysis on the same real traces (differential test).
 
 HTA's ``get_temporal_breakdown`` and ``get_comm_comp_overlap`` are run on every corpus trace
-and must agree with rlperf's per-rank GPU time within 1% of the GPU window. Two documented
-differences in HTA's definitions are taken into account, not hidden:
+and must agree with rlperf's per-rank GPU time within 1% of the GPU window. Three documented
+differences from HTA are taken into account, not hidden:
 
 - HTA rounds sub-µs timestamps inward (ceil start, floor end), shrinking every kernel by up to
   2 µs; the test turns that off (``HTA_DISABLE_NS_ROUNDING``) to compare the computations.
