@@ -138,9 +138,7 @@ def preset(scenario: str, ranks: int, **overrides: object) -> Config:
         raise ValueError(f"unknown scenario {scenario!r} (one of {', '.join(SCENARIOS)})")
     if ranks < 2:
         raise ValueError("a synthetic run needs at least 2 ranks")
-    dims = {k: overrides.pop(k) for k in ("tp", "cp", "ep", "pp") if overrides.get(k) is not None}
-    for k in ("tp", "cp", "ep", "pp"):
-        overrides.pop(k, None)
+    dims = {k: v for k in ("tp", "cp", "ep", "pp") if (v := overrides.pop(k, None)) is not None}
     everyone = tuple(range(ranks))
     if scenario in ("colocated", "stage_fused"):
         rollout, train = everyone, everyone
