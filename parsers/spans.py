@@ -27,7 +27,7 @@ import polars as pl
 
 from .discover import open_bytes
 from .errors import InputError
-from .events import conform
+from .events import conform, nesting_depth
 from .source import METRICS_SCHEMA, ParsedSource
 
 FORMAT = "framework-spans"
@@ -117,7 +117,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     if spans.height == 0:
         return out
     spans = _identities(spans, procs, threads)
-    spans = _steps(_depths(spans))
+    spans = _steps(spans.with_columns(depth=nesting_depth(spans, ["pid", "tid"])))
     base = int(spans["start_ns"].min())
     if base < EPOCH_NS:
         out.meta["time_base"] = "relative: the trace clock starts at the tracer, not the epoch; align before merging"
@@ -316,21 +316,6 @@ def _identities(spans: pl.DataFrame, procs: pl.DataFrame, threads: pl.DataFrame)
         pl.col("arg_corr").alias("corr"),
         pl.col("name").fill_null(""),
     )
-
-
-def _depths(spans: pl.DataFrame) -> pl.DataFrame:
-    """Nesting depth of each range on its thread: the number of open ranges when it starts
-    (ends sort before starts at the same instant; longer ranges open first)."""
-    spans = spans.with_row_index("_id")
-    edges = pl.concat([
-        spans.select("_id", "pid", "tid", pl.col("start_ns").alias("t"), pl.lit(1).alias("d"),
-                     (-(pl.col("end_ns") - pl.col("start_ns"))).alias("tie")),
-        spans.select("_id", "pid", "tid", pl.col("end_ns").alias("t"), pl.lit(-1).alias("d"),
-                     (pl.col("end_ns") - pl.col("start_ns")).alias("tie")),
-    ]).sort("pid", "tid", "t", "d", "tie")
-    edges = edges.with_columns(pl.col("d").cum_sum().over("pid", "tid").alias("open"))
-    depth = edges.filter(pl.col("d") == 1).select("_id", (pl.col("open") - 1).clip(lower_bound=0).alias("depth"))
-    return spans.join(depth, on="_id", how="left").drop("_id")
 
 
 def _steps(spans: pl.DataFrame) -> pl.DataFrame:

@@ -120,3 +120,20 @@ def test_not_a_trace_is_one_clear_error(tmp_path):
     with pytest.raises(parsers.InputError) as err:
         spans.parse(bad)
     assert "x.json" in str(err.value)
+
+
+def test_an_instant_at_a_range_start_does_not_lift_the_range_out_of_its_parent(tmp_path):
+    """Depth counts the ranges open at a range's start (one starting there included, one ending
+    there not); a zero-length event encloses nothing."""
+    events = [
+        {"name": "step", "ph": "X", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
+        {"name": "generate", "ph": "X", "ts": 10, "dur": 10, "pid": 1, "tid": 1},
+        {"name": "tick", "ph": "i", "ts": 10, "pid": 1, "tid": 1},
+        {"name": "score", "ph": "X", "ts": 20, "dur": 0, "pid": 1, "tid": 1},
+        {"name": "update", "ph": "X", "ts": 20, "dur": 30, "pid": 1, "tid": 1},
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(events))
+    out = spans.parse(path)
+    depth = dict(out.events.select(pl.col("name").cast(pl.String), "depth").iter_rows())
+    assert depth == {"step": 0, "generate": 1, "tick": 2, "score": 2, "update": 1}
