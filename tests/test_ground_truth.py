@@ -27,25 +27,28 @@ from analyzer.analyses.breakdown import CRITICAL_SLACK_NS, critical_summary
 from analyzer.run import Run
 from parsers.events import empty_events
 from sample_traces.synth import generate, preset
+from sample_traces.synth.samples import ROOT as COMMITTED_ROOT
 from sample_traces.synth.samples import SAMPLES as COMMITTED
 from taxonomy.vocab import DIM, POOL, ROLE, STAGE
 
 STAGE_TOL_NS = 1_000_000
 REL = 0.02
 
-RUNS: dict[str, dict[str, Any]] = {
-    **{f"{s}-{spec['ranks']}": {"scenario": s, **spec} for s, spec in COMMITTED.items()},
+COMMITTED_RUNS: dict[str, Path] = {f"{s}-{spec['ranks']}": COMMITTED_ROOT / s for s, spec in COMMITTED.items()}
+"""The committed synthetic samples (test_synth holds them to the generator's output)."""
+GENERATED: dict[str, dict[str, Any]] = {
     "disaggregated-16-tp2-pp2": {"scenario": "disaggregated", "ranks": 16, "seed": 3, "tp": 2, "pp": 2},
     "stage_fused-16": {"scenario": "stage_fused", "ranks": 16, "seed": 5, "steps": 3},
 }
-"""The committed samples' shapes and seeds, and two larger layouts (pipeline, expert parallel)."""
+"""Two larger layouts (pipeline, expert parallel), generated for the test."""
+RUNS = [*COMMITTED_RUNS, *GENERATED]
 
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("synthetic")
-    out = {}
-    for name, spec in RUNS.items():
+    out = dict(COMMITTED_RUNS)
+    for name, spec in GENERATED.items():
         spec = dict(spec)
         cfg = preset(spec.pop("scenario"), spec.pop("ranks"), steps=spec.pop("steps", 2), **spec)
         generate(cfg, root / name, jobs=1)

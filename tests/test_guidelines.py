@@ -28,6 +28,7 @@ from parsers.errors import InputError
 from parsers.events import conform, empty_events
 from parsers.source import empty_metrics
 from sample_traces.synth import generate, preset
+from sample_traces.synth.samples import ROOT as COMMITTED_ROOT
 from sample_traces.synth.samples import SAMPLES as COMMITTED
 from taxonomy import guidelines as tg
 
@@ -676,11 +677,10 @@ def test_the_report_section_lists_violations_first_with_what_to_do():
 # --- end to end on the synthetic GPU-shaped runs, against their truth.json ------------------
 
 
-SYNTHETIC: dict[str, dict[str, Any]] = {
-    **{s: {"scenario": s, **spec} for s, spec in COMMITTED.items()},
-    "disaggregated-tp4-2gpn": {"scenario": "disaggregated", "ranks": 16, "steps": 2, "seed": 3, "tp": 4, "gpus_per_node": 2},
+GENERATED: dict[str, dict[str, Any]] = {
+    "disaggregated-tp4-2gpn": {"scenario": "disaggregated", "ranks": 16, "seed": 3, "tp": 4, "gpus_per_node": 2},
 }
-"""The committed samples' shapes and seeds, and a layout whose TP groups span nodes."""
+"""Besides the committed synthetic samples: a layout whose TP groups span nodes."""
 
 
 def union_ns(intervals: list[tuple[int, int]]) -> int:
@@ -711,11 +711,17 @@ def truth_idle_share(truth: dict[str, Any], cause: str, ranks: set[int] | None =
     return out
 
 
-@pytest.fixture(scope="module", params=list(SYNTHETIC))
+@pytest.fixture(scope="module", params=[*COMMITTED, *GENERATED])
 def synthetic(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Run, dict[str, Any]]:
-    spec = dict(SYNTHETIC[request.param])
-    folder = tmp_path_factory.mktemp(request.param)
-    truth = generate(preset(spec.pop("scenario"), spec.pop("ranks"), **spec), folder, jobs=1)
+    """A committed synthetic sample (test_synth holds it to the generator's output), or a run
+    generated for the test."""
+    if request.param in COMMITTED:
+        folder = COMMITTED_ROOT / request.param
+        truth = json.loads((folder / "truth.json").read_text())
+    else:
+        spec = dict(GENERATED[request.param])
+        folder = tmp_path_factory.mktemp(request.param)
+        truth = generate(preset(spec.pop("scenario"), spec.pop("ranks"), steps=2, **spec), folder, jobs=1)
     return request.param, analyzer.load([folder], use_cache=False), truth
 
 
