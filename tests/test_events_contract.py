@@ -7,6 +7,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parsers.events import (
     COLLECTIVES,
@@ -15,6 +17,7 @@ from parsers.events import (
     SchemaError,
     conform,
     empty_events,
+    nesting_depth,
     validate,
 )
 
@@ -68,3 +71,46 @@ def test_validator_rejects_wrong_columns_and_dtypes():
         validate(table.drop("seq"))
     with pytest.raises(SchemaError, match="dtype"):
         validate(table.with_columns(pl.col("rank").cast(pl.Int64)))
+
+
+def test_depth_edge_cases() -> None:
+    frame = pl.DataFrame(
+        {
+            "tid": [1, 1, 1, 1, 1, 2],
+            "start_ns": [0, 10, 10, 20, 20, 5],
+            "end_ns": [100, 20, 10, 30, 20, 6],
+        }
+    )
+    # 0 encloses all on thread 1; [10,20] ends as [20,30] starts (siblings); zero-length ones
+    # enclose nothing; thread 2 is separate.
+    assert nesting_depth(frame, ["tid"]).to_list() == [0, 1, 2, 1, 2, 0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 1), st.integers(0, 2), st.integers(0, 50), st.integers(0, 50)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_depth_counts_open_ranges(spec: list[tuple[int, int, int, int]]) -> None:
+    """Depth = ranges of the same keys before it in (start, longest first, row) order that are
+    still open at its start; groups of several key columns never mix."""
+    frame = pl.DataFrame(
+        {
+            "pid": [p for p, _, _, _ in spec],
+            "tid": [t for _, t, _, _ in spec],
+            "start_ns": [min(a, b) for _, _, a, b in spec],
+            "end_ns": [max(a, b) for _, _, a, b in spec],
+        }
+    )
+    got = nesting_depth(frame, ["pid", "tid"]).to_list()
+    rows = frame.rows()
+    for i, (pid, tid, start, end) in enumerate(rows):
+        open_before = sum(
+            1
+            for j, (p, t, s, e) in enumerate(rows)
+            if (p, t) == (pid, tid) and (s, -e, j) < (start, -end, i) and e > start
+        )
+        assert got[i] == open_before, (i, rows[i])

@@ -8,13 +8,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import parsers
 from parsers import nsys
 from parsers.discover import discover
-from parsers.events import nesting_depth, validate
+from parsers.events import validate
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 PIPIT = CORPUS / "pipit" / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
@@ -174,38 +172,6 @@ def test_nesting_depth_equals_a_stack_walk(path: Path, parsed) -> None:
     ranges = parsed[path].events.filter(pl.col("kind") == "annotation")
     assert ranges["depth"].to_list() == reference_depths(ranges)
     assert ranges["depth"].max() == {NVFUSER: 18, MFU: 4, H100: 4}[path]
-
-
-def test_depth_edge_cases() -> None:
-    frame = pl.DataFrame(
-        {
-            "globalTid": [1, 1, 1, 1, 1, 2],
-            "start_ns": [0, 10, 10, 20, 20, 5],
-            "end_ns": [100, 20, 10, 30, 20, 6],
-        }
-    )
-    # 0 encloses all on thread 1; [10,20] ends as [20,30] starts (siblings); zero-length ones
-    # enclose nothing; thread 2 is separate.
-    assert nesting_depth(frame, ["globalTid"]).to_list() == [0, 1, 2, 1, 2, 0]
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 50), st.integers(0, 50)), min_size=1, max_size=40))
-def test_depth_counts_open_ranges(spec: list[tuple[int, int, int]]) -> None:
-    frame = pl.DataFrame(
-        {"globalTid": [t for t, _, _ in spec], "start_ns": [min(a, b) for _, a, b in spec], "end_ns": [max(a, b) for _, a, b in spec]}
-    )
-    got = nesting_depth(frame, ["globalTid"]).to_list()
-    order = sorted(range(len(spec)), key=lambda i: (frame["globalTid"][i], frame["start_ns"][i], -frame["end_ns"][i], i))
-    pos = {i: k for k, i in enumerate(order)}
-    for i in range(len(spec)):
-        t, s, e = frame["globalTid"][i], frame["start_ns"][i], frame["end_ns"][i]
-        open_before = sum(
-            1
-            for j in range(len(spec))
-            if frame["globalTid"][j] == t and pos[j] < pos[i] and frame["end_ns"][j] > s
-        )
-        assert got[i] == open_before, (i, t, s, e)
 
 
 def test_ranks_hosts_and_processes(parsed) -> None:
