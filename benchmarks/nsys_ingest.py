@@ -9,7 +9,10 @@ Files: every nsys export in ``../shared/corpus`` and, with nsys on PATH, a real 
 the spot of a workload emitting ``--ranges`` NVTX ranges (default 100,000), exported by the nsys
 CLI. Figures are medians of ``--repeat`` runs, printed as ratios measured in the same run.
 
-    .venv/bin/python benchmarks/nsys_ingest.py [--ranges N] [--repeat K]
+Then the stats-CSV parser on an NVTX push/pop trace of ``--csv-rows`` rows (the corpus' pipit
+``trace.csv`` repeated) against polars reading the same CSV: the floor for any CSV reader.
+
+    .venv/bin/python benchmarks/nsys_ingest.py [--ranges N] [--repeat K] [--csv-rows R]
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "workloads"))
 
-from parsers import nsys  # noqa: E402
+import polars as pl  # noqa: E402
+
+from parsers import nsys, nsys_stats  # noqa: E402
 from parsers.nsys_rep import export_sqlite  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus"
@@ -94,6 +99,14 @@ def nsys_stats_s(path: Path, work: Path, repeat: int) -> float | None:
     return statistics.median(times)
 
 
+def stats_csv(rows: int, work: Path) -> Path:
+    """An ``nsys stats`` NVTX push/pop trace of ``rows`` rows, from the corpus' real one."""
+    header, *body = (CORPUS / "pipit" / "trace.csv").read_text().splitlines()
+    path = work / "big_nvtxpptrace.csv"
+    path.write_text("\n".join([header, *(body * (rows // len(body) + 1))[:rows]]) + "\n")
+    return path
+
+
 def capture(ranges: int, work: Path) -> Path:
     import nsys_capture
 
@@ -107,6 +120,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranges", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--csv-rows", type=int, default=1_000_000)
     args = ap.parse_args()
     have_nsys = shutil.which("nsys") is not None
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,6 +138,12 @@ def main() -> None:
             label = path.name if path.parent.parent == CORPUS else f"capture, {args.ranges} NVTX ranges"
             stats_cols = f"{stats:12.3f} {stats / ours:12.1f}" if stats else f"{'failed':>12} {'-':>12}"
             print(f"{label[:42]:42} {rows:8d} {ours:9.3f} {plain:9.3f} {ours / plain:14.2f} {stats_cols}")
+        if args.csv_rows:
+            csv = stats_csv(args.csv_rows, work)
+            ours = median_s(lambda: nsys_stats.parse(csv), args.repeat)
+            plain = median_s(lambda: pl.read_csv(csv, infer_schema=False), args.repeat)
+            print(f"\n{'stats CSV':42} {'rows':>8} {'rlperf s':>9} {'polars s':>9} {'rlperf/polars':>14}")
+            print(f"{'NVTX push/pop trace':42} {args.csv_rows:8d} {ours:9.3f} {plain:9.3f} {ours / plain:14.2f}")
 
 
 if __name__ == "__main__":

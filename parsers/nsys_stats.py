@@ -145,8 +145,8 @@ def split_blocks(text: str, default_report: str | None = None) -> list[Block]:
     """
     lines = text.splitlines()
     texts = pl.Series(lines, dtype=pl.String)
-    bounds = (texts.str.strip_chars() == "") | texts.str.contains(PROCESSING.pattern)
-    bounds = bounds.arg_true().to_list()
+    boundary = (texts.str.strip_chars() == "") | texts.str.contains(PROCESSING.pattern)
+    bounds = boundary.arg_true().to_list()
     blocks: list[Block] = []
     report = default_report
     start = 0
