@@ -160,7 +160,6 @@ def _parse(db: Db, path: Path, source: int) -> ParsedSource:
         {
             "nsys_version": export.get("EXPORT_PRODUCT_VERSION"),
             "export_schema": export.get("EXPORT_SCHEMA_VERSION"),
-            "time_base": out.meta.get("time_base"),
             "session_start_ns": base,
             "nvtx_domains": domains,
             "processes": processes,
