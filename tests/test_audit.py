@@ -135,6 +135,17 @@ def test_bad_budget_is_one_line_and_exit_2(reports, tmp_path: Path, text: str, w
     assert len(lines) == 1 and lines[0].startswith(f"rlperf: error: {path}") and words in lines[0], lines
 
 
+def test_json_report_written_where_asked(tmp_path: Path):
+    """A baseline written into a folder that does not exist yet, the line saying where, and the
+    same document as on stdout."""
+    out = tmp_path / "perf" / "baseline.json"
+    done = cli("analyze", str(RUNS / "verl_ppo_disaggregated"), "--format", "json", "-o", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and f"wrote the json report to {out}" in done.stderr
+    shown = cli("analyze", str(RUNS / "verl_ppo_disaggregated"), "--format", "json", "--quiet")
+    assert audit.load_report(out)["overview"] == json.loads(shown.stdout)["overview"]
+
+
 def test_bad_baseline_and_usage(reports, tmp_path: Path):
     not_report = tmp_path / "other.json"
     not_report.write_text(json.dumps({"traceEvents": []}))

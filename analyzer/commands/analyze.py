@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -87,12 +86,9 @@ def emit(run, fmt: str, output: Path | None, steps) -> None:
         return
     if fmt == "json":
         from ..report import json as json_report
+        from ..report.files import emit_text
 
-        text = json_report.render(run) + "\n"
-        if output:
-            output.write_text(text)
-        else:
-            sys.stdout.write(text)
+        emit_text(json_report.render(run) + "\n", output, steps, "json report")
         return
     from ..report import text as text_report
     from ..report.files import console

@@ -41,14 +41,11 @@ def crosscheck(
     traces = sum(s.format == "kineto" for s in run.sources)
     with steps.step("Running HTA", total=traces) as advance:
         result = run_crosscheck(run, progress=advance)
+    from ..report.files import console, emit_text
+
     if fmt.value == "json":
-        text = json.dumps(result.to_json(), indent=2, default=str) + "\n"
-        if output:
-            output.write_text(text)
-        else:
-            typer.echo(text, nl=False)
+        emit_text(json.dumps(result.to_json(), indent=2, default=str) + "\n", output, steps, "json cross-check")
         return
-    from ..report.files import console
 
     with console(output, 140) as out:
         render_text(result, out)
