@@ -52,7 +52,8 @@ def console(output: Path | None, width: int) -> Iterator[Console]:
     if output is None:
         yield Console()
         return
-    with output.open("w") as fh:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with output.open("w", encoding="utf-8") as fh:
         yield Console(file=fh, width=width, color_system=None)
 
 
