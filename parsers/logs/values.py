@@ -4,7 +4,6 @@ Python dict reprs with numpy scalars inside, ``H:MM:SS`` durations."""
 from __future__ import annotations
 
 import ast
-import math
 import re
 from typing import Any
 
@@ -108,7 +107,3 @@ def hms_seconds(text: str) -> float | None:
     if match:
         return float(match.group(1))
     return None
-
-
-def finite(value: float | None) -> bool:
-    return value is not None and not math.isnan(value) and not math.isinf(value)
