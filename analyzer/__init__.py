@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .ingest import ingest
@@ -16,9 +16,16 @@ from .run import Run
 __all__ = ["Run", "load"]
 
 
-def load(paths: Iterable[str | Path] | str | Path, *, jobs: int | None = None, use_cache: bool | None = None) -> Run:
-    """Discover, parse and assemble the sources of one run."""
+def load(
+    paths: Iterable[str | Path] | str | Path,
+    *,
+    jobs: int | None = None,
+    use_cache: bool | None = None,
+    progress: Callable[[Path], None] | None = None,
+) -> Run:
+    """Discover, parse and assemble the sources of one run; ``progress`` is called with each
+    file as it is parsed."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    found = ingest(paths, jobs=jobs, use_cache=use_cache)
+    found = ingest(paths, jobs=jobs, use_cache=use_cache, progress=progress)
     return Run.from_sources(found.sources, unknown=found.unknown, notes=found.notes)

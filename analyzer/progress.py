@@ -54,10 +54,8 @@ class Steps:
 
 
 def load(paths: Iterable[Path], steps: Steps, *, jobs: int | None = None, no_cache: bool = False, label: str = ""):
-    """Ingest and assemble one run with a progress display per parsed file."""
-    from .ingest import ingest
-    from .run import Run
+    """:func:`analyzer.load` with a progress display per parsed file."""
+    from . import load as load_run
 
     with steps.step(f"Reading {label}".strip() if label else "Reading sources") as advance:
-        found = ingest(list(paths), jobs=jobs, use_cache=not no_cache, progress=lambda p: advance(what=p.name))
-    return Run.from_sources(found.sources, unknown=found.unknown, notes=found.notes)
+        return load_run(list(paths), jobs=jobs, use_cache=not no_cache, progress=lambda p: advance(what=p.name))
