@@ -33,7 +33,8 @@ $(VENV)/.installed-samples: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[samples]'
 	touch $@ $(VENV)/.installed
 
-# Regenerates sample_traces/runs/ from scratch (real tiny RL runs on CPU; nsys for one of them).
+# Regenerates sample_traces/runs/ from scratch (real tiny RL runs on CPU; nsys for one of them)
+# and the synthetic samples in sample_traces/synthetic/.
 samples: $(VENV)/.installed-samples
 	$(BIN)/python -m sample_traces.harness.run
 	$(BIN)/python -m sample_traces.synth.samples
