@@ -25,6 +25,7 @@ import msgspec
 import polars as pl
 from msgspec import Raw, Struct, field
 
+from .discover import GZIP_ERRORS, gunzip
 from .errors import InputError
 from .events import conform, nesting_depth
 from .nccl import canonical_coll, canonical_ranks, dtype_bytes, kernel_coll_expr
@@ -194,8 +195,8 @@ def _read(path: Path, out: ParsedSource) -> bytes:
     if raw[:2] != b"\x1f\x8b":
         return raw
     try:
-        return _gunzip(raw)
-    except Exception:  # isal, zlib and gzip each raise their own type for a cut stream
+        return gunzip(raw)
+    except GZIP_ERRORS:
         pass
     decomp = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
@@ -207,21 +208,6 @@ def _read(path: Path, out: ParsedSource) -> bytes:
     out.warn(f"gzip stream ends early (truncated file?): read {len(data):,} bytes of JSON before the cut")
     out.meta["truncated_gzip"] = True
     return data
-
-
-def _gunzip(raw: bytes) -> bytes:
-    try:
-        from isal import igzip
-    except ImportError:  # pragma: no cover - isal is a dependency; stdlib is the fallback
-        import gzip
-
-        return gzip.decompress(raw)
-    size = int.from_bytes(raw[-4:], "little")  # gzip ISIZE: the content size mod 2**32
-    if len(raw) > 18 and 0 < size < 8 * 2**30:
-        from isal import isal_zlib
-
-        return isal_zlib.decompress(raw, wbits=31, bufsize=size + 1)
-    return igzip.decompress(raw)
 
 
 def _decode(path: Path, data: bytes, out: ParsedSource) -> _Trace:
