@@ -29,7 +29,7 @@ from .discover import GZIP_ERRORS, gunzip
 from .errors import InputError
 from .events import conform, nesting_depth
 from .nccl import canonical_coll, canonical_ranks, dtype_bytes, kernel_coll_expr
-from .source import ParsedSource
+from .source import RANK_IN_NAME, ParsedSource
 
 FORMAT = "kineto"
 EXTENSIONS = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
@@ -258,7 +258,6 @@ def _salvage(path: Path, data: bytes, out: ParsedSource) -> _Trace:
 
 # --- run-level facts ---------------------------------------------------------------------------
 
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
 _TB_HANDLER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.(?P<ms>\d{13})\.pt\.trace\.json")
 
 
@@ -274,7 +273,7 @@ def _metadata(path: Path, trace: _Trace, out: ParsedSource) -> dict[str, Any]:
     if rank is not None:
         meta["rank_from"] = "distributedInfo"
     else:
-        m = _RANK_IN_NAME.search(path.name)
+        m = RANK_IN_NAME.search(path.name)
         if m:
             rank = int(m.group(1))
             meta["rank_from"] = "file name"

@@ -23,11 +23,11 @@ from pathlib import Path
 import polars as pl
 
 from .nsys_db import Db
+from .source import RANK_IN_NAME
 
 RANK_VARS: tuple[str, ...] = ("RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
 WORLD_VARS: tuple[str, ...] = ("WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 THREAD_RANK = re.compile(r"\brank\s*[#:=]?\s*(\d+)\b", re.IGNORECASE)
-FILE_RANK = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?!\d)", re.IGNORECASE)
 _ENV_ITEM = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)="?(.*?)"?$', re.DOTALL)
 
 
@@ -137,7 +137,7 @@ def assign_ranks(
             out.source[pid] = f"NVTX thread name {name!r}"
     if len(out.by_pid) == len(pids):
         return out
-    m = FILE_RANK.search(path.name)
+    m = RANK_IN_NAME.search(path.name)
     if single and m:
         out.by_pid[pids[0]] = int(m.group(1))
         out.source[pids[0]] = "file name"

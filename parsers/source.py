@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,10 @@ METRICS_SCHEMA: dict[str, pl.DataType] = {
     "value": pl.Float64(),
 }
 """Per-step scalar metrics a log states (response lengths, memory, MFU, idle ratios, …)."""
+
+
+RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
+"""A rank a file name states (``rank-3``, ``job_rank_12``, ``Rank3``); the last resort of parsers."""
 
 
 def empty_metrics() -> pl.DataFrame:
