@@ -69,11 +69,7 @@ class Block:
 
 
 def sniff(head: bytes, path: Path) -> int:
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError:
-        text = head.decode("utf-8", "ignore")
-    for line in text.splitlines()[:20]:
+    for line in head.decode("utf-8", "ignore").splitlines()[:20]:
         columns = {c.strip().strip('"') for c in line.split(",")}
         if len(columns & KNOWN_COLUMNS) >= 4 and any(c.endswith(("(ns)", "(%)")) for c in columns):
             return 90
