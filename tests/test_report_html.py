@@ -165,6 +165,42 @@ def test_no_chromium_left_behind():
     assert mine == []
 
 
+def live_in_group(group: int) -> list[int]:
+    """Processes of process group ``group`` that still run (zombies wait only for their reaper)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_page_that_never_finishes_is_one_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A page whose script never returns hangs Chromium: the render stops at the time limit with
+    one error, and no process of Chromium's session is left running."""
+    import subprocess
+
+    started: list[int] = []
+    popen = subprocess.Popen
+
+    def recording(*args, **kwargs):
+        proc = popen(*args, **kwargs)
+        started.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(browser.subprocess, "Popen", recording)
+    monkeypatch.setattr(browser, "TIMEOUT_S", 2)
+    page = tmp_path / "page.html"
+    page.write_text("<!doctype html><script>for(;;){}</script>")
+    with pytest.raises(browser.BrowserError, match="did not finish within"):
+        browser.render(page)
+    assert len(started) == 1
+    assert live_in_group(started[0]) == []
+
+
 def test_docs_screenshots_are_the_reports_own(tmp_path: Path):
     """docs/reports.md shows screenshots that docs/img/screenshots.py makes from a sample run."""
     import struct
