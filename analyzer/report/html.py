@@ -127,7 +127,7 @@ def section_html(section: Section, h: str = "h2") -> str:
     if section.frame is None or section.frame.height == 0:
         parts.append(f'<p class="needs">{esc(section.note or "nothing to show")}</p>')
         return "\n".join(parts)
-    columns = section.columns or [Column(c, c) for c in section.frame.columns]
+    columns = section.shown_columns()
     parts.append(frame_html(section.frame, columns))
     if section.note:
         parts.append(f'<p class="note">{esc(section.note)}</p>')

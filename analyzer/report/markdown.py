@@ -61,7 +61,7 @@ def section_lines(section: Section, h: str) -> list[str]:
     lines = [f"{h} {section.title}", ""]
     if section.frame is None or section.frame.height == 0:
         return [*lines, f"> {escape(section.note or 'nothing to show')}", ""]
-    columns = section.columns or [Column(c, c) for c in section.frame.columns]
+    columns = section.shown_columns()
     lines += frame_lines(section.frame, columns)
     if section.note:
         lines += [f"_{escape(section.note)}_", ""]

@@ -36,14 +36,19 @@ class Section:
     note: str = ""
     key: str = ""
     details: dict[str, pl.DataFrame] = field(default_factory=dict)
-    """More frames behind the table (per step, statistics, …): in the JSON report under their
-    own keys, and in every renderer that has room for them."""
+    """More frames behind the table (per step, statistics, …), written to the JSON report under
+    their own keys."""
+
+    def shown_columns(self) -> list[Column]:
+        """The declared columns, else every column of the frame as text."""
+        if self.columns or self.frame is None:
+            return self.columns
+        return [Column(c, c) for c in self.frame.columns]
 
     def rows(self) -> list[list[object]]:
         if self.frame is None:
             return []
-        names = [c.name for c in self.columns] or self.frame.columns
-        return [list(r) for r in self.frame.select(names).iter_rows()]
+        return [list(r) for r in self.frame.select([c.name for c in self.shown_columns()]).iter_rows()]
 
 
 def sections(run: Run) -> list[Section]:

@@ -35,8 +35,9 @@ def _section(section: Section, console: Console) -> None:
         console.print(f"[bold]{section.title}[/bold]: {section.note or 'nothing to show'}")
         return
     table = Table(title=section.title, title_justify="left", show_edge=False, caption=section.note or None, caption_justify="left")
-    for column in section.columns:
+    columns = section.shown_columns()
+    for column in columns:
         table.add_column(column.title, justify="left" if column.format == "text" else "right")
     for row in section.rows():
-        table.add_row(*(cell(value, column.format) for value, column in zip(row, section.columns, strict=True)))
+        table.add_row(*(cell(value, column.format) for value, column in zip(row, columns, strict=True)))
     console.print(table)
