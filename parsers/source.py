@@ -35,7 +35,8 @@ class ParsedSource:
     ``meta`` keys used across parsers (all optional): ``rank``, ``world_size``, ``host``,
     ``pg_config`` (list of ``{pg_name, pg_desc, ranks}``), ``device_properties``, ``framework``,
     ``framework_version``, ``config`` (dict of run configuration the source states),
-    ``time_base`` (how absolute time was derived), ``salvaged`` (fraction kept from a cut file).
+    ``time_base`` (how absolute time was derived), ``salvaged`` (fraction kept from a cut file),
+    ``quality`` (counts of what the parser repaired: see :meth:`tally`).
     """
 
     path: Path
@@ -47,3 +48,11 @@ class ParsedSource:
 
     def warn(self, message: str) -> None:
         self.warnings.append(f"{self.path.name}: {message}")
+
+    def tally(self, kind: str, count: int = 1) -> None:
+        """Count ``count`` values the parser dropped, clamped or repaired as ``kind`` (e.g.
+        ``clamped_ts``, ``negative_dur``, ``dropped_out_of_range``) into ``meta["quality"]``;
+        the data-quality section of every report lists these counts per file."""
+        if count:
+            quality = self.meta.setdefault("quality", {})
+            quality[kind] = int(quality.get(kind, 0)) + int(count)
