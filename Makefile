@@ -1,5 +1,6 @@
 # The two commands a newcomer needs are `make demo` and `make test`; each creates .venv when
-# missing and installs what it needs (re-installing only when pyproject.toml changed).
+# missing and installs what it needs (re-installing only when pyproject.toml changed); `make test`
+# also installs the system tools its tests drive (nsys, Chromium, procps: tests/install-tools.sh).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -23,6 +24,7 @@ demo: $(VENV)/.installed
 	$(BIN)/rlperf demo
 
 test: $(VENV)/.installed-test
+	tests/install-tools.sh
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -20,7 +20,7 @@ FIGURES_WITH_CHARTS = {"timeline", "stage_share", "bubbles", "collectives", "wor
 SIZE_LIMIT_64_RANKS = 3 * 1024 * 1024
 """docs/reports.md: a 64-rank run's report stays under 3 MiB (the inlined Vega bundle is ~0.9 MiB)."""
 
-pytestmark = pytest.mark.skipif(browser.chromium() is None, reason="needs Chromium (installed by .ci/run)")
+pytestmark = pytest.mark.skipif(browser.chromium() is None, reason="needs Chromium (installed by tests/install-tools.sh)")
 
 
 def assert_draws_offline(page: Path, expected: set[str]) -> browser.Rendered:
