@@ -504,7 +504,10 @@ def _finish(frame: pl.DataFrame, base: int, meta: dict[str, Any], source: int) -
     """Absolute times, device/stream for GPU-side rows, collectives, steps, nesting depth."""
     kind = pl.col("kind")
     on_device = kind.is_in(list(_DEVICE_KINDS))
-    start = (pl.col("ts") * _US_TO_NS).round(0).cast(pl.Int64) + base
+    whole_us = pl.col("ts").floor()
+    # epoch µs × 1000 exceeds 2**53: scaled as one float it lands on a 256 ns grid
+    fraction_ns = ((pl.col("ts") - whole_us) * _US_TO_NS).round(0).cast(pl.Int64)
+    start = whole_us.cast(pl.Int64) * 1000 + fraction_ns + base
     dur = (pl.col("dur").clip(lower_bound=0.0) * _US_TO_NS).round(0).cast(pl.Int64)
     has_args = "coll_name" in frame.columns
     from_args = pl.col("coll_name") if has_args else pl.lit(None, dtype=pl.String)
