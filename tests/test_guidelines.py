@@ -37,6 +37,8 @@ CORPUS = ROOT.parent / "shared" / "corpus"
 VERL_LOG = CORPUS / "logs" / "verl" / "dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log"
 RUNS = ROOT / "sample_traces" / "runs"
 MS = 1_000_000
+PREP_STAGES = {"reward", "old_logprob", "ref_logprob", "values"}
+"""S2–S5 (docs/guidelines.md G12): the forward-only stages that can hide a rollout tail."""
 
 TRACE_PRODUCTS: dict[str, dict[str, pl.DataType]] = {
     "steps": frames.STEPS,
@@ -387,6 +389,19 @@ def test_g10_old_logprobs_are_judged_only_with_one_update_per_rollout(optimizer_
     passed(run(2), "G10", 0.02)  # small enough whatever K is
 
 
+def test_g10_k_is_the_most_optimizer_steps_any_rank_takes():
+    """Rank 0 steps its optimizer once in the update, rank 1 twice (uneven mini-batches): K = 2,
+    so old log-probs are needed (the fewest, 1, would judge them)."""
+    marks = conform(pl.DataFrame({
+        "rank": [0, 1, 1], "kind": ["annotation"] * 3, "name": ["Optimizer.step#Adam.step"] * 3,
+        "start_ns": [75 * MS, 75 * MS, 90 * MS], "end_ns": [75 * MS + 1000, 75 * MS + 1000, 90 * MS + 1000],
+    }))
+    segs = [(r, 1, stage, a, b) for r in (0, 1) for stage, a, b in (("rollout", 0, 50), ("old_logprob", 50, 60),
+                                                                     ("actor_update", 70, 100))]
+    run = make_run(events=marks, steps=steps((0, 100)), stage_timeline=timeline(*segs), stage_ranges=stage_ranges(*segs))
+    assert "K = 2 optimizer steps per rollout" in passed(run, "G10", None)["evidence"]
+
+
 def test_g10_takes_k_from_the_config_of_a_real_log():
     got = passed(logs_run(VERL_LOG), "G10", None)
     assert "K = 4 optimizer steps per rollout (config: 1 epochs × ⌈256/64⌉ mini-batches)" in got["evidence"]
@@ -498,6 +513,16 @@ def test_g18_pool_idle_from_pool_wait_or_logged_idle_ratios():
     not_evaluated(make_run(pools=pools(r0=("shared", "h"))), "G18", "separate rollout and training pools")
     train_only = make_run(steps=steps((0, 100)), pools=pools(r0=("train", "h")), bubbles=bubbles((1, 0, 100, "pool_wait", 0)))
     not_evaluated(train_only, "G18", "separate rollout and training pools")
+
+
+def test_g18_pool_idle_sums_over_the_ranks_of_a_pool():
+    """Rollout ranks 0 and 2 with unequal windows (100 and 50 ms) waiting 50 and 5 ms: the pool's
+    share is Σ wait / Σ window = 55/150 (the mean of the ranks' shares would be 0.3, the worst
+    rank 0.5); the train rank's 10/100 is the smaller pool."""
+    split = pools(r0=("rollout", "h"), r1=("train", "h"), r2=("rollout", "h"))
+    wait = bubbles((1, 0, 100, "pool_wait", 50), (1, 2, 50, "pool_wait", 5), (1, 1, 100, "pool_wait", 10))
+    got = fired(make_run(steps=steps((0, 100)), pools=split, bubbles=wait), "G18", "warn", 55 / 150)
+    assert "step 1: rollout" in got["evidence"]
     ratios = [(1, "trainer/idle_ratio", 0.31), (1, "rollouter/idle_ratio", 0.02), (2, "trainer/idle_ratio", 0.25)]
     fired(make_run(metrics=ratios), "G18", "warn", 0.28)
     passed(make_run(metrics=[(1, "trainer/idle_ratio", 0.05)]), "G18", 0.05)
@@ -531,6 +556,17 @@ def test_g13_pipeline_bubble_from_first_stage_sends():
     assert "pp = 1" in passed(flat, "G13", 0.0)["evidence"]
 
 
+def test_g13_micro_batches_are_the_fewest_any_first_stage_sends():
+    """Two pipelines (4→6, 5→7) whose first stages send unequally, 3 and 2 times: a flush holds
+    the micro-batches every pipeline got, m = min = 2, β = 1/(2 + 1) — the max (3) would say 1/4,
+    the mean (2.5) 1/3.5. The rank named is the one that sent fewest."""
+    rows = [(4, 1, "send", "pp", "4,6", "actor_update", 10 + i, 10.5 + i) for i in range(3)]
+    rows += [(5, 1, "send", "pp", "5,7", "actor_update", 10 + i, 10.5 + i) for i in range(2)]
+    rows += [(6, 1, "recv", "pp", "4,6", "actor_update", 10 + i, 10.5 + i) for i in range(3)]
+    got = fired(make_run(steps=steps((0, 100)), collectives=collectives(*rows)), "G13", "warn", 1 / 3)
+    assert got["rank"] == 5 and "m = 2 " in got["evidence"]
+
+
 def test_g13_pipeline_bubble_from_a_megatron_config():
     def megatron(mini: int, n: int) -> dict[str, Any]:
         actor = {"ppo_mini_batch_size": mini, "ppo_micro_batch_size_per_gpu": 1, "strategy": "megatron",
@@ -552,6 +588,15 @@ def test_g14_dp_imbalance_within_dp_groups():
     got = fired(run(14), "G14", "warn", 14 / 12 - 1)
     assert got["rank"] == 1 and "within DP groups" in got["evidence"]
     passed(run(10.5), "G14", 10.5 / 10.25 - 1)
+
+
+def test_g14_dp_imbalance_of_three_uneven_ranks_is_max_over_mean():
+    """Busy 10, 10 and 16 ms in one DP group: max/mean − 1 = 16/12 − 1 = 1/3 (max/median would
+    be 0.6, max/min 0.6, mean/min 0.2); the rank named is the busiest."""
+    work = activity(*((r, 1, "actor_update", 0, busy, False) for r, busy in ((0, 10), (1, 10), (2, 16))))
+    group = collectives((0, 1, "all_reduce", "dp", "0,1,2", "actor_update", 20, 21))
+    got = fired(make_run(steps=steps((0, 100)), activity=work, collectives=group), "G14", "warn", 1 / 3)
+    assert got["rank"] == 2
 
 
 def test_g14_dp_imbalance_from_logged_tokens_of_a_real_log():
@@ -748,15 +793,20 @@ def test_synthetic_runs_idle_guidelines_equal_the_truth(synthetic):
 
 
 def test_synthetic_runs_rollout_tail_and_parallel_layout(synthetic):
-    scenario, run, truth = synthetic
-    shares = []
+    _, run, truth = synthetic
+    shares, unhidden = [], []
     for w in truth["step_windows"]:
         ends = sorted(max(s["end_ns"] for s in truth["stages"] if s["rank"] == r and s["step"] == w["step"] and s["stage"] == "rollout")
                       for r in {s["rank"] for s in truth["stages"] if s["step"] == w["step"] and s["stage"] == "rollout"})
         start = min(s["start_ns"] for s in truth["stages"] if s["step"] == w["step"] and s["stage"] == "rollout")
-        median = (ends[(len(ends) - 1) // 2] + ends[len(ends) // 2]) / 2
+        median = (ends[(len(ends) - 1) // 2] + ends[len(ends) // 2]) // 2
         shares.append((ends[-1] - median) / (ends[-1] - start))
-    assert row(run, "G2")["value"] == pytest.approx(sum(shares) / len(shares), abs=0.005)
+        prep = [(max(s["start_ns"], median), min(s["end_ns"], ends[-1])) for s in truth["stages"]
+                if s["step"] == w["step"] and s["stage"] in PREP_STAGES and s["start_ns"] < ends[-1] and s["end_ns"] > median]
+        unhidden.append((ends[-1] - median - union_ns(prep)) / (ends[-1] - start))
+    # measured: G2 and G12 within 8.7e-7 of these on the five runs (the traces hold µs); 5e-6 leaves 6×
+    assert row(run, "G2")["value"] == pytest.approx(sum(shares) / len(shares), abs=5e-6)
+    assert row(run, "G12")["value"] == pytest.approx(sum(unhidden) / len(unhidden), abs=5e-6)
     layout = truth["config"]["layout"]
     expected = (layout["pp"] - 1) / (truth["config"]["micro_batches"] + layout["pp"] - 1)
     assert row(run, "G13")["value"] == pytest.approx(expected)
@@ -765,4 +815,3 @@ def test_synthetic_runs_rollout_tail_and_parallel_layout(synthetic):
     got = row(run, "G17")
     assert got["value"] == len(spanning)
     assert (got["status"], got["severity"]) == (("violated", "error") if spanning else ("passed", None))
-    assert row(run, "G12")["value"] == (0.0 if scenario == "stage_fused" else pytest.approx(row(run, "G2")["value"], abs=0.005))

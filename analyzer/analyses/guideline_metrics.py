@@ -408,7 +408,7 @@ def _traced_bubble(ev: Evidence, pp_rows: pl.DataFrame) -> Result:
         return Missing("pipeline sends of the first stage inside the actor update (to count micro-batches)")
     k, how = updates_per_rollout(ev)
     flushes = k or 1
-    frame = sends.group_by("step").agg(pl.col("len").min().alias("sends"), pl.col("rank").min()).with_columns(
+    frame = sends.group_by("step").agg(pl.col("len").min().alias("sends"), pl.col("rank").sort_by("len", "rank").first()).with_columns(
         (pl.col("sends") / flushes).alias("m")
     ).with_columns(((pp - 1) / (pl.col("m") + pp - 1)).alias("value"))
     frame = ev.in_windows(frame)
