@@ -7,6 +7,12 @@ absolute epoch ns through ``TARGET_INFO_SESSION_START_TIME.utcEpochNs``; ``devic
 the CUDA ordinal through ``TARGET_INFO_GPU.cuDevice`` where that table exists; ``globalPid`` /
 ``globalTid`` are decoded into OS pid/tid; host and rank per process come from
 :mod:`parsers.nsys_procs`. See ``docs/formats-nsys.md``.
+
+A damaged export never fails in a cast and never wraps: wrong-typed cells read as empty
+(:mod:`parsers.nsys_db`), a session start that is no epoch time leaves times session-relative,
+and rows the event table cannot hold (no time, no process, an epoch time past int64, an end
+before the start, GPU work without a device) are left out; each case is warned and counted in
+``meta["quality"]``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from pathlib import Path
 import polars as pl
 
 from .errors import InputError
-from .events import conform
+from .events import GPU_ACTIVITY_KINDS, conform
 from .nccl import kernel_coll_expr
 from .nsys_db import SQLITE_MAGIC, Db, is_nsys, sqlite_problem
 from .nsys_nvtx import read_nvtx
@@ -54,6 +60,14 @@ SYNC_NAMES: dict[int, str] = {
     0: "Unknown Sync", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync",
 }
 """``syncType`` → the names PyTorch's profiler gives ``cuda_sync`` events."""
+
+I64_MAX = 2**63 - 1
+MAX_SESSION_START_NS = 2**62
+"""Latest session start taken as an epoch time (year 2116): later ones are damage, and keep
+``start + session time`` far from the int64 edge."""
+MAX_DEVICE = 2**15 - 1
+MAX_STREAM = 2**31 - 1
+NO_STREAM = 0xFFFFFFFF
 
 _GPU = {
     "start": pl.Int64(),
@@ -101,19 +115,14 @@ def _parse(db: Db, path: Path, source: int) -> ParsedSource:
     out = ParsedSource(path=path, format=FORMAT)
     export = db.metadata()
     base = _time_base(db, export, out)
-    strings = db.query("SELECT id, value FROM StringIds", {"id": pl.Int64(), "value": pl.String()})
-    devices = _device_ordinals(db)
+    strings = db.frame("StringIds", {"id": pl.Int64(), "value": pl.String()})
+    devices = _device_ordinals(db, out)
 
     gpu = pl.concat(
         [_kernels(db, strings), _memcpys(db), _memsets(db), _syncs(db)], how="diagonal_relaxed"
     )
-    gpu = gpu.with_columns(
-        device=_unsigned32(pl.col("deviceId")).replace_strict(devices, default=None)
-        .fill_null(_unsigned32(pl.col("deviceId"))),
-        stream=_unsigned32(pl.col("streamId")),
-        corr=pl.col("correlationId"),
-        g=pl.col("globalPid"),
-        tid=pl.lit(-1, pl.Int64),
+    gpu = _checked_gpu_columns(gpu, devices, out).with_columns(
+        corr=pl.col("correlationId"), g=pl.col("globalPid"), tid=pl.lit(-1, pl.Int64)
     )
     host_side, domains, thread_names, unclosed = read_nvtx(db, strings)
     cpu = pl.concat([_runtime(db, strings), host_side], how="diagonal_relaxed").with_columns(
@@ -125,11 +134,7 @@ def _parse(db: Db, path: Path, source: int) -> ParsedSource:
     frame = pl.concat([gpu, cpu], how="diagonal_relaxed").with_columns(
         pid=pid_of(pl.col("g")), vm=vm_of(pl.col("g"))
     )
-    frame = frame.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
-    negative = frame.filter(pl.col("end") < pl.col("start")).height
-    if negative:
-        out.warn(f"{negative} rows ending before they start were left out")
-        frame = frame.filter(pl.col("end") >= pl.col("start"))
+    frame = _rows_that_fit(frame, base, out)
 
     hosts = hosts_by_vm(db)
     pids = sorted(int(p) for p in frame["pid"].unique())
@@ -156,6 +161,7 @@ def _parse(db: Db, path: Path, source: int) -> ParsedSource:
 
     counts = frame.group_by("kind").len()
     processes = _processes(db, pids, ranks, per_pid_devices)
+    _report_cells(db, out)
     out.meta.update(
         {
             "nsys_version": export.get("EXPORT_PRODUCT_VERSION"),
@@ -187,36 +193,107 @@ def _parse(db: Db, path: Path, source: int) -> ParsedSource:
 
 
 def _time_base(db: Db, export: dict[str, str], out: ParsedSource) -> int:
-    """Epoch ns to add to the export's session-relative times."""
+    """Epoch ns to add to the export's session-relative times (0 when unknown or unusable)."""
     if export.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true":
         out.meta["time_base"] = "exported with --ts-normalize: times already UTC epoch ns"
         return 0
     start = db.scalar("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+    out.meta["time_base"] = "session-relative (session start unknown)"
     if start is None:
         out.warn("no session start time (TARGET_INFO_SESSION_START_TIME is empty): times stay session-relative")
-        out.meta["time_base"] = "session-relative (session start unknown)"
         return 0
-    shift = int(export.get("EXPORT_PARAM_TIME_SHIFT", "0") or 0)
-    if shift:
-        out.warn(f"exported with a time shift of {shift} ns; it is left in the times")
+    if not _is_int(start) or not 0 <= start <= MAX_SESSION_START_NS:
+        shown = repr(start)[:40]
+        out.warn(
+            f"TARGET_INFO_SESSION_START_TIME.utcEpochNs is {shown}, not an epoch time in ns up to "
+            f"{MAX_SESSION_START_NS}: times stay session-relative"
+        )
+        out.tally("unusable_time_base")
+        return 0
+    shift = export.get("EXPORT_PARAM_TIME_SHIFT", "0") or "0"
+    if not shift.lstrip("-").isdigit():
+        out.warn(f"EXPORT_PARAM_TIME_SHIFT is {shift[:40]!r}, not a whole number of ns; it is ignored")
+        out.tally("unreadable_metadata")
+    elif int(shift):
+        out.warn(f"exported with a time shift of {int(shift)} ns; it is left in the times")
     out.meta["time_base"] = "TARGET_INFO_SESSION_START_TIME.utcEpochNs + session time"
-    return int(start)
+    return start
 
 
-def _device_ordinals(db: Db) -> dict[int, int]:
-    """nsys ``deviceId`` → CUDA ordinal (``TARGET_INFO_GPU.id`` → ``cuDevice``)."""
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _device_ordinals(db: Db, out: ParsedSource) -> dict[int, int]:
+    """nsys ``deviceId`` → CUDA ordinal (``TARGET_INFO_GPU.id`` → ``cuDevice``); an id listed
+    twice makes the table useless, an ordinal outside 0…32767 is left out (and counted)."""
     if not db.has("TARGET_INFO_GPU") or not {"id", "cuDevice"} <= db.columns("TARGET_INFO_GPU"):
         return {}
-    rows = db.con.execute("SELECT DISTINCT id, cuDevice FROM TARGET_INFO_GPU").fetchall()
-    ids = [r[0] for r in rows]
-    if len(ids) != len(set(ids)):
+    rows = db.frame("TARGET_INFO_GPU", {"id": pl.Int64(), "cuDevice": pl.Int64()}).unique()
+    if rows["id"].is_duplicated().any():
         return {}
-    return {int(i): int(c) for i, c in rows if i is not None and c is not None}
+    usable = rows.filter(pl.col("cuDevice").is_between(0, MAX_DEVICE))
+    out.tally("dropped_out_of_range", rows.filter(pl.col("cuDevice").is_not_null()).height - usable.height)
+    return dict(usable.drop_nulls().iter_rows())
 
 
-def _unsigned32(expr: pl.Expr) -> pl.Expr:
-    """CUPTI writes "none" as 0xFFFFFFFF (e.g. the stream of a context sync) → -1."""
-    return pl.when(expr >= (1 << 31)).then(-1).otherwise(expr)
+def _checked_gpu_columns(gpu: pl.DataFrame, devices: dict[int, int], out: ParsedSource) -> pl.DataFrame:
+    """``device``, ``stream`` and ``bytes`` in the event table's ranges: a device outside
+    0…32767 becomes null (the row is dropped later), a stream outside 0…2³¹-1 becomes -1 (CUPTI
+    writes "none" as 0xFFFFFFFF, e.g. the stream of a context sync), negative bytes become null;
+    all but CUPTI's "none" are counted."""
+    raw = pl.col("deviceId").replace_strict(devices, default=None).fill_null(pl.col("deviceId"))
+    stream = pl.col("streamId")
+    odd_stream = ~stream.is_between(0, MAX_STREAM) & (stream != NO_STREAM)
+    counts = gpu.select(
+        clamped_stream=odd_stream.sum(), negative_bytes=(pl.col("bytes") < 0).sum()
+    ).row(0, named=True)
+    what = {"clamped_stream": "a stream id outside 0…2³¹-1 (set to -1)", "negative_bytes": "negative bytes (left empty)"}
+    for kind, n in counts.items():
+        if n:
+            out.tally(kind, n)
+            out.warn(f"{n} GPU rows with {what[kind]}")
+    return gpu.with_columns(
+        device=pl.when(raw.is_between(0, MAX_DEVICE)).then(raw),
+        stream=pl.when(stream.is_between(0, MAX_STREAM)).then(stream).otherwise(-1),
+        bytes=pl.when(pl.col("bytes") >= 0).then(pl.col("bytes")),
+    )
+
+
+def _rows_that_fit(frame: pl.DataFrame, base: int, out: ParsedSource) -> pl.DataFrame:
+    """The rows the event table can hold, each rule's drops warned and counted in turn.
+
+    ``base + time`` must stay in int64 ns; the bounds are computed in Python integers, so the
+    check itself cannot wrap.
+    """
+    in_range = pl.col("start").is_between(-base, I64_MAX - base) & pl.col("end").is_between(
+        -base, I64_MAX - base
+    )
+    gpu = pl.col("kind").is_in([*GPU_ACTIVITY_KINDS, "gpu_sync"])
+    rules = (
+        ("dropped_no_time", pl.col("start").is_null() | pl.col("end").is_null(), "without a start or end time"),
+        ("dropped_no_process", pl.col("g").is_null(), "without a process (globalPid/globalTid)"),
+        ("dropped_out_of_range", ~in_range, "whose epoch time would be past the int64 range"),
+        ("negative_dur", pl.col("end") < pl.col("start"), "ending before they start"),
+        ("dropped_out_of_range", gpu & pl.col("device").is_null(), "of GPU work without a device id in 0…32767"),
+    )
+    for kind, bad, why in rules:
+        n = int(frame.select(bad.fill_null(False).sum()).item())
+        if n:
+            out.warn(f"{n} rows {why} were left out")
+            out.tally(kind, n)
+            frame = frame.filter(~bad.fill_null(False))
+    return frame
+
+
+def _report_cells(db: Db, out: ParsedSource) -> None:
+    """Warn about and count the cells :class:`~parsers.nsys_db.Db` could not read."""
+    for column, n in sorted(db.wrong_types.items()):
+        out.warn(f"{n} cells of {column} hold a type nsys does not write there; read as empty")
+        out.tally("wrong_type_cells", n)
+    if db.undecodable:
+        out.warn(f"{db.undecodable} text cells are not UTF-8; undecodable bytes were replaced")
+        out.tally("undecodable_text", db.undecodable)
 
 
 def _kernels(db: Db, strings: pl.DataFrame) -> pl.DataFrame:
@@ -268,7 +345,7 @@ def _runtime(db: Db, strings: pl.DataFrame) -> pl.DataFrame:
     }
     classes = ", ".join(map(str, RUNTIME_CLASSES))
     where = f"WHERE eventClass IN ({classes})" if "eventClass" in db.columns("CUPTI_ACTIVITY_KIND_RUNTIME") else ""
-    df = db.frame("CUPTI_ACTIVITY_KIND_RUNTIME", schema, where=where)
+    df = db.frame("CUPTI_ACTIVITY_KIND_RUNTIME", schema, where=where, checked=("eventClass",))
     df = df.join(strings.rename({"id": "nameId", "value": "name"}), on="nameId", how="left")
     return df.select(
         "start",
@@ -283,7 +360,8 @@ def _runtime(db: Db, strings: pl.DataFrame) -> pl.DataFrame:
 def _processes(db: Db, pids: list[int], ranks: Ranks, devices: dict[int, list[int]]) -> list[dict]:
     names: dict[int, str] = {}
     if db.has("PROCESSES"):
-        names = {int(p): str(n) for p, n in db.con.execute("SELECT pid, name FROM PROCESSES") if p is not None}
+        rows = db.frame("PROCESSES", {"pid": pl.Int64(), "name": pl.String()}).filter(pl.col("pid").is_not_null())
+        names = dict(rows.iter_rows())
     return [
         {
             "pid": pid,

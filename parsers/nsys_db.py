@@ -4,6 +4,12 @@ Exports differ across nsys releases (2022.x … 2026.x): the metadata table was 
 (``EXPORT_META_DATA`` → ``META_DATA_EXPORT``), ENUM tables appeared, columns were added, and
 tables exist only when there was data of that kind. Every query here therefore asks SQLite
 which tables and columns exist and selects ``NULL`` for a missing column.
+
+SQLite stores any value in any column, so a damaged export can hold text where nsys writes
+integers. Cells are therefore read by their SQLite type: an integer column takes only integer
+cells, a text column only text (numbers as their text); every other cell becomes NULL and is
+counted per ``table.column`` in :attr:`Db.wrong_types`, text that is not UTF-8 in
+:attr:`Db.undecodable`, so the parser can warn instead of failing in a cast.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ NSYS_TABLES = ("TARGET_INFO_SESSION_START_TIME", "StringIds")
 """Tables every nsys export has (with data or not); both together mark an nsys export."""
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 BATCH_ROWS = 250_000
+INTEGER_TYPES = (pl.Int64(), pl.Int32(), pl.Int16(), pl.Int8())
 
 
 class Db:
@@ -36,6 +43,16 @@ class Db:
             raise InputError(path, sqlite_problem(exc)) from None
         self.tables: frozenset[str] = frozenset(r[0] for r in rows)
         self._columns: dict[str, frozenset[str]] = {}
+        self.wrong_types: dict[str, int] = {}
+        self.undecodable = 0
+        self.con.text_factory = self._decode
+
+    def _decode(self, raw: bytes) -> str:
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            self.undecodable += 1
+            return raw.decode("utf-8", "replace")
 
     def close(self) -> None:
         self.con.close()
@@ -49,15 +66,42 @@ class Db:
             self._columns[table] = frozenset(r[1] for r in rows)
         return self._columns[table]
 
-    def frame(self, table: str, schema: Mapping[str, pl.DataType], where: str = "") -> pl.DataFrame:
-        """``SELECT`` the ``schema`` columns of ``table`` (NULL where the column is missing;
-        no rows where the table is), straight into polars."""
+    def frame(
+        self,
+        table: str,
+        schema: Mapping[str, pl.DataType],
+        where: str = "",
+        checked: Sequence[str] = (),
+    ) -> pl.DataFrame:
+        """``SELECT`` the ``schema`` columns of ``table`` (NULL where the column is missing or
+        the cell has the wrong type; no rows where the table is missing), straight into polars.
+        ``checked`` names integer columns ``where`` filters on, whose wrong-typed cells would
+        otherwise drop rows unseen."""
         if not self.has(table):
             return pl.DataFrame(schema=dict(schema))
         have = self.columns(table)
-        select = [f'"{name}"' if name in have else f"NULL AS {name}" for name in schema]
+        present = {name: dtype for name, dtype in schema.items() if name in have}
+        self._count_wrong_types(table, present, checked)
+        select = [_typed(name, present[name]) if name in present else f"NULL AS {name}" for name in schema]
         sql = f'SELECT {", ".join(select)} FROM "{table}" {where}'
         return self.query(sql, schema)
+
+    def _count_wrong_types(
+        self, table: str, present: Mapping[str, pl.DataType], checked: Sequence[str]
+    ) -> None:
+        """Count, in one pass of SQLite, the cells that :func:`_typed` turns into NULL (and the
+        wrong-typed cells of ``checked`` integer columns a WHERE clause filters on)."""
+        tests = {name: _wrong_type(name, dtype) for name, dtype in present.items()}
+        tests.update({c: _wrong_type(c, pl.Int64()) for c in checked if c in self.columns(table)})
+        tests = {name: test for name, test in tests.items() if test}
+        if not tests:
+            return
+        sums = ", ".join(f"total({test})" for test in tests.values())
+        row = self.con.execute(f'SELECT {sums} FROM "{table}"').fetchone()
+        for name, bad in zip(tests, row, strict=True):
+            if bad:
+                key = f"{table}.{name}"
+                self.wrong_types[key] = self.wrong_types.get(key, 0) + int(bad)
 
     def query(self, sql: str, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
         """Rows of ``sql`` as columns, fetched in batches so that only one batch of Python rows
@@ -74,6 +118,13 @@ class Db:
         row = self.con.execute(sql, params).fetchone()
         return row[0] if row else None
 
+    def integers(self, table: str, key: str, value: str, where: str = "") -> dict[int, int]:
+        """``key → value`` of two integer columns (rows with a wrong-typed cell left out)."""
+        if not self.has(table) or not {key, value} <= self.columns(table):
+            return {}
+        pairs = self.frame(table, {key: pl.Int64(), value: pl.Int64()}, where=where).drop_nulls()
+        return dict(pairs.iter_rows())
+
     def metadata(self) -> dict[str, str]:
         """The export's own metadata (``EXPORT_PRODUCT_VERSION``, …) from whichever table exists."""
         for table in META_TABLES:
@@ -84,9 +135,33 @@ class Db:
     def enum(self, table: str, fallback: Mapping[int, str]) -> dict[int, str]:
         """An ``ENUM_*`` table as id → label; older exports lack them, so ``fallback`` fills in."""
         labels = dict(fallback)
-        if self.has(table) and "label" in self.columns(table):
-            labels.update({int(i): str(v) for i, v in self.con.execute(f'SELECT id, label FROM "{table}"')})
+        if self.has(table) and {"id", "label"} <= self.columns(table):
+            rows = self.frame(table, {"id": pl.Int64(), "label": pl.String()}).drop_nulls()
+            labels.update(dict(rows.iter_rows()))
         return labels
+
+
+def _typed(name: str, dtype: pl.DataType) -> str:
+    """The SELECT expression that reads column ``name`` only where its cell has ``dtype``'s type."""
+    col = f'"{name}"'
+    if dtype in INTEGER_TYPES:
+        return f"CASE WHEN typeof({col}) = 'integer' THEN {col} END AS {col}"
+    if dtype == pl.String():
+        return (
+            f"CASE WHEN typeof({col}) = 'text' THEN {col} "
+            f"WHEN typeof({col}) IN ('integer', 'real') THEN CAST({col} AS TEXT) END AS {col}"
+        )
+    return col
+
+
+def _wrong_type(name: str, dtype: pl.DataType) -> str | None:
+    """SQL that is 1 for a non-NULL cell of ``name`` that :func:`_typed` reads as NULL."""
+    col = f'"{name}"'
+    if dtype in INTEGER_TYPES:
+        return f"typeof({col}) NOT IN ('integer', 'null')"
+    if dtype == pl.String():
+        return f"typeof({col}) = 'blob'"
+    return None
 
 
 def is_nsys(tables: frozenset[str] | set[str]) -> bool:

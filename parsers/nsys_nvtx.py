@@ -45,26 +45,33 @@ def read_nvtx(db: Db, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, st
     if not db.has("NVTX_EVENTS"):
         return _empty(), {}, pl.DataFrame(schema={"globalTid": pl.Int64(), "name": pl.String()}), 0
     wanted = (*RANGE_TYPES, *MARK_TYPES, DOMAIN_CREATE, THREAD_NAME)
-    rows = db.frame("NVTX_EVENTS", _ROWS, where=f"WHERE eventType IN ({', '.join(map(str, wanted))})")
+    where = f"WHERE eventType IN ({', '.join(map(str, wanted))})"
+    rows = db.frame("NVTX_EVENTS", _ROWS, where=where, checked=("eventType",))
     rows = rows.join(strings.rename({"id": "textId", "value": "_registered"}), on="textId", how="left")
     rows = rows.with_columns(name=pl.coalesce("text", "_registered")).drop("text", "_registered")
 
-    created = rows.filter(pl.col("eventType") == DOMAIN_CREATE)
+    created = rows.filter((pl.col("eventType") == DOMAIN_CREATE) & pl.col("domainId").is_not_null())
     domains: dict[int, str | None] = {int(d): n for d, n in zip(created["domainId"], created["name"], strict=True)}
     for d in rows.filter(pl.col("eventType") != DOMAIN_CREATE)["domainId"].drop_nulls().unique():
         domains.setdefault(int(d), None if d else "default")
-    threads = rows.filter(pl.col("eventType") == THREAD_NAME).select("globalTid", "name")
+    threads = rows.filter((pl.col("eventType") == THREAD_NAME) & pl.col("globalTid").is_not_null())
+    threads = threads.select("globalTid", "name")
 
     ranges = rows.filter(pl.col("eventType").is_in(list(RANGE_TYPES)))
+    # A range without a start (a damaged cell) stays for the caller to drop and count.
+    timeless = ranges.filter(pl.col("start").is_null()).with_columns(depth=pl.lit(0, pl.Int16))
+    ranges = ranges.filter(pl.col("start").is_not_null())
     closed = pl.col("end").is_not_null() & (pl.col("end") >= pl.col("start"))
     unclosed = ranges.height - ranges.filter(closed).height
-    ranges = ranges.filter(closed).with_columns(kind=pl.lit("annotation"))
+    ranges = ranges.filter(closed)
     spans = ranges.select("globalTid", start_ns="start", end_ns="end")
-    ranges = ranges.with_columns(depth=nesting_depth(spans, ["globalTid"]))
+    ranges = pl.concat(
+        [ranges.with_columns(depth=nesting_depth(spans, ["globalTid"])), timeless], how="diagonal_relaxed"
+    ).with_columns(kind=pl.lit("annotation"))
     marks = rows.filter(pl.col("eventType").is_in(list(MARK_TYPES))).with_columns(
         end=pl.col("start"), kind=pl.lit("marker"), depth=pl.lit(0, pl.Int64)
     )
-    events = pl.concat([ranges, marks], how="vertical_relaxed").select(
+    events = pl.concat([ranges, marks], how="diagonal_relaxed").select(
         "globalTid", "kind", pl.col("name").fill_null(""), "start", "end", "depth"
     )
     return events, dict(sorted(domains.items())), threads, unclosed

@@ -11,7 +11,8 @@ nsys does not record ranks. A rank is taken, per process, from the first of:
 4. a single-node ``torchrun`` whose workers each drove one distinct GPU: rank = the order of
    that GPU among the workers' GPUs (the LOCAL_RANK → device convention), with a warning.
 
-Otherwise the rank stays -1 and the run assembler decides.
+Otherwise the rank stays -1 and the run assembler decides. A stated rank or world size outside
+0…2³¹-1 is no evidence (a warning says so), never a wrapped number.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ RANK_VARS: tuple[str, ...] = ("RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WOR
 WORLD_VARS: tuple[str, ...] = ("WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 THREAD_RANK = re.compile(r"\brank\s*[#:=]?\s*(\d+)\b", re.IGNORECASE)
 _ENV_ITEM = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)="?(.*?)"?$', re.DOTALL)
+_ARGUMENT = re.compile(r"^PROCESS_0:ARGUMENT_(\d+)$")
+MAX_RANK = 2**31 - 1
 
 
 def vm_of(expr: pl.Expr) -> pl.Expr:
@@ -55,10 +58,10 @@ def hosts_by_vm(db: Db) -> dict[int, str]:
     """VM id (bits 48–55 of globalPid/globalTid) → host name."""
     if not db.has("TARGET_INFO_SYSTEM_ENV"):
         return {}
-    rows = db.con.execute(
-        "SELECT globalVid, value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'"
-    ).fetchall()
-    return {(int(g) >> 48) & 0xFF: str(v) for g, v in rows if v}
+    rows = db.frame(
+        "TARGET_INFO_SYSTEM_ENV", {"globalVid": pl.Int64(), "value": pl.String()}, where="WHERE name = 'Hostname'"
+    ).filter(pl.col("globalVid").is_not_null() & (pl.col("value").str.len_bytes() > 0))
+    return dict(rows.select(vm_of(pl.col("globalVid")), "value").iter_rows())
 
 
 def captured_env(db: Db) -> dict[str, str]:
@@ -86,14 +89,14 @@ def launch_command(db: Db) -> list[str]:
     """The command nsys launched, as words (empty when not recorded, e.g. 2022 exports)."""
     if not db.has("META_DATA_CAPTURE"):
         return []
-    rows = dict(
-        db.con.execute(
-            "SELECT name, value FROM META_DATA_CAPTURE WHERE name = 'PROCESS_0:COMMAND' "
-            "OR name LIKE 'PROCESS_0:ARGUMENT_%'"
-        ).fetchall()
+    frame = db.frame(
+        "META_DATA_CAPTURE",
+        {"name": pl.String(), "value": pl.String()},
+        where="WHERE name = 'PROCESS_0:COMMAND' OR name LIKE 'PROCESS_0:ARGUMENT_%'",
     )
+    rows = {k: v for k, v in frame.iter_rows() if k is not None}
     words = [rows.pop("PROCESS_0:COMMAND", "")]
-    args = sorted(rows.items(), key=lambda kv: int(kv[0].rsplit("_", 1)[1]))
+    args = sorted((int(m.group(1)), v) for k, v in rows.items() if (m := _ARGUMENT.match(k)))
     return [w for w in words + [v for _, v in args] if w]
 
 
@@ -107,10 +110,10 @@ def single_node_torchrun(command: list[str]) -> bool:
 
 
 def _int(value: str | None) -> int | None:
-    try:
-        return int(str(value).strip()) if value not in (None, "") else None
-    except ValueError:
-        return None
+    """A rank or size as the capture states it; None when it is no number in 0…2³¹-1."""
+    text = str(value).strip() if value is not None else ""
+    number = int(text) if text.isdigit() and len(text) <= 10 else None
+    return number if number is not None and number <= MAX_RANK else None
 
 
 def assign_ranks(
@@ -129,16 +132,19 @@ def assign_ranks(
         out.by_pid[pids[0]] = env_rank[1]
         out.source[pids[0]] = f"environment variable {env_rank[0]}"
         return out
+    stated = [v for v in RANK_VARS + WORLD_VARS if env.get(v) not in (None, "") and _int(env[v]) is None]
+    if stated:
+        out.warnings.append(f"{', '.join(stated)} in the captured environment is not a number in 0…{MAX_RANK}; ignored")
     for gtid, name in zip(thread_names["globalTid"], thread_names["name"], strict=True):
         m = THREAD_RANK.search(name or "")
         pid = (int(gtid) >> 24) & 0xFFFFFF
-        if m and pid in pids and pid not in out.by_pid:
+        if m and pid in pids and pid not in out.by_pid and _int(m.group(1)) is not None:
             out.by_pid[pid] = int(m.group(1))
             out.source[pid] = f"NVTX thread name {name!r}"
     if len(out.by_pid) == len(pids):
         return out
     m = RANK_IN_NAME.search(path.name)
-    if single and m:
+    if single and m and _int(m.group(1)) is not None:
         out.by_pid[pids[0]] = int(m.group(1))
         out.source[pids[0]] = "file name"
         return out

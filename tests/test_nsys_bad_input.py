@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import parsers
 from parsers import nsys, nsys_stats
 from parsers.errors import InputError
+from parsers.events import validate
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 PIPIT = CORPUS / "pipit" / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
@@ -90,3 +92,128 @@ def test_cli_exit_status_two_with_one_line(tmp_path: Path, suffix: str) -> None:
     assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"rlperf: error: {bad}: ")
+
+
+NVFUSER = CORPUS / "nvFuser" / "report1.sqlite"
+PIPIT_KINDS = {"kernel": 5, "memcpy": 15, "runtime": 57, "annotation": 22}
+PIPIT_FIRST_NS = 65117824
+"""Session time of pipit's first kept row (``min(start)`` over its kernel, copy, runtime and
+range rows), the time an event keeps when the session start is unusable."""
+
+
+def damaged(tmp_path: Path, original: Path, *statements: str, params: tuple = ()) -> Path:
+    """A writable copy of ``original`` with ``statements`` applied by sqlite3."""
+    copy = tmp_path / original.name
+    copy.write_bytes(original.read_bytes())
+    con = sqlite3.connect(copy)
+    for statement in statements:
+        con.execute(statement, params if "?" in statement else ())
+    con.commit()
+    con.close()
+    return copy
+
+
+def kinds_of(source: parsers.ParsedSource) -> dict[str, int]:
+    counts = source.events.group_by(pl.col("kind").cast(pl.String)).len()
+    return dict(counts.iter_rows())
+
+
+BIG = 2**63 - 1
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+CELLS = [
+    # (table, column, SQL value, quality counts, events of each kind that remain)
+    ("TARGET_INFO_SESSION_START_TIME", "utcEpochNs", "'abc'", {"unusable_time_base": 1}, {}),
+    ("TARGET_INFO_SESSION_START_TIME", "utcEpochNs", "x'0102'", {"unusable_time_base": 1}, {}),
+    ("TARGET_INFO_SESSION_START_TIME", "utcEpochNs", str(BIG), {"unusable_time_base": 1}, {}),
+    ("TARGET_INFO_SESSION_START_TIME", "utcEpochNs", "-5", {"unusable_time_base": 1}, {}),
+    ("TARGET_INFO_SESSION_START_TIME", "utcEpochNs", "1.5e300", {"unusable_time_base": 1}, {}),
+    ("TARGET_INFO_GPU", "cuDevice", "'x'", {"wrong_type_cells": 1}, {}),
+    (KERNEL, "start", "'abc'", {"wrong_type_cells": 5, "dropped_no_time": 5}, {"kernel": 0}),
+    (KERNEL, "start", "1.5", {"wrong_type_cells": 5, "dropped_no_time": 5}, {"kernel": 0}),
+    (KERNEL, "start", str(BIG), {"dropped_out_of_range": 5}, {"kernel": 0}),
+    (KERNEL, "end", str(-BIG - 1), {"dropped_out_of_range": 5}, {"kernel": 0}),
+    (KERNEL, "start", "end + 1", {"negative_dur": 5}, {"kernel": 0}),
+    (KERNEL, "deviceId", "'x'", {"wrong_type_cells": 5, "dropped_out_of_range": 5}, {"kernel": 0}),
+    (KERNEL, "deviceId", "70000", {"dropped_out_of_range": 5}, {"kernel": 0}),
+    (KERNEL, "streamId", "x'00'", {"wrong_type_cells": 5}, {}),
+    (KERNEL, "streamId", "-7", {"clamped_stream": 5}, {}),
+    (KERNEL, "globalPid", "NULL", {"dropped_no_process": 5}, {"kernel": 0}),
+    (KERNEL, "demangledName", "'zz'", {"wrong_type_cells": 5}, {}),
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", "bytes", "'many'", {"wrong_type_cells": 15}, {}),
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", "bytes", "-1", {"negative_bytes": 15}, {}),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid", "NULL", {"dropped_no_process": 57}, {"runtime": 0}),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid", "'t'", {"wrong_type_cells": 95, "dropped_no_process": 57}, {"runtime": 0}),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "eventClass", "'x'", {"wrong_type_cells": 95}, {"runtime": 0}),
+    ("StringIds", "value", "x'ff00'", {"wrong_type_cells": 697}, {}),
+    ("StringIds", "value", "CAST(x'ff41' AS TEXT)", {"undecodable_text": 697}, {}),
+    ("NVTX_EVENTS", "text", "x'ff'", {"wrong_type_cells": 24}, {}),
+    ("NVTX_EVENTS", "start", "'abc'", {"wrong_type_cells": 24, "dropped_no_time": 22}, {"annotation": 0}),
+    ("NVTX_EVENTS", "domainId", "'d'", {"wrong_type_cells": 24}, {}),
+    ("NVTX_EVENTS", "globalTid", "NULL", {"dropped_no_process": 22}, {"annotation": 0}),
+    ("TARGET_INFO_SYSTEM_ENV", "globalVid", "'x'", {"wrong_type_cells": 74}, {}),
+    ("PROCESSES", "pid", "'x'", {"wrong_type_cells": 1667}, {}),
+]
+
+
+@pytest.mark.parametrize(("table", "column", "value", "quality", "left"), CELLS, ids=lambda v: str(v)[:24])
+def test_wrong_typed_or_out_of_range_cells_are_counted_never_a_crash_or_a_wrap(
+    tmp_path: Path, table: str, column: str, value: str, quality: dict, left: dict
+) -> None:
+    path = damaged(tmp_path, PIPIT, f'UPDATE "{table}" SET "{column}" = {value}')
+    source = nsys.parse(path)
+    validate(source.events, where=path.name)
+    assert source.meta["quality"] == quality
+    assert kinds_of(source) == {k: n for k, n in {**PIPIT_KINDS, **left}.items() if n}
+    assert len(source.warnings) >= len(quality)
+    if table == "TARGET_INFO_SESSION_START_TIME":
+        assert source.events["start_ns"].min() == PIPIT_FIRST_NS
+        assert source.meta["time_base"].startswith("session-relative")
+        assert any("utcEpochNs" in w and "session-relative" in w for w in source.warnings)
+    else:
+        base = 1687813257637297504
+        assert base + PIPIT_FIRST_NS <= source.events["start_ns"].min()
+        assert source.events["end_ns"].max() < base + 10 * 10**9
+
+
+def test_a_time_shift_that_is_not_a_whole_number_is_ignored_and_counted(tmp_path: Path) -> None:
+    path = damaged(tmp_path, NVFUSER, "UPDATE META_DATA_EXPORT SET value = '1.5' WHERE name = 'EXPORT_PARAM_TIME_SHIFT'")
+    source = nsys.parse(path)
+    assert source.meta["quality"] == {"unreadable_metadata": 1}
+    assert any("EXPORT_PARAM_TIME_SHIFT is '1.5'" in w for w in source.warnings)
+    assert source.meta["session_start_ns"] == 1741793819042497997
+
+
+def test_a_rank_variable_past_int32_is_no_evidence(tmp_path: Path) -> None:
+    con = sqlite3.connect(PIPIT.resolve().as_uri() + "?mode=ro&immutable=1", uri=True)
+    env = con.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'").fetchone()[0]
+    con.close()
+    for var in ("SLURM_PROCID", "PMI_RANK"):
+        assert f"{var}=0\x00" in env
+        env = env.replace(f"{var}=0\x00", f"{var}=99999999999\x00")
+    path = damaged(
+        tmp_path, PIPIT, "UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'DeviceEnvironment'", params=(env,)
+    )
+    source = nsys.parse(path)
+    assert source.meta["processes"][0]["rank_source"] == "NVTX thread name 'MPI Rank 0'"
+    assert set(source.events["rank"]) == {0}
+    assert any("SLURM_PROCID, PMI_RANK in the captured environment" in w and "ignored" in w for w in source.warnings)
+
+
+def test_a_missing_time_column_leaves_that_table_out_with_a_count(tmp_path: Path) -> None:
+    path = damaged(tmp_path, PIPIT, f"ALTER TABLE {KERNEL} DROP COLUMN start")
+    source = nsys.parse(path)
+    assert kinds_of(source) == {k: n for k, n in PIPIT_KINDS.items() if k != "kernel"}
+    assert source.meta["quality"] == {"dropped_no_time": 5}
+    assert any("5 rows without a start or end time were left out" in w for w in source.warnings)
+
+
+def test_a_missing_kind_table_is_an_ordinary_export_without_that_kind(tmp_path: Path) -> None:
+    path = damaged(tmp_path, PIPIT, "DROP TABLE CUPTI_ACTIVITY_KIND_MEMCPY")
+    source = nsys.parse(path)
+    assert kinds_of(source) == {k: n for k, n in PIPIT_KINDS.items() if k != "memcpy"}
+    assert "quality" not in source.meta
+
+
+def test_a_missing_string_table_is_not_an_export(tmp_path: Path) -> None:
+    path = damaged(tmp_path, PIPIT, "DROP TABLE StringIds")
+    assert "not an Nsight Systems export" in one_line_error(path, nsys.parse)
