@@ -217,3 +217,59 @@ def test_a_missing_kind_table_is_an_ordinary_export_without_that_kind(tmp_path: 
 def test_a_missing_string_table_is_not_an_export(tmp_path: Path) -> None:
     path = damaged(tmp_path, PIPIT, "DROP TABLE StringIds")
     assert "not an Nsight Systems export" in one_line_error(path, nsys.parse)
+
+
+PPTRACE = CORPUS / "pipit" / "trace.csv"
+
+
+def test_a_stats_csv_cut_anywhere_keeps_exactly_its_complete_rows(tmp_path: Path) -> None:
+    """Every cut in the last three rows: the rows before the cut, never the cut one (whose end
+    time would be a prefix of the real one, before its start)."""
+    text = PPTRACE.read_text()
+    assert parsers.parse_file(PPTRACE).events.height == text.count("\n") - 1 == 131
+    tail = len(text) - len("\n".join(text.splitlines()[-3:])) - 1
+    for offset in range(tail, len(text) + 1):
+        cut = tmp_path / f"cut{offset}_nvtxpptrace.csv"
+        cut.write_text(text[:offset])
+        source = nsys_stats.parse(cut)
+        complete = text[:offset].count("\n") - 1
+        assert source.events.height == complete, offset
+        assert (source.events["end_ns"] >= source.events["start_ns"]).all()
+        partial = not text[:offset].endswith("\n")
+        assert source.meta.get("quality", {}) == ({"dropped_cut_row": 1} if partial else {}), offset
+        assert any("ends inside a row" in w for w in source.warnings) == partial
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "quality"),
+    [
+        (0, "99999999999999999999", {"dropped_no_time": 1}),
+        (0, "-5", {"dropped_no_time": 1}),
+        (1, "1e30", {"dropped_no_time": 1}),
+        (1, "abc", {"dropped_no_time": 1}),
+        (1, "5", {"negative_dur": 1}),
+        (6, "99999999999999999999", {"dropped_out_of_range": 1}),
+        (8, "70000", {"dropped_out_of_range": 1}),
+    ],
+)
+def test_stats_csv_values_out_of_range_are_dropped_and_counted(
+    tmp_path: Path, field: int, value: str, quality: dict
+) -> None:
+    lines = PPTRACE.read_text().splitlines()
+    cells = lines[5].split(",")
+    cells[field] = value
+    bad = tmp_path / "bad_nvtxpptrace.csv"
+    bad.write_text("\n".join([*lines[:5], ",".join(cells), *lines[6:]]) + "\n")
+    source = nsys_stats.parse(bad)
+    validate(source.events)
+    assert source.meta["quality"] == quality
+    assert source.events.height == (131 if field in (6, 8) else 130)
+    assert source.events["start_ns"].min() >= 0 and source.events["end_ns"].max() < 2 * 10**9
+
+
+def test_a_markdown_file_that_names_stats_columns_is_no_stats_csv() -> None:
+    provenance = CORPUS / "pipit" / "PROVENANCE.md"
+    assert "Start (ns), End (ns), Duration (ns)" in provenance.read_text()
+    assert nsys_stats.sniff(provenance.read_bytes()[:65536], provenance) == 0
+    assert parsers.sniff(provenance) is None
+    assert nsys_stats.sniff(PPTRACE.read_bytes(), PPTRACE) == 90
