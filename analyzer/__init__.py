@@ -22,10 +22,16 @@ def load(
     jobs: int | None = None,
     use_cache: bool | None = None,
     progress: Callable[[Path], None] | None = None,
+    run: str | int | None = None,
 ) -> Run:
     """Discover, parse and assemble the sources of one run; ``progress`` is called with each
-    file as it is parsed."""
+    file as it is parsed. Sources of several runs raise :class:`analyzer.runs.RunsError` listing
+    them, unless ``run`` chooses one (its number as listed, or a prefix of its files' paths)."""
+    from .runs import choose
+
     if isinstance(paths, (str, Path)):
         paths = [paths]
+    paths = list(paths)
     found = ingest(paths, jobs=jobs, use_cache=use_cache, progress=progress)
-    return Run.from_sources(found.sources, unknown=found.unknown, notes=found.notes)
+    sources, chosen = choose(found.sources, run, paths)
+    return Run.from_sources(sources, unknown=found.unknown, notes=[*found.notes, *chosen])

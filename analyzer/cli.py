@@ -56,6 +56,8 @@ Framework = Annotated[str | None, typer.Option(
     "--framework", help="Classify with this framework's profile (verl, openrlhf, trl, nemo_rl, slime, areal, roll, …) instead of detecting it.")]
 StepSelection = Annotated[str | None, typer.Option("--steps", help="Only these training steps, e.g. 3-5,8.")]
 RankSelection = Annotated[str | None, typer.Option("--ranks", help="Only these ranks, e.g. 0-7 (the controller and logs stay).")]
+RunChoice = Annotated[str | None, typer.Option(
+    "--run", help="When the inputs hold several separate runs (rlperf lists them and stops), analyse this one: its number as listed, or a path prefix of its files.")]
 RulesFile = Annotated[Path | None, typer.Option(
     "--rules", help="Your own name → stage rules (TOML, docs/profiles.md), tried before the framework profile's.")]
 LayoutSpec = Annotated[str | None, typer.Option(

@@ -2,7 +2,9 @@
 
 The cache key is the file's identity (resolved path, size, modification time) plus a hash of
 the parser code, so a re-analysis of unchanged files skips parsing and a parser change
-invalidates it. Bad input surfaces as :class:`parsers.InputError` naming the file.
+invalidates it. Bad input surfaces as :class:`parsers.InputError` naming the file when the user
+named the file; a file found in a folder that fails to parse is skipped and counted in one note,
+so one stray file does not stop a whole folder.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -21,7 +25,7 @@ import polars as pl
 
 from parsers import InputError, ParsedSource, discover, parse_file
 from parsers.cachedir import cache_dir
-from parsers.discover import PARSER_MODULES, parser_for, parser_modules
+from parsers.discover import PARSER_MODULES, Discovery, parser_for, parser_modules, skipped_note
 
 PARALLEL_MIN_BYTES = 32 * 1024 * 1024
 """Below this much input, a process pool costs more than it saves."""
@@ -32,6 +36,20 @@ class Ingested:
     sources: list[ParsedSource] = field(default_factory=list)
     unknown: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+_WRITES: ContextVar[tuple[Path, ...]] = ContextVar("rlperf_writes", default=())
+
+
+@contextmanager
+def writing(outputs: Iterable[Path | None]) -> Iterator[None]:
+    """The files the command will write: :func:`ingest` refuses a run that reads one of them
+    (``-o`` naming an input, a hard link or a symbolic link to it would overwrite the trace)."""
+    token = _WRITES.set(tuple(p for p in outputs if p is not None))
+    try:
+        yield
+    finally:
+        _WRITES.reset(token)
 
 
 def ingest(
@@ -47,8 +65,7 @@ def ingest(
         raise InputError(".", "no input paths given")
     found = discover(paths)
     _explain_explicit_unknowns(paths, found.unknown)
-    if not found.sources:
-        raise InputError(paths[0], "no trace, Nsight Systems export or framework log rlperf can read was found")
+    _refuse_overwrite(found.sources, _WRITES.get())
     use_cache = _cache_enabled() if use_cache is None else use_cache
     todo = [(i, p, fmt) for i, (p, fmt) in enumerate(found.sources)]
     results: dict[int, ParsedSource] = {}
@@ -61,10 +78,40 @@ def ingest(
                 if progress:
                     progress(p)
     for i, parsed in _parse_all(todo, jobs, progress):
+        if isinstance(parsed, InputError):
+            _skip_or_raise(found, found.sources[i][0], parsed)
+            continue
         results[i] = parsed
         if use_cache:
             _cache_put(parsed)
-    return Ingested(sources=[results[i] for i in sorted(results)], unknown=found.unknown, notes=found.notes)
+    note = skipped_note(found.skipped)
+    if not results:
+        why = f" ({note})" if note else ""
+        raise InputError(paths[0], f"no trace, Nsight Systems export or framework log rlperf can read was found{why}")
+    notes = [*found.notes, *([note] if note else [])]
+    return Ingested(sources=[results[i] for i in sorted(results)], unknown=found.unknown, notes=notes)
+
+
+def _skip_or_raise(found: Discovery, path: Path, error: InputError) -> None:
+    """A file the user named stops the run; one found in a folder is skipped and counted."""
+    if path.resolve() in found.named:
+        raise error
+    found.skipped.append((path, error.problem))
+
+
+def _refuse_overwrite(sources: list[tuple[Path, str]], outputs: tuple[Path, ...]) -> None:
+    """Checked before anything is parsed: the same file (by device and inode, so through links)."""
+    for output in outputs:
+        try:
+            out = output.stat()
+        except OSError:
+            continue
+        for path, _ in sources:
+            st = path.stat()
+            if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+                same = "" if output.absolute() == path.absolute() else f" (the same file as {path})"
+                raise InputError(output, f"is an input of this run{same}; writing there would overwrite it: "
+                                 "name another output file")
 
 
 def _explain_explicit_unknowns(paths: list[Path], unknown: list[Path]) -> None:
@@ -75,16 +122,22 @@ def _explain_explicit_unknowns(paths: list[Path], unknown: list[Path]) -> None:
             continue
         for module in parser_modules():
             if any(path.name.endswith(ext) for ext in getattr(module, "EXTENSIONS", ())):
-                module.parse(path)  # raises the parser's specific InputError
+                parse_file(path, module.FORMAT)  # raises the parser's specific InputError
         raise InputError(path, "not a format rlperf reads (no parser recognised its content)")
 
 
-def _parse_one(job: tuple[int, Path, str]) -> tuple[int, ParsedSource]:
+def _parse_one(job: tuple[int, Path, str]) -> tuple[int, ParsedSource | InputError]:
+    """A bad file comes back as its error (not raised) so a pool's other files still finish."""
     index, path, fmt = job
-    return index, parse_file(path, fmt, source=index)
+    try:
+        return index, parse_file(path, fmt, source=index)
+    except InputError as exc:
+        return index, exc
 
 
-def _parse_all(todo: list[tuple[int, Path, str]], jobs: int | None, progress) -> Iterable[tuple[int, ParsedSource]]:
+def _parse_all(
+    todo: list[tuple[int, Path, str]], jobs: int | None, progress
+) -> Iterable[tuple[int, ParsedSource | InputError]]:
     total = sum(p.stat().st_size for _, p, _ in todo)
     workers = min(len(todo), jobs or os.cpu_count() or 1)
     if workers <= 1 or total < PARALLEL_MIN_BYTES:
@@ -96,10 +149,11 @@ def _parse_all(todo: list[tuple[int, Path, str]], jobs: int | None, progress) ->
         return
     import multiprocessing
 
+    paths = {i: p for i, p, _ in todo}
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         for index, parsed in pool.map(_parse_one, todo):
             if progress:
-                progress(parsed.path)
+                progress(paths[index])
             yield index, parsed
 
 

@@ -53,9 +53,10 @@ class Steps:
         self.console.print(message, highlight=False, soft_wrap=True)
 
 
-def load(paths: Iterable[Path], steps: Steps, *, jobs: int | None = None, no_cache: bool = False, label: str = ""):
-    """:func:`analyzer.load` with a progress display per parsed file."""
+def load(paths: Iterable[Path], steps: Steps, *, jobs: int | None = None, no_cache: bool = False, label: str = "",
+         run: str | None = None):
+    """:func:`analyzer.load` with a progress display per parsed file; ``run`` chooses one of several runs."""
     from . import load as load_run
 
     with steps.step(f"Reading {label}".strip() if label else "Reading sources") as advance:
-        return load_run(list(paths), jobs=jobs, use_cache=not no_cache, progress=lambda p: advance(what=p.name))
+        return load_run(list(paths), jobs=jobs, use_cache=not no_cache, progress=lambda p: advance(what=p.name), run=run)

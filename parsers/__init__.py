@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .discover import Discovery, discover, parser_for, sniff
+from .discover import UNNAMED, Discovery, discover, not_regular, parser_for, sniff
 from .errors import InputError
 from .events import EVENT_SCHEMA, validate
 from .source import ParsedSource
@@ -28,9 +28,15 @@ __all__ = [
 def parse_file(path: str | Path, fmt: str | None = None, source: int = 0) -> ParsedSource:
     """Parse one file (format sniffed from its content unless given)."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(path, "no such file")
+    problem = not_regular(path)
+    if problem:
+        raise InputError(path, problem)
     fmt = fmt or sniff(path)
     if fmt is None:
         raise InputError(path, "not a format rlperf reads (no parser recognised its content)")
-    return parser_for(fmt).parse(path, source=source)
+    try:
+        return parser_for(fmt).parse(path, source=source)
+    except InputError as exc:
+        if exc.path != UNNAMED:
+            raise
+        raise InputError(path, exc.problem) from None

@@ -4,20 +4,27 @@ Every parser module in :data:`PARSER_MODULES` declares ``FORMAT`` (its name), ``
 path) -> int`` (0 = not mine, up to 100 = certainly mine; ``head`` is the first bytes of the
 file, already gunzipped) and ``parse(path, source=0) -> ParsedSource``. The highest score wins;
 the extension only breaks ties. Files nobody claims are listed as unknown, never fatal.
+
+Only regular files are read: a FIFO would block, ``/dev/zero`` never ends. Named on the command
+line, anything else is one :class:`InputError`; found in a folder, it is skipped and counted.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import stat
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from isal import igzip, isal_zlib
+from isal import isal_zlib
 
 from .errors import InputError
+from .limits import DECOMPRESSED_BYTES
 
 PARSER_MODULES: tuple[str, ...] = (
     "parsers.kineto",
@@ -47,6 +54,10 @@ class Discovery:
     sources: list[tuple[Path, str]] = field(default_factory=list)
     unknown: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+    """Files found in a folder and not read: (path, why)."""
+    named: set[Path] = field(default_factory=set)
+    """The resolved files the user named: their failures stop the run, a folder's are skipped."""
 
 
 def parser_modules() -> list[ModuleType]:
@@ -60,8 +71,27 @@ def parser_for(fmt: str) -> ModuleType:
     raise KeyError(fmt)
 
 
+def not_regular(path: Path) -> str | None:
+    """Why ``path`` (links followed) is no file to read, or None for a regular file."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "no such file or directory" + (" (a broken link)" if path.is_symlink() else "")
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device",
+             stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
+    kind = next((name for test, name in kinds.items() if test(mode)), "a special file")
+    return f"not a regular file ({kind}); rlperf reads regular files and folders"
+
+
 def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
     """The first ``size`` bytes of the file's content, gunzipped when the file is gzip."""
+    problem = not_regular(path)
+    if problem:
+        raise InputError(path, problem)
     try:
         with path.open("rb") as fh:
             raw = fh.read(size)
@@ -96,25 +126,52 @@ def discover(paths: list[str | Path]) -> Discovery:
     seen: set[Path] = set()
     for raw in paths:
         path = Path(raw)
-        if not path.exists():
-            raise InputError(path, "no such file or directory")
-        files = [path] if path.is_file() else sorted(_walk(path))
-        for file in files:
+        problem = not_regular(path)
+        if problem and not path.is_dir():
+            raise InputError(path, problem)
+        if problem is None:
+            found.named.add(path.resolve())
+        for file in [path] if problem is None else _walk(path, found, set()):
             resolved = file.resolve()
             if resolved in seen:
                 continue
             seen.add(resolved)
-            head = read_head(file)
-            if _is_own_output(head):
-                found.notes.append(f"{file}: rlperf's own output (ground truth or report), not an input; skipped")
-                continue
-            fmt = sniff(file, head)
-            if fmt is None:
-                found.unknown.append(file)
-            else:
-                found.sources.append((file, fmt))
+            _classify(file, found)
     _drop_shadowed(found)
     return found
+
+
+def _classify(file: Path, found: Discovery) -> None:
+    try:
+        head = read_head(file)
+    except InputError as exc:
+        if file.resolve() in found.named:
+            raise
+        found.skipped.append((file, exc.problem))
+        return
+    if _is_own_output(head):
+        found.notes.append(f"{file}: rlperf's own output (ground truth or report), not an input; skipped")
+        return
+    fmt = sniff(file, head)
+    if fmt is None:
+        found.unknown.append(file)
+    else:
+        found.sources.append((file, fmt))
+
+
+SKIPPED_SHOWN = 3
+"""How many skipped files the one line about them names."""
+
+
+def skipped_note(skipped: list[tuple[Path, str]]) -> str | None:
+    """One line for every file of a folder that was not read: the count and the first few, why."""
+    if not skipped:
+        return None
+    shown = "; ".join(f"{path} ({why})" for path, why in skipped[:SKIPPED_SHOWN])
+    more = len(skipped) - SKIPPED_SHOWN
+    tail = f"; and {more} more" if more > 0 else ""
+    noun = "file" if len(skipped) == 1 else "files"
+    return f"skipped {len(skipped)} {noun} found in the folders given: {shown}{tail}"
 
 
 _OWN_OUTPUT = re.compile(rb'^\s*\{\s*"(?:format|schema)"\s*:\s*"rlperf-(?:truth|report|compare|crosscheck)/')
@@ -125,14 +182,28 @@ def _is_own_output(head: bytes) -> bool:
     return _OWN_OUTPUT.match(head[:512]) is not None
 
 
-def _walk(root: Path):
-    for child in root.iterdir():
+def _walk(root: Path, found: Discovery, visited: set[tuple[int, int]]) -> Iterator[Path]:
+    """Every file under ``root``, sorted; special files are skipped and counted, linked
+    folders entered once (a link to a parent would loop)."""
+    st = root.stat()
+    if (st.st_dev, st.st_ino) in visited:
+        return
+    visited.add((st.st_dev, st.st_ino))
+    try:
+        children = sorted(root.iterdir())
+    except OSError as exc:
+        found.skipped.append((root, f"cannot list: {exc.strerror or exc}"))
+        return
+    for child in children:
         if child.name.startswith(".") or child.name in SKIP_DIRS:
             continue
-        if child.is_dir():
-            yield from _walk(child)
-        elif child.is_file():
+        problem = not_regular(child)
+        if problem is None:
             yield child
+        elif child.is_dir():
+            yield from _walk(child, found, visited)
+        else:
+            found.skipped.append((child, problem))
 
 
 def _drop_shadowed(found: Discovery) -> None:
@@ -148,26 +219,67 @@ def _drop_shadowed(found: Discovery) -> None:
 
 
 GZIP_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError, zlib.error, isal_zlib.error)
-"""What a cut (EOFError), mis-summed (OSError) or corrupt gzip stream raises in :func:`gunzip`."""
+"""What a cut (:class:`GzipCut`, an EOFError), mis-summed (OSError) or corrupt gzip stream raises in
+:func:`gunzip`."""
+
+UNNAMED = "<gzip stream>"
+"""The name :func:`gunzip`'s errors carry when the caller gave none (``parse_file`` puts the file's)."""
 
 
-def gunzip(raw: bytes) -> bytes:
-    """A whole gzip stream decompressed with ISA-L, into one buffer sized from the trailer."""
-    size = int.from_bytes(raw[-4:], "little")  # gzip ISIZE: the content size mod 2**32
-    if len(raw) > 18 and 0 < size < 8 * 2**30:
-        return isal_zlib.decompress(raw, wbits=31, bufsize=size + 1)
-    return igzip.decompress(raw)
+class GzipCut(EOFError):
+    """A gzip stream that ends before its end marker; ``data`` is everything it held before the cut."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(f"gzip stream ends early (truncated file?) after {len(data):,} bytes")
+        self.data = data
+
+
+def gunzip(raw: bytes, path: str | Path = UNNAMED) -> bytes:
+    """Every member of a gzip stream decompressed with ISA-L, at most ``DECOMPRESSED_BYTES``.
+
+    One ISA-L call per member with the limit as its output bound: as fast as a buffer sized from
+    the trailer, but the trailer (the size mod 2**32, garbage in a cut stream, anything in a
+    crafted one) never sizes an allocation, and a bomb stops at the limit. Past the limit: one
+    :class:`InputError` naming it; a cut stream: :class:`GzipCut` with what came before the cut.
+    """
+    limit = DECOMPRESSED_BYTES.value
+    parts: list[bytes] = []
+    total = 0
+    rest = raw
+    while True:
+        stream = isal_zlib.decompressobj(wbits=31)
+        part = stream.decompress(rest, limit - total + 1)
+        total += len(part)
+        parts.append(part)
+        if total > limit:
+            raise InputError(path, _over_limit())
+        if not stream.eof:
+            raise GzipCut(b"".join(parts))
+        rest = stream.unused_data
+        if rest[:2] != b"\x1f\x8b":  # gzip ignores padding after the last member too
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _over_limit() -> str:
+    limit = DECOMPRESSED_BYTES
+    return f"{limit.what} is over rlperf's limit (more than {limit.value:,}); set {limit.env} to raise it"
 
 
 def open_bytes(path: Path) -> bytes:
-    """The whole content of ``path``, gunzipped when needed; unreadable is one :class:`InputError`."""
+    """The whole content of ``path``, gunzipped when needed, within ``DECOMPRESSED_BYTES``;
+    unreadable is one :class:`InputError`."""
+    problem = not_regular(path)
+    if problem:
+        raise InputError(path, problem)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as fh:
+            DECOMPRESSED_BYTES.check(path, os.fstat(fh.fileno()).st_size)
+            data = fh.read()
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     if data[:2] != b"\x1f\x8b":
         return data
     try:
-        return gunzip(data)
+        return gunzip(data, path)
     except GZIP_ERRORS as exc:
         raise InputError(path, f"broken gzip stream ({exc})") from None

@@ -19,6 +19,7 @@ from ..cli import (
     Quiet,
     RankSelection,
     RulesFile,
+    RunChoice,
     StepSelection,
     app,
 )
@@ -46,6 +47,7 @@ def analyze(
     ranks: RankSelection = None,
     rules: RulesFile = None,
     layout: LayoutSpec = None,
+    run_choice: RunChoice = None,
 ) -> None:
     """Analyze one run: RL stages per step and rank, idle time by cause, sync overhead, guidelines.
 
@@ -68,7 +70,7 @@ def analyze(
         load_catalogue(guidelines)  # a bad file stops the command before any parsing
     options = assembly_options(framework=framework, steps=steps_selected, ranks=ranks, rules=rules, layout=layout)
     steps = Steps(quiet)
-    run = load(paths, steps, jobs=jobs, no_cache=no_cache)
+    run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice)
     run.options.update(options)
     if guidelines is not None:
         run.options[OPTION] = str(guidelines)

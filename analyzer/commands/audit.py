@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli import Jobs, NoCache, Paths, Quiet, app
+from ..cli import Jobs, NoCache, Paths, Quiet, RunChoice, app
 
 
 @app.command()
@@ -21,6 +21,7 @@ def audit(
     jobs: Jobs = None,
     no_cache: NoCache = False,
     quiet: Quiet = False,
+    run_choice: RunChoice = None,
 ) -> None:
     """Check a run against performance budgets (for CI): weight-sync share <= 5%, trainer idle
     <= 20%, step time at most 10% worse than a baseline, no guideline at error level, ….
@@ -45,7 +46,7 @@ def audit(
     else:
         import json
 
-        run = load(paths, steps, jobs=jobs, no_cache=no_cache)
+        run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice)
         with steps.step("Analyzing"):
             document = json.loads(json_report.render(run))
     subject = ", ".join(str(p) for p in paths)

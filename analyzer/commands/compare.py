@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import Jobs, NoCache, Output, Quiet, app
+from ..cli import Jobs, NoCache, Output, Quiet, RunChoice, app
 
 
 class CompareFormat(str, Enum):
@@ -30,6 +30,7 @@ def compare(
     jobs: Jobs = None,
     no_cache: NoCache = False,
     quiet: Quiet = False,
+    run_choice: RunChoice = None,
 ) -> None:
     """Compare runs on the same metrics: values side by side, deltas against the first run, and
     which run wins each metric (e.g. verl colocated vs OpenRLHF disaggregated on the same job,
@@ -46,7 +47,7 @@ def compare(
     if len(set(labels)) != len(labels):
         raise typer.BadParameter("labels must differ from each other")
     steps = Steps(quiet)
-    loaded = [load([path], steps, jobs=jobs, no_cache=no_cache, label=name) for path, name in zip(runs, labels, strict=True)]
+    loaded = [load([path], steps, jobs=jobs, no_cache=no_cache, label=name, run=run_choice) for path, name in zip(runs, labels, strict=True)]
     with steps.step("Analyzing"):
         comparison = compare_runs(loaded, labels)
     emit(comparison, fmt.value, output, steps, runs=loaded)

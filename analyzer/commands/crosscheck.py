@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import Jobs, NoCache, Output, Paths, Quiet, app
+from ..cli import Jobs, NoCache, Output, Paths, Quiet, RunChoice, app
 
 
 class CrossFormat(str, Enum):
@@ -27,6 +27,7 @@ def crosscheck(
     jobs: Jobs = None,
     no_cache: NoCache = False,
     quiet: Quiet = False,
+    run_choice: RunChoice = None,
 ) -> None:
     """Run HTA (pip install 'rlperf[hta]') on the run's PyTorch profiler traces and print its
     temporal breakdown and comm/compute overlap beside rlperf's, with the differences and how
@@ -37,7 +38,7 @@ def crosscheck(
 
     load_hta()
     steps = Steps(quiet)
-    run = load(paths, steps, jobs=jobs, no_cache=no_cache)
+    run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice)
     traces = sum(s.format == "kineto" for s in run.sources)
     with steps.step("Running HTA", total=traces) as advance:
         result = run_crosscheck(run, progress=advance)

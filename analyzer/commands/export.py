@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli import Jobs, NoCache, Paths, Quiet, app
+from ..cli import Jobs, NoCache, Paths, Quiet, RunChoice, app
 
 
 @app.command()
@@ -17,6 +17,7 @@ def export(
     jobs: Jobs = None,
     no_cache: NoCache = False,
     quiet: Quiet = False,
+    run_choice: RunChoice = None,
 ) -> None:
     """Export the run for the Perfetto UI (ui.perfetto.dev) and chrome://tracing: every rank a
     process with its events, a stages track, a bubbles track (idle time by cause, the largest
@@ -26,7 +27,7 @@ def export(
     from ..progress import Steps, load
 
     steps = Steps(quiet)
-    run = load(paths, steps, jobs=jobs, no_cache=no_cache)
+    run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice)
     with steps.step("Writing the trace"):
         written = write_trace(run, perfetto)
     steps.say(

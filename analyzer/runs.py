@@ -1,0 +1,363 @@
+"""Run identity: which parsed sources belong to one run, and which run the user chose.
+
+rlperf analyses one run at a time: its ranks on one timeline, its steps, its logs. Merging
+sources of different runs gives wrong numbers without a sign of it (two logs' steps laid over
+each other, the hours between two captures counted as idle, two processes on one rank), so the
+sources are grouped by what they state before assembly (docs/assembly.md, "Run identity"):
+
+* **Copies** of one capture (same format, ranks, events and window) are read once, with a warning.
+* **Traces** join a run when their absolute time window overlaps it (within
+  :data:`WINDOW_SLACK_NS`) and no member states the same rank or another world size.
+* **Logs** join each other unless their frameworks, world sizes or wall-clock windows disagree;
+  a log group joins the traces its window overlaps (within :data:`LOG_SLACK_NS`, its stamps'
+  time zone is unknown), or the traces when both are the only ones there are.
+
+Several runs → :class:`RunsError` (exit 2) listing them, unless ``--run K`` chooses one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from parsers import InputError, ParsedSource
+from parsers.errors import printable
+
+WINDOW_SLACK_NS = 2_000_000_000
+"""Trace windows closer than this overlap: hosts' clocks and profilers' start differ by less."""
+LOG_SLACK_NS = 14 * 3_600_000_000_000
+"""A log's stamps are read as UTC; the zone they were written in is up to 14 h off."""
+EPOCH_MIN_NS = 10**18
+"""Times before 2001-09 are not on the epoch clock (relative times that start near 0)."""
+RELATIVE_MARKERS = ("relative", "unknown", "quarter", "from 0", "none")
+"""A ``time_base`` with one of these gives no absolute window (docs/events.md)."""
+LISTED_FILES = 3
+"""Files named per run in the refusal; the rest are counted."""
+
+
+@dataclass
+class Facts:
+    """What a source states about the run it belongs to."""
+
+    index: int
+    source: ParsedSource
+    log: bool
+    ranks: frozenset[int]
+    world: int | None
+    framework: str | None
+    window: tuple[int, int] | None
+    """Absolute ``[start, end]`` in epoch ns; None when the source has no wall clock."""
+
+
+@dataclass
+class Group:
+    """Sources of one run so far, with the window they span."""
+
+    members: list[Facts] = field(default_factory=list)
+
+    @property
+    def window(self) -> tuple[int, int] | None:
+        spans = [m.window for m in self.members if m.window]
+        return (min(s for s, _ in spans), max(e for _, e in spans)) if spans else None
+
+    @property
+    def indexes(self) -> list[int]:
+        return sorted(m.index for m in self.members)
+
+
+@dataclass
+class FoundRun:
+    """One run found in the input: its sources (indexes into the parsed list) and what it is."""
+
+    number: int
+    indexes: list[int]
+    paths: list[Path]
+    summary: str
+
+
+class RunsError(InputError):
+    """The input holds several runs and none was chosen: one line saying so, one per run, and
+    how to choose (the CLI prints it as any :class:`InputError`, exit status 2)."""
+
+    def __init__(self, where: str, runs: list[FoundRun], reasons: list[str]) -> None:
+        self.runs, self.reasons = runs, reasons
+        why = f" ({'; '.join(reasons)})" if reasons else ""
+        lines = [f"{len(runs)} separate runs found{why}; rlperf analyses one run at a time"]
+        lines += [f"  run {r.number}: {r.summary}" for r in runs]
+        lines.append("choose one with --run K (K as listed above, or a path prefix of the run's files)")
+        super().__init__(where, lines[0])
+        self.problem = "\n".join(lines)
+        self.args = ("\n".join(printable(line) for line in [f"{where}: {lines[0]}", *lines[1:]]),)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+    def __reduce__(self) -> tuple[type[InputError], tuple[str, str]]:
+        return InputError, (self.path, self.problem)
+
+
+# --- facts -------------------------------------------------------------------------------------
+
+
+def facts(index: int, parsed: ParsedSource) -> Facts:
+    events = parsed.events
+    log = parsed.format.endswith("-log") or (events.height > 0 and bool((events["kind"] == "log_stage").all()))
+    ranks = frozenset(int(r) for r in events.filter(pl.col("rank") >= 0)["rank"].unique().to_list())
+    world = parsed.meta.get("world_size")
+    return Facts(
+        index=index, source=parsed, log=log, ranks=ranks if not log else frozenset(),
+        world=int(world) if isinstance(world, int) and world > 0 else None,
+        framework=parsed.meta.get("framework") or None, window=_window(parsed),
+    )
+
+
+def _window(parsed: ParsedSource) -> tuple[int, int] | None:
+    base = str(parsed.meta.get("time_base") or "").lower()
+    if parsed.events.height == 0 or any(m in base for m in RELATIVE_MARKERS):
+        return None
+    start, end = parsed.events["start_ns"].min(), parsed.events["end_ns"].max()
+    if start is None or end is None or start < EPOCH_MIN_NS:
+        return None
+    return int(start), int(max(start, end))
+
+
+def _fingerprint(f: Facts) -> tuple:
+    """Equal for copies of one capture; two captures agreeing on all of it do not occur."""
+    e = f.source.events
+    dur = int((e["end_ns"] - e["start_ns"]).sum()) if e.height else 0
+    names = e["name"].n_unique() if e.height else 0
+    return (f.source.format, e.height, f.window, f.ranks, dur, names, f.source.meta.get("rank"))
+
+
+def _deduplicate(found: list[Facts]) -> list[Facts]:
+    """Drop copies of one capture (a file saved twice, a folder copied under another name)."""
+    kept: dict[tuple, Facts] = {}
+    for f in found:
+        first = kept.setdefault(_fingerprint(f), f)
+        if first is not f:
+            first.source.warnings.append(
+                f"{f.source.path.name}: a copy of {first.source.path.name} (same ranks, events and time "
+                "window); read once")
+    return list(kept.values())
+
+
+# --- grouping ----------------------------------------------------------------------------------
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int], slack: int) -> bool:
+    return a[0] <= b[1] + slack and b[0] <= a[1] + slack
+
+
+def _trace_conflict(f: Facts, group: Group) -> str | None:
+    """Why ``f`` is not of ``group``'s run, or None."""
+    window = group.window
+    if f.window and window and not _overlap(f.window, window, WINDOW_SLACK_NS):
+        return "time windows that do not overlap"
+    for m in group.members:
+        if f.ranks & m.ranks:
+            return f"rank {min(f.ranks & m.ranks)} in more than one capture"
+        if f.world and m.world and f.world != m.world:
+            return "world sizes that disagree"
+    return None
+
+
+def _log_conflict(f: Facts, group: Group) -> str | None:
+    for m in group.members:
+        if f.framework and m.framework and f.framework != m.framework:
+            return "logs of different frameworks"
+        if f.world and m.world and f.world != m.world:
+            return "world sizes that disagree"
+    window = group.window
+    if f.window and window and not _overlap(f.window, window, LOG_SLACK_NS):
+        return "log times that do not overlap"
+    return None
+
+
+def _cluster(found: list[Facts], conflict, reasons: list[str]) -> list[Group]:
+    """Each source joins the first group it does not conflict with (windowed sources in time
+    order first; a source without a wall clock joins only a group it alone can join)."""
+    groups: list[Group] = []
+    timed = sorted((f for f in found if f.window), key=lambda f: (f.window, f.index))
+    for f in [*timed, *(f for f in found if not f.window)]:
+        why = [conflict(f, g) for g in groups]
+        fits = [g for g, w in zip(groups, why, strict=True) if w is None]
+        if (fits and f.window) or len(fits) == 1:
+            fits[0].members.append(f)
+        else:
+            reasons.extend(w for w in why if w)
+            if not f.window and len(fits) > 1:
+                reasons.append("a source without a wall clock that fits more than one run")
+            groups.append(Group([f]))
+    return groups
+
+
+def _attach_logs(traces: list[Group], logs: list[Group], reasons: list[str]) -> list[Group]:
+    """Log groups join the trace run their window overlaps, or the only trace run when they are
+    the only logs; the rest are runs of their own."""
+    alone: list[Group] = []
+    undecided: list[Group] = []
+    for log in logs:
+        lw = log.window
+        near = [t for t in traces if lw and t.window and _overlap(lw, t.window, LOG_SLACK_NS)
+                and _frameworks_agree(log, t)]
+        if near:
+            best = min(near, key=lambda t: abs(t.window[0] - lw[0]))
+            best.members.extend(log.members)
+        elif lw and all(t.window for t in traces):
+            alone.append(log)
+        else:
+            undecided.append(log)
+    if len(traces) == 1 and len(undecided) == 1 and _frameworks_agree(undecided[0], traces[0]):
+        traces[0].members.extend(undecided.pop().members)
+    if traces and (alone or undecided):
+        reasons.append("logs that belong to no trace capture given")
+    return [*traces, *alone, *undecided]
+
+
+def _frameworks_agree(log: Group, traces: Group) -> bool:
+    stated = {m.framework for m in traces.members if m.framework}
+    return not stated or bool(stated & {m.framework for m in log.members if m.framework}) or not any(
+        m.framework for m in log.members)
+
+
+def group(parsed: list[ParsedSource]) -> tuple[list[Group], list[str]]:
+    """The runs in ``parsed`` (copies dropped), in time order, and why they were told apart."""
+    found = _deduplicate([facts(i, p) for i, p in enumerate(parsed)])
+    reasons: list[str] = []
+    traces = _cluster([f for f in found if not f.log], _trace_conflict, reasons)
+    logs = _cluster([f for f in found if f.log], _log_conflict, reasons)
+    runs = _attach_logs(traces, logs, reasons)
+    runs.sort(key=lambda g: (g.window is None, g.window or (0, 0), g.indexes[0]))
+    return runs, list(dict.fromkeys(reasons))
+
+
+# --- choosing ----------------------------------------------------------------------------------
+
+
+def choose(parsed: list[ParsedSource], choice: str | int | None, inputs: Iterable[str | Path]) -> tuple[list[ParsedSource], list[str]]:
+    """The sources of the one run in ``parsed`` (re-indexed from 0), or of the run ``choice``
+    names (its number as listed, or a prefix of its files' paths); notes saying what was chosen.
+    Raises :class:`RunsError` when there are several and no choice."""
+    inputs = [Path(p) for p in inputs]
+    runs, reasons = group(parsed)
+    listed = [_found(k, g, inputs) for k, g in enumerate(runs, start=1)]
+    notes: list[str] = []
+    if choice is None or str(choice).strip() == "":
+        if len(runs) > 1:
+            raise RunsError(_where(inputs), listed, reasons)
+        picked = runs[0]
+    else:
+        picked = runs[_pick(str(choice).strip(), listed) - 1]
+        if len(runs) > 1:
+            notes.append(f"run {listed[runs.index(picked)].number} of {len(runs)} separate runs in the input "
+                         f"(--run {choice}); the others are not analysed")
+    return [_reindexed(parsed[i], k) for k, i in enumerate(picked.indexes)], notes
+
+
+def _pick(choice: str, listed: list[FoundRun]) -> int:
+    if choice.isdigit():
+        if 1 <= int(choice) <= len(listed):
+            return int(choice)
+        raise InputError("--run", f"no run {choice} (the input holds {len(listed)}: 1-{len(listed)})")
+    prefix = _norm(Path(choice))
+    hits = [r.number for r in listed if any(_norm(p).startswith(prefix) or str(p).startswith(choice) for p in r.paths)]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise InputError("--run", f"no run has a file under {choice!r} (runs 1-{len(listed)})")
+    raise InputError("--run", f"{choice!r} matches runs {', '.join(map(str, hits))}: give a longer prefix or the number")
+
+
+def _norm(path: Path) -> str:
+    return os.path.abspath(path)
+
+
+def _reindexed(parsed: ParsedSource, index: int) -> ParsedSource:
+    """The source as the ``index``-th of its run (events' and metrics' ``source`` column)."""
+    column = pl.lit(index, dtype=pl.UInt32).alias("source")
+    return replace(parsed, events=parsed.events.with_columns(column), metrics=parsed.metrics.with_columns(column))
+
+
+# --- listing -----------------------------------------------------------------------------------
+
+
+def _where(inputs: list[Path]) -> str:
+    return str(inputs[0]) if len(inputs) == 1 else f"{inputs[0]} (+{len(inputs) - 1} more inputs)"
+
+
+def _found(number: int, g: Group, inputs: list[Path]) -> FoundRun:
+    paths = [m.source.path for m in sorted(g.members, key=lambda m: m.index)]
+    return FoundRun(number, g.indexes, paths, _summary(g, paths, inputs))
+
+
+def _summary(g: Group, paths: list[Path], inputs: list[Path]) -> str:
+    root = _common_root(inputs)
+    shown = [_relative(p, root) for p in paths[:LISTED_FILES]]
+    files = ", ".join(shown) + (f" (+{len(paths) - LISTED_FILES} more)" if len(paths) > LISTED_FILES else "")
+    facts_ = [_formats(g), _ranks(g), _frameworks(g), _when(g)]
+    return f"{files}: " + "; ".join(f for f in facts_ if f)
+
+
+def _common_root(inputs: list[Path]) -> Path:
+    dirs = [_norm(p if p.is_dir() else p.parent) for p in inputs]
+    return Path(os.path.commonpath(dirs)) if dirs else Path(".")
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(Path(_norm(path)).relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _formats(g: Group) -> str:
+    counts: dict[str, int] = {}
+    for m in g.members:
+        counts[m.source.format] = counts.get(m.source.format, 0) + 1
+    return ", ".join(f"{n} {fmt}" if n > 1 else fmt for fmt, n in counts.items())
+
+
+def _ranks(g: Group) -> str:
+    ranks = sorted({r for m in g.members for r in m.ranks})
+    traces = [m for m in g.members if not m.log]
+    if not traces:
+        return ""
+    if not ranks:
+        return "no rank stated"
+    return ("rank " if len(ranks) == 1 else "ranks ") + _spans(ranks)
+
+
+def _spans(values: list[int]) -> str:
+    out, start = [], values[0]
+    for prev, cur in zip(values, [*values[1:], None], strict=True):
+        if cur != prev + 1 if cur is not None else True:
+            out.append(str(start) if start == prev else f"{start}-{prev}")
+            start = cur
+    return ",".join(out)
+
+
+def _frameworks(g: Group) -> str:
+    logs = sorted({m.framework for m in g.members if m.log and m.framework})
+    return f"{'/'.join(logs)} log" if logs else ""
+
+
+def _when(g: Group) -> str:
+    window = g.window
+    if window is None:
+        return "no wall-clock time"
+    approx = "~" if all(m.log for m in g.members if m.window) else ""
+    start = datetime.fromtimestamp(window[0] / 1e9, tz=timezone.utc)
+    return f"{approx}{start:%Y-%m-%d %H:%M:%S} UTC for {_duration((window[1] - window[0]) / 1e9)}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
