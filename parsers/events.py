@@ -7,7 +7,7 @@ module and is checked against it by the tests.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import polars as pl
 
@@ -97,6 +97,76 @@ DEFAULTS: dict[str, object] = {
 """Fill values for columns a parser does not know."""
 
 
+TIME_MAX_NS = 7_258_118_400 * 10**9
+"""2200-01-01 UTC in epoch ns. A start at or past it, or before 0 (1970), is a damaged value: the
+event is dropped and counted. It keeps every start plus :data:`DURATION_MAX_NS` below 2**63."""
+DURATION_MAX_NS = 366 * 86_400 * 10**9
+"""One (leap) year: a longer range is a damaged value, not a measurement; dropped and counted."""
+
+BOUNDS: dict[str, tuple[int, int]] = {
+    "rank": (0, 2**31 - 1),
+    "device": (0, 2**15 - 1),
+    "stream": (0, 2**31 - 1),
+    "depth": (0, 2**15 - 1),
+    "group_size": (0, 2**31 - 1),
+    "bytes": (0, 2**63 - 1),
+    "step": (0, 2**31 - 1),
+}
+"""Valid values of the integer columns narrower than a file's integers, or never negative.
+:func:`bound` makes any other value unknown (-1 where the column never holds nulls, else null)
+and counts it; -1 itself is "unknown" and stays. ``depth`` past its bound is clamped instead
+(:func:`nesting_depth`): the range is still nested, only deeper than the column can say."""
+
+QUALITY_TEXT: dict[str, str] = {
+    "dropped_time_out_of_range": "events dropped: start before 1970 or after 2200 (epoch)",
+    "dropped_duration_out_of_range": "events dropped: duration over a year",
+    "dropped_device_out_of_range": "GPU events dropped: device index outside 0–32767",
+    "dropped_number_out_of_range": "events dropped: a number too large for JSON's doubles",
+    "dropped_oversized_event": "events dropped: one event's JSON longer than the string limit",
+    "negative_dur": "negative durations set to 0",
+    "clamped_depth": "nesting depths clamped to 32767",
+    "dropped_unreadable_event": "events dropped: a field of the wrong type",
+    "unreadable_arg": "args values unreadable or beyond 64-bit integers, left empty",
+    "zero_dur": "ranges of zero duration (kept)",
+    **{f"out_of_range_{c}": f"{c} values outside {lo:,}..{hi:,}, set to unknown" for c, (lo, hi) in BOUNDS.items()},
+    **{f"out_of_range_{c}": f"{c} values beyond 64-bit integers, set to unknown" for c in ("pid", "tid", "corr")},
+    "out_of_range_base_time": "time bases (baseTimeNanoseconds, file-name epoch) out of range, ignored",
+    "out_of_range_world_size": "world sizes out of range, ignored",
+    "out_of_range_pg_size": "process-group sizes out of range, ignored",
+}
+"""What each count of ``meta["quality"]`` a parser of this module family tallies means, for the one
+warning line that states them."""
+
+
+def bound(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """``frame`` with every value outside :data:`BOUNDS` made unknown, and how many per column
+    (``out_of_range_<column>``): a strict cast would raise, a wrapping one would lie."""
+    present = [c for c in BOUNDS if c in frame.columns and c != "depth"]
+    if not present or frame.height == 0:
+        return frame, {}
+    valid = {c: _valid(c) for c in present}
+    counts = frame.select((~ok).sum().alias(c) for c, ok in valid.items()).row(0, named=True)
+    bad = [c for c in present if counts[c]]
+    if bad:
+        frame = frame.with_columns(
+            pl.when(valid[c]).then(pl.col(c)).otherwise(pl.lit(-1 if c in NON_NULL else None)).alias(c)
+            for c in bad
+        )
+    return frame, {f"out_of_range_{c}": int(counts[c]) for c in bad}
+
+
+def _valid(column: str) -> pl.Expr:
+    lo, hi = BOUNDS[column]
+    col = pl.col(column)
+    ok = col.is_null() | col.is_between(lo, hi)
+    return ok | (col == -1) if column in NON_NULL else ok
+
+
+def describe(counts: Mapping[str, int]) -> str:
+    """One line for the counts of :data:`QUALITY_TEXT` kinds: ``3 events dropped: …; 1 …``."""
+    return "; ".join(f"{n:,} {QUALITY_TEXT.get(k, k)}" for k, n in counts.items() if n)
+
+
 class SchemaError(ValueError):
     """An event table that breaks the contract (a parser bug, never user input)."""
 
@@ -184,14 +254,17 @@ def concat(tables: list[pl.DataFrame]) -> pl.DataFrame:
     return pl.concat(tables, how="vertical", rechunk=True)
 
 
-def nesting_depth(frame: pl.DataFrame, keys: list[str]) -> pl.Series:
+def nesting_depth(
+    frame: pl.DataFrame, keys: list[str], clamped: Callable[[int], None] | None = None
+) -> pl.Series:
     """For every ``[start_ns, end_ns)`` interval, how many others sharing ``keys`` are open as it starts.
 
     A sweep over start (+1) and end (-1) boundaries per group. At one instant ends come before
     starts (a range ending as another begins does not enclose it); starts come in (start, longest
     first, row) order so a parent precedes its child and, of two identical ranges, the earlier row
     is the outer one; a zero-length range closes right after it opens so it encloses nothing.
-    0 for the outermost; returned in the frame's row order.
+    0 for the outermost; returned in the frame's row order. Depths past the i16 column's bound
+    are clamped to it and their number handed to ``clamped`` (a parser's tally).
     """
     if frame.height == 0:
         return pl.Series("depth", [], dtype=pl.Int16)
@@ -221,4 +294,8 @@ def nesting_depth(frame: pl.DataFrame, keys: list[str]) -> pl.Series:
         .filter(pl.col("delta") == 1)
     )
     depth = pl.zeros(frame.height, dtype=pl.Int32, eager=True).scatter(sweep["_row"], sweep["open"] - 1)
-    return depth.cast(pl.Int16).alias("depth")
+    deepest = BOUNDS["depth"][1]
+    over = int((depth > deepest).sum())
+    if over and clamped is not None:
+        clamped(over)
+    return depth.clip(upper_bound=deepest).cast(pl.Int16).alias("depth")

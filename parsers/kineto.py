@@ -13,7 +13,9 @@ carry correlation, stream, byte or collective information. Columns go straight t
 
 from __future__ import annotations
 
+import math
 import re
+import sys
 import zlib
 from datetime import datetime, timezone
 from itertools import compress
@@ -22,12 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import polars as pl
 from msgspec import Raw, Struct, field
 
 from .discover import GZIP_ERRORS, gunzip
 from .errors import InputError
-from .events import conform, nesting_depth
+from .events import BOUNDS, DURATION_MAX_NS, TIME_MAX_NS, bound, conform, describe, nesting_depth
+from .limits import DECOMPRESSED_BYTES, EVENTS, NESTING, STRING_BYTES
 from .nccl import canonical_coll, canonical_ranks, dtype_bytes, kernel_coll_expr
 from .source import RANK_IN_NAME, ParsedSource
 
@@ -123,7 +127,7 @@ class _Trace(Struct, gc=False):
     traceEvents: list[Raw] = []
     distributedInfo: Raw = Raw(b"")
     deviceProperties: Raw = Raw(b"")
-    baseTimeNanoseconds: int | None = None
+    baseTimeNanoseconds: Raw = Raw(b"")
     displayTimeUnit: Raw = Raw(b"")
     schemaVersion: Raw = Raw(b"")
     traceName: Raw = Raw(b"")
@@ -134,17 +138,19 @@ class _Trace(Struct, gc=False):
 
 
 def _raw_value(raw: Raw) -> Any:
-    if not raw:
+    """A metadata value decoded leniently: None when absent, malformed or longer than the string
+    limit (a value that long is damage, and decoding it would materialise it)."""
+    if not raw or len(raw) > STRING_BYTES.value:
         return None
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
 
 
 class _DistInfo(Struct, gc=False):
-    rank: int | None = None
-    world_size: int | None = None
+    rank: Any = None
+    world_size: Any = None
     backend: str | None = None
     pg_count: int | None = None
     pg_config: list[dict[str, Any]] | None = None
@@ -175,6 +181,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     out = ParsedSource(path=path, format=FORMAT)
     data = _read(path, out)
     trace = _decode(path, data, out)
+    EVENTS.check(path, len(trace.traceEvents))
     meta = _metadata(path, trace, out)
     del data
     out.events = _events(path, trace, meta, source, out)
@@ -187,6 +194,8 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
 
 def _read(path: Path, out: ParsedSource) -> bytes:
     try:
+        if path.is_file():
+            DECOMPRESSED_BYTES.check(path, path.stat().st_size)
         raw = path.read_bytes()
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
@@ -200,9 +209,10 @@ def _read(path: Path, out: ParsedSource) -> bytes:
         pass
     decomp = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
-        data = decomp.decompress(raw)
+        data = decomp.decompress(raw, DECOMPRESSED_BYTES.value + 1)
     except zlib.error as exc:
         raise InputError(path, f"corrupt gzip data ({exc})") from None
+    DECOMPRESSED_BYTES.check(path, len(data))
     if not data.strip():
         raise InputError(path, "gzip stream ends early (truncated file?) before any content")
     out.warn(f"gzip stream ends early (truncated file?): read {len(data):,} bytes of JSON before the cut")
@@ -212,12 +222,12 @@ def _read(path: Path, out: ParsedSource) -> bytes:
 
 def _decode(path: Path, data: bytes, out: ParsedSource) -> _Trace:
     try:
-        return _TRACE_DECODER.decode(data)
+        return decode_bounded(_TRACE_DECODER, data, path)
     except msgspec.ValidationError as exc:
         raise InputError(path, f"unexpected field type: {exc}") from None
     except msgspec.DecodeError as exc:
         message = str(exc)
-    if "truncated" in message:
+    if "UTF-8" not in message and is_cut(data, message):
         return _salvage(path, data, out)
     if "UTF-8" in message:
         out.warn("invalid UTF-8 in the file; bad bytes replaced")
@@ -234,26 +244,114 @@ def _salvage(path: Path, data: bytes, out: ParsedSource) -> _Trace:
     start = data.find(b'"traceEvents"')
     if start < 0:
         raise InputError(path, "JSON cut short before any trace events")
-    end = len(data)
-    for _ in range(64):
+    # "]}" closes the events array and the document after a complete event; "}" the document
+    # after a complete top-level value that follows the array. Nothing may close an event.
+    found = salvage_prefix(_TRACE_DECODER, data, start, len(data), (b"]}", b"}"), path)
+    if found is None:
+        raise InputError(path, "JSON cut short and no complete event could be salvaged")
+    trace, kept = found
+    lost = len(data) - kept
+    out.warn(
+        f"JSON cut short (writer killed?): salvaged {len(trace.traceEvents):,} complete "
+        f"events; the last {lost:,} bytes ({lost / len(data):.1%}) and every event the "
+        "writer never wrote are lost"
+    )
+    out.meta["salvaged"] = {"events": len(trace.traceEvents), "bytes_lost": lost}
+    return trace
+
+
+# --- bounded JSON, shared with the other Chrome-trace readers -----------------------------------
+
+_NESTING_CEILING = 10_000
+"""Deepest nesting the decoder is ever allowed, whatever RLPERF_MAX_NESTING says: its
+recursion runs on the C stack."""
+_BYTE_AT = re.compile(r"\(byte (\d+)\)")
+_SALVAGE_TRIES = 64
+
+
+def decode_bounded(decoder: msgspec.json.Decoder, data: bytes, path: Path) -> Any:
+    """``decoder.decode(data)`` with nesting bounded by :data:`parsers.limits.NESTING`.
+
+    msgspec recurses once per nesting level under Python's recursion limit, so a limit set to the
+    current stack depth plus the bound makes the decoder enforce it exactly, at no cost per byte
+    (a scan of the bytes would cost a third of the parse); too deep is one :class:`InputError`.
+    """
+    allowed = min(NESTING.value, _NESTING_CEILING)
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(_stack_depth() + max(allowed, 2) - 1)
+    try:
+        return decoder.decode(data)
+    except RecursionError:
+        pass
+    finally:
+        sys.setrecursionlimit(old)
+    NESTING.check(path, json_depth(data))
+    raise InputError(path, f"JSON nested deeper than rlperf can decode ({_NESTING_CEILING:,} levels)")
+
+
+def _stack_depth() -> int:
+    frame, depth = sys._getframe(1), 1
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
+_BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+
+
+def json_depth(data: bytes) -> int:
+    """Deepest nesting of ``data``, brackets inside strings not counted (only for the error)."""
+    skeleton = _STRING.sub(b"", data)
+    skeleton = skeleton.translate(_BRACKETS, delete=bytes(set(range(256)) - set(b"[{]}")))
+    if not skeleton:
+        return 0
+    return int(np.frombuffer(skeleton, dtype=np.int8).cumsum(dtype=np.int64).max())
+
+
+def cut_at(data: bytes, message: str) -> int | None:
+    """Where a decode error says ``data`` stops: its end when the text is cut short (msgspec says
+    "truncated", or names the last byte: a cut after ``1.`` or ``-`` is an invalid number there),
+    else the byte it names; None when it names none."""
+    if "truncated" in message:
+        return len(data)
+    m = _BYTE_AT.search(message)
+    return None if m is None else min(int(m.group(1)), len(data))
+
+
+def is_cut(data: bytes, message: str) -> bool:
+    """The decode error is the end of the text, not damage inside it."""
+    at = cut_at(data, message)
+    return at is not None and at >= len(data.rstrip())
+
+
+def salvage_prefix(
+    decoder: msgspec.json.Decoder, data: bytes, start: int, stop: int, closings: tuple[bytes, ...], path: Path
+) -> tuple[Any, int] | None:
+    """The longest ``data[:k] + closing`` (``start < k <= stop``, k right after a ``}`` that ends
+    a value) that decodes, and k; None when no such prefix does.
+
+    A ``}`` ends a value when a ``,``, ``]`` or the end follows it; one followed by ``}`` closes
+    a nested object, whose parent is the candidate. Each try decodes the whole prefix, so tries are
+    few: the first candidate is nearly always the one.
+    """
+    end, tries = stop, 0
+    while tries < _SALVAGE_TRIES:
         cut = data.rfind(b"}", start, end)
         if cut < 0:
-            break
-        for closing in (b"]}", b"}", b"}]}"):
+            return None
+        end = cut
+        follows = data[cut + 1 : min(cut + 65, stop)].lstrip()[:1]
+        if follows not in (b"", b",", b"]"):
+            continue
+        tries += 1
+        head = data[: cut + 1]
+        for closing in closings:
             try:
-                trace = _TRACE_DECODER.decode(data[: cut + 1] + closing)
+                return decode_bounded(decoder, head + closing, path), cut + 1
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
-            lost = len(data) - cut - 1
-            out.warn(
-                f"JSON cut short (writer killed?): salvaged {len(trace.traceEvents):,} complete "
-                f"events; the last {lost:,} bytes ({lost / len(data):.1%}) and every event the "
-                "writer never wrote are lost"
-            )
-            out.meta["salvaged"] = {"events": len(trace.traceEvents), "bytes_lost": lost}
-            return trace
-        end = cut
-    raise InputError(path, "JSON cut short and no complete event could be salvaged")
+    return None
 
 
 # --- run-level facts ---------------------------------------------------------------------------
@@ -264,22 +362,23 @@ _TB_HANDLER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.(?P<ms>\d{13})\.pt\.
 def _metadata(path: Path, trace: _Trace, out: ParsedSource) -> dict[str, Any]:
     meta: dict[str, Any] = {"schema_version": _raw_value(trace.schemaVersion)}
     dist = None
-    if trace.distributedInfo:
+    if trace.distributedInfo and len(trace.distributedInfo) <= STRING_BYTES.value:
         try:
             dist = msgspec.json.decode(trace.distributedInfo, type=_DistInfo)
         except (msgspec.DecodeError, msgspec.ValidationError):
             out.warn("distributedInfo is not in the expected shape; ignored")
-    rank = dist.rank if dist and dist.rank is not None else None
+    rank_lo, rank_hi = BOUNDS["rank"]
+    rank = _meta_int(dist.rank if dist else None, rank_lo, rank_hi, "distributedInfo.rank", "rank", out)
     if rank is not None:
         meta["rank_from"] = "distributedInfo"
     else:
         m = RANK_IN_NAME.search(path.name)
-        if m:
-            rank = int(m.group(1))
+        rank = _meta_int(m.group(1) if m else None, rank_lo, rank_hi, "the rank in the file name", "rank", out)
+        if rank is not None:
             meta["rank_from"] = "file name"
     meta["rank"] = rank if rank is not None else -1
     if dist:
-        meta["world_size"] = dist.world_size
+        meta["world_size"] = _meta_int(dist.world_size, 1, rank_hi + 1, "distributedInfo.world_size", "world_size", out)
         meta["backend"] = dist.backend
         meta["nccl_version"] = dist.nccl_version
         if dist.pg_config:
@@ -288,7 +387,7 @@ def _metadata(path: Path, trace: _Trace, out: ParsedSource) -> dict[str, Any]:
                     "pg_name": str(pg.get("pg_name", "")),
                     "pg_desc": pg.get("pg_desc", pg.get("uid")),
                     "ranks": canonical_ranks(pg.get("ranks")),
-                    "pg_size": pg.get("pg_size"),
+                    "pg_size": _meta_int(pg.get("pg_size"), 0, rank_hi + 1, "a pg_config pg_size", "pg_size", out),
                     "backend_config": pg.get("backend_config"),
                 }
                 for pg in dist.pg_config
@@ -302,17 +401,35 @@ def _metadata(path: Path, trace: _Trace, out: ParsedSource) -> dict[str, Any]:
     meta["rocm"] = bool(trace.roctracer_version or trace.hip_runtime_version)
     meta["trace_name"] = _raw_value(trace.traceName)
     meta["display_time_unit"] = _raw_value(trace.displayTimeUnit)
-    meta["base_time_ns"] = trace.baseTimeNanoseconds
-    meta["tb_epoch_ms"] = int(tb.group("ms")) if tb else None
+    base = _raw_value(trace.baseTimeNanoseconds)
+    meta["base_time_ns"] = _meta_int(base, 0, TIME_MAX_NS - 1, "baseTimeNanoseconds", "base_time", out)
+    ms_hi = (TIME_MAX_NS - 1) // 10**6
+    meta["tb_epoch_ms"] = _meta_int(tb.group("ms") if tb else None, 0, ms_hi, "the file name's epoch ms", "base_time", out)
     return meta
 
 
-def _time_base_ns(trace: _Trace, ts_max: float, meta: dict[str, Any], out: ParsedSource) -> int:
+def _meta_int(value: Any, lo: int, hi: int, what: str, kind: str, out: ParsedSource) -> int | None:
+    """An integer the file states, or None: absent or -1 (unknown) silently; anything outside
+    ``lo..hi`` (or not a number) with a warning and a count, never wrapped into a column."""
+    if value is None:
+        return None
+    number = _as_int(value)
+    if number is not None and lo <= number <= hi:
+        return number
+    if number == -1:
+        return None
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    out.warn(f"{what} {shown} is out of range ({lo:,}..{hi:,}); ignored")
+    out.tally(f"out_of_range_{kind}")
+    return None
+
+
+def _time_base_ns(trace_base: int | None, ts_typical: float, meta: dict[str, Any], out: ParsedSource) -> int:
     """Nanoseconds to add to ``ts·1000`` for absolute epoch time."""
-    if trace.baseTimeNanoseconds is not None:
+    if trace_base is not None:
         meta["time_base"] = "baseTimeNanoseconds"
-        return int(trace.baseTimeNanoseconds)
-    if ts_max >= _EPOCH_US_FLOOR or ts_max == 0:
+        return trace_base
+    if ts_typical >= _EPOCH_US_FLOOR or ts_typical == 0:
         meta["time_base"] = "epoch microseconds"
         return 0
     if meta.get("tb_epoch_ms"):
@@ -336,7 +453,7 @@ def _quarter_start_ns(epoch_ms: int) -> int:
 
 def _events(path: Path, trace: _Trace, meta: dict[str, Any], source: int, out: ParsedSource) -> pl.DataFrame:
     """Decode the events chunk by chunk (bounded memory) into one frame, then finish it."""
-    raws = trace.traceEvents
+    raws = _within_string_limit(trace.traceEvents, out)
     frames: list[pl.DataFrame] = []
     unknown: set[str] = set()
     for offset in range(0, len(raws), _CHUNK):
@@ -349,7 +466,7 @@ def _events(path: Path, trace: _Trace, meta: dict[str, Any], source: int, out: P
         kinds = list(map(_KIND_OF_ANY_CASE.get, cats))
         picked = list(compress(events, kinds))
         if picked:
-            frames.append(_chunk_frame(picked, list(filter(None, kinds))))
+            frames.append(_chunk_frame(picked, list(filter(None, kinds)), out))
         del events, cats, kinds, picked
     trace.traceEvents = []
     del raws
@@ -357,35 +474,78 @@ def _events(path: Path, trace: _Trace, meta: dict[str, Any], source: int, out: P
         meta["skipped_categories"] = sorted(unknown)
     if not frames:
         out.warn("no trace events of a known kind")
-        _time_base_ns(trace, 0.0, meta, out)
+        _time_base_ns(meta["base_time_ns"], 0.0, meta, out)
         return conform(pl.DataFrame(), source=source)
     frame = pl.concat(frames, how="diagonal_relaxed", rechunk=False)
     del frames
-    base = _time_base_ns(trace, frame["ts"].max() or 0.0, meta, out)
-    return _finish(frame, base, meta, source)
+    base = _time_base_ns(meta["base_time_ns"], _typical_ts(frame["ts"]), meta, out)
+    events = _finish(_in_range(frame, base, out), base, meta, source, out)
+    _warn_quality(out)
+    return events
+
+
+def _typical_ts(ts: pl.Series) -> float:
+    """The median plausible ``ts``: what decides epoch µs or relative, which one damaged value
+    (a ``ts`` of 1e30) must not flip as it would flip the maximum."""
+    plausible = ts.filter(ts.abs() < TIME_MAX_NS / _US_TO_NS)
+    return float(plausible.median() or 0.0) if plausible.len() else 0.0
+
+
+def _within_string_limit(raws: list[Raw], out: ParsedSource) -> list[Raw]:
+    """The events whose JSON is no longer than the string limit: a longer one holds a string
+    (or args) no trace writes, and decoding it would materialise it. Dropped and counted."""
+    limit = STRING_BYTES.value
+    if not raws or max(map(len, raws)) <= limit:
+        return raws
+    kept = [r for r in raws if len(r) <= limit]
+    dropped = len(raws) - len(kept)
+    out.tally("dropped_oversized_event", dropped)
+    out.warn(
+        f"{dropped:,} events longer than {STRING_BYTES.what} limit ({limit:,}) dropped; "
+        f"set {STRING_BYTES.env} to raise it"
+    )
+    return kept
 
 
 _CHUNK = 16384
 """Events decoded at a time: Python objects exist for one chunk only."""
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_EVENT_DECODER = msgspec.json.Decoder(_Event)
 _AT_INDEX = re.compile(r"`\$\[(\d+)\]")
 
 
 def _decode_chunk(path: Path, raws: list[Raw], offset: int, out: ParsedSource) -> list[_Event]:
-    data = b"[" + b",".join(raws[offset : offset + _CHUNK]) + b"]"
+    chunk = raws[offset : offset + _CHUNK]
     try:
-        return _EVENTS_DECODER.decode(data)
+        return decode_bounded(_EVENTS_DECODER, b"[" + b",".join(chunk) + b"]", path)
     except msgspec.ValidationError as exc:
-        where = _AT_INDEX.sub(lambda m: f"`$.traceEvents[{offset + int(m.group(1))}]", str(exc))
-        raise InputError(path, f"unexpected field type: {where}") from None
+        if "out of range" not in str(exc):
+            where = _AT_INDEX.sub(lambda m: f"`$.traceEvents[{offset + int(m.group(1))}]", str(exc))
+            raise InputError(path, f"unexpected field type: {where}") from None
     except msgspec.DecodeError as exc:
         if "UTF-8" not in str(exc):
             raise InputError(path, f"malformed JSON: {exc}") from None
-    out.warn("invalid UTF-8 in the file; bad bytes replaced")
-    return _EVENTS_DECODER.decode(data.decode("utf-8", errors="replace").encode("utf-8"))
+        out.warn("invalid UTF-8 in the file; bad bytes replaced")
+        chunk = [Raw(bytes(r).decode("utf-8", errors="replace").encode("utf-8")) for r in chunk]
+    return _readable_events(path, chunk, offset, out)
 
 
-def _chunk_frame(picked: list[_Event], kinds: list[str]) -> pl.DataFrame:
+def _readable_events(path: Path, chunk: list[Raw], offset: int, out: ParsedSource) -> list[_Event]:
+    """One event at a time (the slow path, for a chunk that failed): an event holding a number
+    JSON's doubles cannot hold (``1e999``) is dropped and counted; a wrong type is the error."""
+    events: list[_Event] = []
+    for i, raw in enumerate(chunk):
+        try:
+            events.append(decode_bounded(_EVENT_DECODER, raw, path))
+        except msgspec.ValidationError as exc:
+            if "out of range" not in str(exc):
+                where = str(exc).replace("`$", f"`$.traceEvents[{offset + i}]")
+                raise InputError(path, f"unexpected field type: {where}") from None
+            out.tally("dropped_number_out_of_range")
+    return events
+
+
+def _chunk_frame(picked: list[_Event], kinds: list[str], out: ParsedSource) -> pl.DataFrame:
     args = list(map(_ARGS, picked))
     ext = list(map(_EXT, args))
     if ext.count(None) == len(ext):
@@ -394,17 +554,26 @@ def _chunk_frame(picked: list[_Event], kinds: list[str]) -> pl.DataFrame:
         {
             "kind": kinds,
             "name": pl.Series(list(map(_NAME, picked)), dtype=pl.Categorical),
-            "pid": pl.Series(list(map(_PID, picked)), dtype=pl.Int64, strict=False),
-            "tid": pl.Series(list(map(_TID, picked)), dtype=pl.Int64, strict=False),
+            "pid": _id_column(list(map(_PID, picked)), "pid", out),
+            "tid": _id_column(list(map(_TID, picked)), "tid", out),
             "ts": pl.Series(list(map(_TS, picked)), dtype=pl.Float64),
             "dur": pl.Series(list(map(_DUR, picked)), dtype=pl.Float64),
-            "corr": _opt_int(list(map(_CORR, args))),
-            "ext_id": _opt_int(ext),
+            "corr": _opt_int(list(map(_CORR, args)), out),
+            "ext_id": _opt_int(ext, out),
         }
     )
-    frame = frame.with_columns(_sparse(frame, args, "bytes", ("memcpy", "memset"), _copy_bytes))
-    collectives = _collective_args(args)
+    frame = frame.with_columns(_sparse(frame, args, "bytes", ("memcpy", "memset"), _copy_bytes, out))
+    collectives = _collective_args(args, out)
     return frame.hstack(collectives) if collectives is not None else frame
+
+
+def _id_column(values: list[int | str], name: str, out: ParsedSource) -> pl.Series:
+    """pid or tid: a string (Kineto's "Spans") is no id and becomes null quietly; an integer
+    beyond 64 bits is damage, also null, and counted."""
+    ids = pl.Series(values, dtype=pl.Int64, strict=False)
+    if ids.null_count():
+        out.tally(f"out_of_range_{name}", sum(1 for v in values if type(v) is int and not _I64_MIN <= v <= _I64_MAX))
+    return ids
 
 
 _CAT = attrgetter("cat")
@@ -423,20 +592,22 @@ _NOT_EVENTS = frozenset({"", "ac2g", "fwdbwd", "async_gpu", "async_cpu_to_gpu", 
 """Categories that are links or bookkeeping, not events (flows, the profiler's own span)."""
 
 
-def _sparse(frame: pl.DataFrame, args: list[_Args], column: str, kinds: tuple[str, ...], value) -> pl.Series:
+def _sparse(
+    frame: pl.DataFrame, args: list[_Args], column: str, kinds: tuple[str, ...], value, out: ParsedSource
+) -> pl.Series:
     """A column that only a few kinds carry: touch only those events' args."""
     rows = frame.with_row_index("i").filter(pl.col("kind").is_in(list(kinds)))["i"].to_list()
-    values: list[int | None] = [None] * frame.height
+    values: list[object] = [None] * frame.height
     for i in rows:
         values[i] = value(args[i])
-    return _opt_int(values).alias(column)
+    return _opt_int(values, out).alias(column)
 
 
-def _copy_bytes(a: _Args) -> int | None:
-    return _as_int(a.nbytes if a.nbytes is not None else a.size)
+def _copy_bytes(a: _Args) -> object:
+    return a.nbytes if a.nbytes is not None else a.size
 
 
-def _collective_args(args: list[_Args]) -> pl.DataFrame | None:
+def _collective_args(args: list[_Args], out: ParsedSource) -> pl.DataFrame | None:
     """Collective metadata from ``record_param_comms`` / NCCL kernel args, decoded for those only."""
     rows = list(compress(range(len(args)), map(_COLL, args)))
     if not rows:
@@ -452,8 +623,8 @@ def _collective_args(args: list[_Args]) -> pl.DataFrame | None:
         desc = _raw_value(a.pg_desc)
         cols["pg_desc"][i] = None if desc is None else str(desc)
         cols["pg_ranks"][i] = canonical_ranks(_raw_value(a.pg_ranks))
-        cols["group_size"][i] = _as_int(_raw_value(a.group_size))
-        cols["seq"][i] = _as_int(_raw_value(a.seq))
+        cols["group_size"][i] = _raw_value(a.group_size)
+        cols["seq"][i] = _raw_value(a.seq)
         size = dtype_bytes(_str_or_none(_raw_value(a.dtype)))
         nelems = max(_as_int(_raw_value(a.in_nelems), 0) or 0, _as_int(_raw_value(a.out_nelems), 0) or 0)
         cols["coll_bytes"][i] = nelems * size if size and nelems else None
@@ -463,9 +634,9 @@ def _collective_args(args: list[_Args]) -> pl.DataFrame | None:
             "pg": pl.Series(cols["pg"], dtype=pl.String),
             "pg_desc": pl.Series(cols["pg_desc"], dtype=pl.String),
             "pg_ranks": pl.Series(cols["pg_ranks"], dtype=pl.String),
-            "group_size": _opt_int(cols["group_size"]),
-            "seq": _opt_int(cols["seq"]),
-            "coll_bytes": _opt_int(cols["coll_bytes"]),
+            "group_size": _opt_int(cols["group_size"], out),
+            "seq": _opt_int(cols["seq"], out),
+            "coll_bytes": _opt_int(cols["coll_bytes"], out),
         }
     )
 
@@ -474,33 +645,96 @@ def _str_or_none(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def _opt_int(values: list[object]) -> pl.Series:
+def _opt_int(values: list[object], out: ParsedSource | None = None) -> pl.Series:
+    """Integers as i64; a value that is no integer or beyond 64 bits (``2**80``, ``"0x" + 40×"f"``,
+    ``1e300``) becomes null and is counted as ``unreadable_arg``."""
     try:
         return pl.Series(values, dtype=pl.Int64)
-    except (TypeError, pl.exceptions.PolarsError, OverflowError):
-        return pl.Series([_as_int(v) for v in values], dtype=pl.Int64)
+    except (TypeError, pl.exceptions.PolarsError, OverflowError, ValueError):
+        series = pl.Series([_as_int(v) for v in values], dtype=pl.Int64)
+    if out is not None:
+        out.tally("unreadable_arg", series.null_count() - values.count(None))
+    return series
+
+
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+_INT_TEXT_MAX = 40
+"""Characters of the longest integer text read: a longer one is no 64-bit integer."""
 
 
 def _as_int(value: object, default: int | None = None) -> int | None:
+    """``value`` as a 64-bit integer (ints, finite floats, decimal or ``0x`` text), else ``default``."""
     if value is None:
         return default
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, int):
-        return value if -(2**63) <= value < 2**63 else default
     if isinstance(value, float):
-        return int(value)
-    text = str(value).strip()
+        number = int(value) if math.isfinite(value) and _I64_MIN <= value < 2.0**63 else None
+    elif isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and len(value) <= _INT_TEXT_MAX:
+        number = _int_text(value.strip())
+    else:
+        number = None
+    return number if number is not None and _I64_MIN <= number <= _I64_MAX else default
+
+
+def _int_text(text: str) -> int | None:
     try:
         return int(text, 0)
     except ValueError:
-        try:
-            return int(float(text))
-        except ValueError:
-            return default
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return int(number) if math.isfinite(number) and _I64_MIN <= number < 2.0**63 else None
 
 
-def _finish(frame: pl.DataFrame, base: int, meta: dict[str, Any], source: int) -> pl.DataFrame:
+def _in_range(frame: pl.DataFrame, base: int, out: ParsedSource) -> pl.DataFrame:
+    """The events whose numbers can be true, the rest dropped and counted (module docstring):
+    a start outside 1970..2200, a duration over a year, a GPU row on no possible device. Checked
+    in float before any integer arithmetic, which would wrap. Negative durations are kept (set to
+    0 later) and counted, as are zero durations of ranges."""
+    start = pl.col("ts") * _US_TO_NS + float(base)
+    bad_time = ~start.is_between(0.0, float(TIME_MAX_NS), closed="left")
+    bad_dur = ~(pl.col("dur") * _US_TO_NS <= float(DURATION_MAX_NS))
+    lo, hi = BOUNDS["device"]
+    pid = pl.col("pid")
+    bad_device = pl.col("kind").is_in(list(_DEVICE_KINDS)) & pid.is_not_null() & ~pid.is_between(lo, hi)
+    kept = ~(bad_time | bad_dur | bad_device)
+    counts = frame.select(
+        dropped_time_out_of_range=bad_time.sum(),
+        dropped_duration_out_of_range=(~bad_time & bad_dur).sum(),
+        dropped_device_out_of_range=(~bad_time & ~bad_dur & bad_device).sum(),
+        negative_dur=(kept & (pl.col("dur") < 0)).sum(),
+        zero_dur=(kept & (pl.col("dur") == 0) & (pl.col("kind") != "marker")).sum(),
+    ).row(0, named=True)
+    for kind, count in counts.items():
+        out.tally(kind, count)
+    dropped = counts["dropped_time_out_of_range"] + counts["dropped_duration_out_of_range"]
+    return frame.filter(kept) if dropped + counts["dropped_device_out_of_range"] else frame
+
+
+_WARNED = (
+    "dropped_number_out_of_range", "dropped_time_out_of_range", "dropped_duration_out_of_range",
+    "dropped_device_out_of_range", "negative_dur", "clamped_depth", "unreadable_arg",
+    "out_of_range_pid", "out_of_range_tid", "out_of_range_stream", "out_of_range_group_size",
+    "out_of_range_bytes", "out_of_range_step",
+)
+"""Counts of the event table stated in one warning line; metadata values warn one by one."""
+
+
+def _warn_quality(out: ParsedSource) -> None:
+    quality = out.meta.get("quality", {})
+    line = describe({kind: quality.get(kind, 0) for kind in _WARNED})
+    if line:
+        out.warn(f"values out of range: {line}")
+
+
+def _finish(
+    frame: pl.DataFrame, base: int, meta: dict[str, Any], source: int, out: ParsedSource
+) -> pl.DataFrame:
     """Absolute times, device/stream for GPU-side rows, collectives, steps, nesting depth."""
     kind = pl.col("kind")
     on_device = kind.is_in(list(_DEVICE_KINDS))
@@ -540,7 +774,9 @@ def _finish(frame: pl.DataFrame, base: int, meta: dict[str, Any], source: int) -
             pl.when(collective).then(pl.col(c)).otherwise(None).alias(c)
             for c in ("pg", "pg_desc", "pg_ranks", "group_size", "seq")
         ]
-    shaped = _with_depth(frame.select(columns))
+    shaped, counts = bound(_with_depth(frame.select(columns), out))
+    for kind, count in counts.items():
+        out.tally(kind, count)
     return conform(shaped, source=source, rank=meta.get("rank", -1), host=meta.get("host"))
 
 
@@ -571,11 +807,13 @@ def _name_facts(names: pl.Series) -> dict[str, pl.Expr]:
 _NESTING_KINDS = ("annotation", "cpu_op", "python", "gpu_annotation")
 
 
-def _with_depth(frame: pl.DataFrame) -> pl.DataFrame:
+def _with_depth(frame: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
     """Depth among events of the same kind on the same thread (or stream); flat kinds keep 0."""
     nests = pl.col("kind").is_in(_NESTING_KINDS)
     ranges = frame.with_row_index("_row").filter(nests)
     depth = pl.zeros(frame.height, dtype=pl.Int16, eager=True)
     if ranges.height:
-        depth = depth.scatter(ranges["_row"], nesting_depth(ranges, ["kind", "pid", "tid", "device", "stream"]))
+        keys = ["kind", "pid", "tid", "device", "stream"]
+        clamped = nesting_depth(ranges, keys, lambda n: out.tally("clamped_depth", n))
+        depth = depth.scatter(ranges["_row"], clamped)
     return frame.with_columns(depth.alias("depth"))

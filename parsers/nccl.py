@@ -123,11 +123,19 @@ def dtype_bytes(dtype: str | None) -> int | None:
     return DTYPE_BYTES.get(dtype.strip().lower().replace("torch.", "").replace("c10::", ""))
 
 
+RANK_MAX = 2**31 - 1
+"""The largest rank a member list may name (the event table's i32 ``rank``)."""
+
+
 def canonical_ranks(ranks: object) -> str | None:
-    """``"[0, 1, 2]"``, ``[0, 1, 2]`` or ``"0,1,2"`` → ``"0,1,2"``."""
+    """``"[0, 1, 2]"``, ``[0, 1, 2]`` or ``"0,1,2"`` → ``"0,1,2"``; None when any member is no
+    rank (a string, a float, a list, a negative or huge number): a damaged list is unknown."""
     if ranks is None:
         return None
     if isinstance(ranks, (list, tuple)):
-        return ",".join(str(int(r)) for r in ranks)
-    digits = re.findall(r"-?\d+", str(ranks))
-    return ",".join(digits) if digits else None
+        members = [r if type(r) is int else None for r in ranks]
+    else:
+        members = [int(d) if len(d) <= 10 else None for d in re.findall(r"-?\d+", str(ranks))]
+    if not members or any(r is None or not 0 <= r <= RANK_MAX for r in members):
+        return None
+    return ",".join(map(str, members))

@@ -27,7 +27,9 @@ import polars as pl
 
 from .discover import open_bytes
 from .errors import InputError
-from .events import conform, nesting_depth
+from .events import BOUNDS, DURATION_MAX_NS, TIME_MAX_NS, bound, conform, describe, nesting_depth
+from .kineto import cut_at, decode_bounded, is_cut, salvage_prefix
+from .limits import EVENTS, STRING_BYTES
 from .source import METRICS_SCHEMA, ParsedSource
 
 FORMAT = "framework-spans"
@@ -68,7 +70,13 @@ class _Event(msgspec.Struct):
 
 
 class _Doc(msgspec.Struct):
-    traceEvents: list[_Event] = []  # the Chrome trace field name
+    traceEvents: list[msgspec.Raw] = []  # the Chrome trace field name
+
+
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+_DOC = msgspec.json.Decoder(_Doc)
+_EVENT = msgspec.json.Decoder(_Event)
+_EVENTS = msgspec.json.Decoder(list[_Event])
 
 
 def sniff(head: bytes, path: Path) -> int:
@@ -95,19 +103,11 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     if not events:
         out.warn("no trace events")
         return out
-    frame = _frame(events)
+    frame = _frame(events, out)
     out.meta.update(_producer(frame))
     meta = frame.filter(pl.col("ph") == "M")
     procs, threads = _names(meta)
-    frame = frame.filter(pl.col("ph") != "M")
-    frame = frame.with_columns(
-        (pl.col("ts") * 1000).round(0).cast(pl.Int64).alias("start_ns"),
-        (pl.col("dur").fill_null(0) * 1000).round(0).cast(pl.Int64).alias("dur_ns"),
-    )
-    bad = frame.filter(pl.col("start_ns").is_null() & pl.col("ph").is_in(["X", "B", "E", "i", "I", "C"]))
-    if bad.height:
-        out.warn(f"{bad.height} events without a readable timestamp skipped")
-    frame = frame.filter(pl.col("start_ns").is_not_null())
+    frame = _timed(frame.filter(pl.col("ph") != "M"), out)
     spans = pl.concat([_complete(frame), _paired(frame, out), _instants(frame)], how="diagonal_relaxed")
     ignored = frame.filter(~pl.col("ph").is_in(["X", "B", "E", "i", "I", "n", "C"]))
     if ignored.height:
@@ -115,9 +115,15 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
         out.warn(f"{ignored.height} events of phases {phases} ignored (flows and async pairs carry no range)")
     out.metrics = _counters(frame, source)
     if spans.height == 0:
+        _warn_quality(out)
         return out
     spans = _identities(spans, procs, threads)
-    spans = _steps(spans.with_columns(depth=nesting_depth(spans, ["pid", "tid"])))
+    spans = spans.with_columns(depth=nesting_depth(spans, ["pid", "tid"], lambda n: out.tally("clamped_depth", n)))
+    spans = _steps(spans)
+    spans, counts = bound(spans)
+    for kind, count in counts.items():
+        out.tally(kind, count)
+    _warn_quality(out)
     base = int(spans["start_ns"].min())
     if base < EPOCH_NS:
         out.meta["time_base"] = "relative: the trace clock starts at the tracer, not the epoch; align before merging"
@@ -130,52 +136,131 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     return out
 
 
+def _timed(frame: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
+    """ns start and duration; a start outside 1970..2200 or a duration over a year is damage
+    (dropped and counted), checked in float before the integer cast that would fail or wrap;
+    a negative duration of an ``X`` event is set to 0 later and counted."""
+    start = pl.col("ts") * 1000
+    dur = pl.col("dur").fill_null(0) * 1000
+    timed = pl.col("ph").is_in(["X", "B", "E", "i", "I", "C"])
+    unread = pl.col("ts").is_null()
+    bad_time = ~unread & ~start.is_between(0.0, float(TIME_MAX_NS), closed="left")
+    bad_dur = ~unread & ~bad_time & ~(dur <= float(DURATION_MAX_NS))
+    complete = pl.col("ph") == "X"
+    counts = frame.select(
+        unread=(unread & timed).sum(),
+        dropped_time_out_of_range=bad_time.sum(),
+        dropped_duration_out_of_range=bad_dur.sum(),
+        negative_dur=(complete & ~unread & ~bad_time & ~bad_dur & (pl.col("dur") < 0)).sum(),
+        zero_dur=(complete & ~unread & ~bad_time & ~bad_dur & (dur == 0)).sum(),
+    ).row(0, named=True)
+    if counts.pop("unread"):
+        out.warn(f"{frame.filter(unread & timed).height} events without a readable timestamp skipped")
+    for kind, count in counts.items():
+        out.tally(kind, count)
+    kept = frame.filter(~unread & ~bad_time & ~bad_dur)
+    return kept.with_columns(
+        start.round(0).cast(pl.Int64).alias("start_ns"), dur.round(0).cast(pl.Int64).alias("dur_ns")
+    )
+
+
+_WARNED = (
+    "dropped_time_out_of_range", "dropped_duration_out_of_range", "negative_dur", "clamped_depth",
+    *(f"out_of_range_{c}" for c in ("rank", "device", "stream", "step", "corr")),
+)
+"""Counts stated in one warning line; dropped unreadable or oversized events warn on their own."""
+
+
+def _warn_quality(out: ParsedSource) -> None:
+    quality = out.meta.get("quality", {})
+    line = describe({kind: quality.get(kind, 0) for kind in _WARNED})
+    if line:
+        out.warn(f"values out of range: {line}")
+
+
 def _decode(path: Path, data: bytes, out: ParsedSource) -> list[_Event]:
+    """The events of an array, a ``traceEvents`` document or JSON lines, each bounded (nesting,
+    string length, count) and one bad event dropped rather than the file refused."""
     text = data.lstrip()
+    if text.startswith(b"{") and re.match(rb"\{[^\n]*\}\s*\n\s*\{", text):
+        return _lines(path, data, out)
+    array = text.startswith(b"[")
     try:
-        if text.startswith(b"["):
-            return msgspec.json.decode(data, type=list[_Event])
-        if not re.match(rb"\{[^\n]*\}\s*\n\s*\{", text):
-            return msgspec.json.decode(data, type=_Doc).traceEvents
+        raws = decode_bounded(_RAWS, data, path) if array else decode_bounded(_DOC, data, path).traceEvents
     except msgspec.ValidationError as exc:
         raise InputError(path, f"not a trace-event file ({exc})") from None
-    except msgspec.DecodeError:
-        if text.startswith(b"["):
-            return _salvage(path, data, out)
-        raise InputError(path, "not valid JSON") from None
-    return _lines(data, out)
+    except msgspec.DecodeError as exc:
+        raws = _salvage(path, data, str(exc), array, out)
+    return _events(path, raws, out)
 
 
-def _salvage(path: Path, data: bytes, out: ParsedSource) -> list[_Event]:
-    """A JSON array cut short (a killed process): keep the events before the cut."""
-    cut = data.rfind(b"}")
-    while cut > 0:
+def _events(path: Path, raws: list[msgspec.Raw], out: ParsedSource) -> list[_Event]:
+    """Typed events from raw ones: one longer than the string limit is dropped unread (decoding
+    would materialise it), one of the wrong shape is dropped; both counted."""
+    EVENTS.check(path, len(raws))
+    limit = STRING_BYTES.value
+    kept = [r for r in raws if len(r) <= limit]
+    if len(kept) < len(raws):
+        long = len(raws) - len(kept)
+        out.tally("dropped_oversized_event", long)
+        out.warn(f"{long:,} events longer than {STRING_BYTES.what} limit ({limit:,}) dropped; set {STRING_BYTES.env} to raise it")
+    try:
+        return _EVENTS.decode(b"[" + b",".join(kept) + b"]")
+    except (msgspec.ValidationError, RecursionError):
+        pass
+    events: list[_Event] = []
+    for raw in kept:
         try:
-            events = msgspec.json.decode(data[: cut + 1] + b"]", type=list[_Event])
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            cut = data.rfind(b"}", 0, cut)
+            events.append(_EVENT.decode(raw))
+        except (msgspec.ValidationError, RecursionError):
             continue
-        out.warn(f"the file is cut short; {len(events)} complete events before the cut are kept")
-        out.meta["salvaged"] = round((cut + 1) / len(data), 4)
-        return events
-    raise InputError(path, "not valid JSON and nothing before the damage could be read")
+    if not events:
+        raise InputError(path, "not a trace-event file (no element is a trace event)")
+    wrong = len(kept) - len(events)
+    out.tally("dropped_unreadable_event", wrong)
+    out.warn(f"{wrong:,} events of the wrong shape (a field of the wrong type) dropped")
+    return events
 
 
-def _lines(data: bytes, out: ParsedSource) -> list[_Event]:
-    decoder = msgspec.json.Decoder(_Event)
+def _salvage(path: Path, data: bytes, message: str, array: bool, out: ParsedSource) -> list[msgspec.Raw]:
+    """A file cut short (a killed process) keeps its complete events before the cut; an array
+    damaged inside keeps those before the damage."""
+    at = cut_at(data, message)
+    if at is None or not (array or is_cut(data, message)):
+        raise InputError(path, "not valid JSON")
+    start = data.find(b"[") if array else data.find(b'"traceEvents"')
+    decoder, closings = (_RAWS, (b"]",)) if array else (_DOC, (b"]}", b"}"))
+    found = salvage_prefix(decoder, data, max(start, 0), at, closings, path) if start >= 0 else None
+    if found is None:
+        raise InputError(path, "not valid JSON and nothing before the damage could be read")
+    value, kept = found
+    raws = value if array else value.traceEvents
+    where = "cut short" if is_cut(data, message) else f"damaged at byte {at:,}"
+    out.warn(f"the file is {where}; {len(raws)} complete events before it are kept")
+    out.meta["salvaged"] = round(kept / len(data), 4)
+    return raws
+
+
+def _lines(path: Path, data: bytes, out: ParsedSource) -> list[_Event]:
+    lines = data.split(b"\n")
+    EVENTS.check(path, len(lines) - lines.count(b""))
+    limit = STRING_BYTES.value
     events: list[_Event] = []
     bad: list[int] = []
-    for number, line in enumerate(data.split(b"\n"), start=1):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            events.append(decoder.decode(line))
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            bad.append(number)
+            if len(line) <= limit:
+                events.append(decode_bounded(_EVENT, line, path))
+                continue
+        except (msgspec.DecodeError, msgspec.ValidationError, InputError):
+            pass
+        bad.append(number)
     if bad:
         shown = ", ".join(str(n) for n in bad[:5])
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        out.warn(f"{len(bad)} unreadable lines skipped (lines {shown}{more})")
+        out.warn(f"{len(bad)} unreadable lines skipped (lines {shown}{more}: damaged, nested too deep or too long)")
     return events
 
 
@@ -183,15 +268,21 @@ def _arg(events: list[_Event], key: str) -> list[Any]:
     return [e.args.get(key) if e.args else None for e in events]
 
 
-def _frame(events: list[_Event]) -> pl.DataFrame:
+def _frame(events: list[_Event], out: ParsedSource) -> pl.DataFrame:
     def floats(values: list[Any]) -> pl.Series:
         return pl.Series(values, dtype=pl.String, strict=False).cast(pl.Float64, strict=False) if any(
             isinstance(v, str) for v in values
         ) else pl.Series(values, dtype=pl.Float64, strict=False)
 
-    def ints(values: list[Any]) -> pl.Series:
-        return pl.Series([v if isinstance(v, int) and not isinstance(v, bool) else None for v in values], dtype=pl.Int64)
+    def ints(values: list[Any], column: str, lo: int = -(2**63), hi: int = 2**63 - 1) -> pl.Series:
+        """The integers in ``lo..hi``; any other integer is damage: null, and counted unless it is
+        -1, the usual "unknown"."""
+        numbers = [v if type(v) is int and v != -1 else None for v in values]
+        kept = [v if v is None or lo <= v <= hi else None for v in numbers]
+        out.tally(f"out_of_range_{column}", kept.count(None) - numbers.count(None))
+        return pl.Series(kept, dtype=pl.Int64)
 
+    step = [a if a is not None else b for a, b in zip(_arg(events, STEP_ARGS[0]), _arg(events, STEP_ARGS[1]), strict=False)]
     return pl.DataFrame({
         "name": pl.Series([e.name for e in events], dtype=pl.String),
         "ph": pl.Series([e.ph for e in events], dtype=pl.String),
@@ -201,11 +292,11 @@ def _frame(events: list[_Event]) -> pl.DataFrame:
         "pid_raw": pl.Series([None if e.pid is None else str(e.pid) for e in events], dtype=pl.String),
         "tid_raw": pl.Series([None if e.tid is None else str(e.tid) for e in events], dtype=pl.String),
         "arg_name": pl.Series([str(v) if v is not None else None for v in _arg(events, "name")], dtype=pl.String),
-        "arg_rank": ints(_arg(events, "rank")),
-        "arg_step": ints([a if a is not None else b for a, b in zip(_arg(events, STEP_ARGS[0]), _arg(events, STEP_ARGS[1]), strict=False)]),
-        "arg_device": ints(_arg(events, "device")),
-        "arg_stream": ints(_arg(events, "stream")),
-        "arg_corr": ints(_arg(events, "correlation")),
+        "arg_rank": ints(_arg(events, "rank"), "rank", *BOUNDS["rank"]),
+        "arg_step": ints(step, "step", *BOUNDS["step"]),
+        "arg_device": ints(_arg(events, "device"), "device", *BOUNDS["device"]),
+        "arg_stream": ints(_arg(events, "stream"), "stream", *BOUNDS["stream"]),
+        "arg_corr": ints(_arg(events, "correlation"), "corr"),
         "arg_value": floats([v if isinstance(v, (int, float)) else None for v in _arg(events, "value")]),
         "arg_tracer": pl.Series([str(v) if v is not None else None for v in _arg(events, "tracer_name")], dtype=pl.String),
     })
