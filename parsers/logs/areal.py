@@ -20,7 +20,7 @@ from ..source import ParsedSource
 from .lines import LineIssues, note_ending, open_log, timestamps_ns
 from .records import split_timers
 from .timers import finish
-from .values import numbers
+from .values import MAX_STEP, header_step, numbers, step_number
 
 FORMAT = "areal-log"
 EXTENSIONS: tuple[str, ...] = (".log", ".txt", ".out")
@@ -41,11 +41,12 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     out, lines = open_log(path, FORMAT, "areal")
     header = pl.col("text").str.extract_groups(HEADER)
     lines = lines.with_columns(
-        header.struct.field("step").cast(pl.Int32).alias("header_step"),
-        header.struct.field("steps").cast(pl.Int32).alias("header_steps"),
+        header.struct.field("step").is_not_null().alias("_header"),
+        step_number(header.struct.field("step")).alias("header_step"),
+        step_number(header.struct.field("steps")).alias("header_steps"),
     ).with_columns(
-        pl.col("header_step").forward_fill().alias("step"),
-        pl.col("header_step").is_not_null().cum_sum().cast(pl.UInt32).alias("record"),
+        header_step(pl.col("_header"), pl.col("header_step")).alias("step"),
+        pl.col("_header").cum_sum().cast(pl.UInt32).alias("record"),
     )
     rows = lines.filter(pl.col("text").str.starts_with("│") & pl.col("step").is_not_null())
     cells = (
@@ -61,14 +62,18 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     pairs = pairs.filter(pl.col("key").str.len_bytes() > 0)
     pairs = pairs.with_columns(numbers(pairs["raw"]).alias("value"))
     issues = LineIssues()
+    issues.add_frame(
+        lines.filter(pl.col("_header") & pl.col("header_step").is_null())
+        .with_columns(pl.lit(f"step number past {MAX_STEP}; its table is left out").alias("problem")),
+        kind="dropped_out_of_range",
+    )
     issues.add_frame(uneven.with_columns(pl.lit("table row without key/value pairs").alias("problem")))
     issues.add_frame(
         pairs.filter(pl.col("value").is_null()).with_columns(
             pl.format("value of '{}' is not a number", "key").alias("problem")
         )
     )
-    if message := issues.message():
-        out.warn(message)
+    issues.report(out)
     pairs = pairs.filter(pl.col("value").is_not_null() & ~pl.col("key").str.ends_with("__count"))
     timers, scalars = split_timers(pairs, pl.col("key").str.contains(TIMER_KEY))
     headers = lines.filter(pl.col("header_step").is_not_null())

@@ -26,7 +26,7 @@ from ..source import ParsedSource
 from .lines import LineIssues, note_ending, open_log, timestamps_ns
 from .records import split_timers
 from .timers import finish
-from .values import numbers
+from .values import MAX_STEP, header_step, numbers, step_number
 
 FORMAT = "deepspeed-chat-log"
 EXTENSIONS: tuple[str, ...] = (".log", ".txt", ".out")
@@ -51,20 +51,29 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     old, now = pl.col("text").str.extract_groups(HEADER_2023), pl.col("text").str.extract_groups(HEADER_NOW)
     lines = lines.with_columns(
         pl.coalesce(old.struct.field(f), now.struct.field(f)).alias(f) for f in ("epoch", "s", "ppo", "losses")
-    ).with_columns(pl.col("epoch", "s", "ppo").cast(pl.Int32))
-    heads = lines.filter(pl.col("s").is_not_null())
+    ).with_columns(
+        pl.col("s").is_not_null().alias("_header"),
+        *(step_number(pl.col(c)).cast(pl.Int64).alias(c) for c in ("epoch", "s", "ppo")),
+    )
+    heads = lines.filter(pl.col("s").is_not_null() & pl.col("epoch").is_not_null())
     per_epoch = heads.group_by("epoch").agg((pl.col("s").max() + 1).alias("n")).sort("epoch")
     per_epoch = per_epoch.with_columns(pl.col("n").cum_sum().shift(1, fill_value=0).alias("offset"))
     lines = lines.join(per_epoch.select("epoch", "offset"), on="epoch", how="left").sort("line")
     lines = lines.with_columns(
-        (pl.col("s") + pl.col("offset")).cast(pl.Int32).forward_fill().alias("step"),
-        pl.when(pl.col("s").is_not_null()).then(pl.col("line")).forward_fill().alias("record"),
+        header_step(pl.col("_header"), step_number(pl.col("s") + pl.col("offset"))).alias("step"),
+        pl.when(pl.col("_header")).then(pl.col("line")).forward_fill().alias("record"),
+    )
+    issues = LineIssues()
+    issues.add_frame(
+        lines.filter(pl.col("_header") & pl.col("step").is_null()).with_columns(
+            pl.lit(f"epoch or step past {MAX_STEP} (numbered on across epochs); its step is left out").alias("problem")
+        ),
+        kind="dropped_out_of_range",
     )
     in_step = lines.filter(pl.col("step").is_not_null())
 
     items = [_losses(in_step), _latency_2023(in_step), _latency_now(in_step), _rewards(in_step)]
     rows = pl.concat([i for i in items if i.height], how="vertical") if any(i.height for i in items) else None
-    issues = LineIssues()
     if rows is None:
         rows = pl.DataFrame(schema={"step": pl.Int32, "line": pl.UInt32, "record": pl.UInt32, "key": pl.String,
                                     "raw": pl.String, "unit": pl.String})
@@ -74,8 +83,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     rows = rows.filter(pl.col("value").is_not_null()).with_columns(
         pl.when(pl.col("unit") == "ms").then(pl.col("value") / 1000).otherwise(pl.col("value")).alias("value")
     )
-    if message := issues.message():
-        out.warn(message)
+    issues.report(out)
     is_timer = pl.col("key").is_in(list(TIMERS_2023)) | pl.col("key").str.ends_with("=> Latency")
     timers, scalars = split_timers(rows, is_timer)
     _meta(out, lines)

@@ -49,11 +49,15 @@ def open_log(path: Path, fmt: str, framework: str) -> tuple[ParsedSource, pl.Dat
     """The empty result for a log file and its clean lines."""
     path = Path(path)
     text, _ = read_text(path)
-    return ParsedSource(path=path, format=fmt, meta={"framework": framework}), lines_frame(text)
+    out = ParsedSource(path=path, format=fmt, meta={"framework": framework})
+    return out, lines_frame(text, out)
 
 
-def lines_frame(text: str) -> pl.DataFrame:
-    """Clean lines with their 1-based file line numbers and the Ray prefix split off."""
+def lines_frame(text: str, out: ParsedSource | None = None) -> pl.DataFrame:
+    """Clean lines with their 1-based file line numbers and the Ray prefix split off.
+
+    A Ray pid or repeat count past its column's range is left empty and counted into ``out``.
+    """
     frame = pl.DataFrame({"text": text.split("\n")}, schema={"text": pl.String()})
     frame = frame.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.UInt32))
     if text.endswith("\n"):
@@ -76,13 +80,19 @@ def lines_frame(text: str) -> pl.DataFrame:
         sub = texts.gather(where)
         groups = sub.str.extract_groups(RAY_PREFIX).struct.unnest()
         actor = actor.scatter(where, groups["actor"])
-        pid = pid.scatter(where, groups["pid"].cast(pl.Int64))
+        pids = groups["pid"].cast(pl.Int64, strict=False)
+        _count_unusable(out, "Ray pid", groups["pid"], pids)
+        pid = pid.scatter(where, pids)
         ip = ip.scatter(where, groups["ip"])
         texts = texts.scatter(where, sub.str.slice(groups["prefix"].str.len_chars().fill_null(0)))
     where = _rows(texts.str.contains("[repeated ", literal=True))
     if where.len():
         sub = texts.gather(where)
-        repeat = repeat.scatter(where, sub.str.extract(REPEATED, 1).cast(pl.Int32))
+        raw = sub.str.extract(REPEATED, 1)
+        counts = raw.cast(pl.Int64, strict=False)
+        counts = pl.select(pl.when(pl.lit(counts).is_between(0, 2**31 - 1)).then(pl.lit(counts))).to_series()
+        _count_unusable(out, "Ray repeat count", raw, counts)
+        repeat = repeat.scatter(where, counts.cast(pl.Int32))
         texts = texts.scatter(where, sub.str.replace(REPEATED, ""))
     where = _rows(texts.str.contains("\x1b", literal=True))
     if where.len():
@@ -91,6 +101,13 @@ def lines_frame(text: str) -> pl.DataFrame:
     if "\r" in text:
         out = out.with_columns(pl.col("actor", "pid", "ip").forward_fill().over("line"))
     return out.cast(LINES_SCHEMA)
+
+
+def _count_unusable(out: ParsedSource | None, what: str, raw: pl.Series, value: pl.Series) -> None:
+    bad = int((raw.is_not_null() & value.is_null()).sum())
+    if bad and out is not None:
+        out.warn(f"{bad} {what}s past their column's range were left empty")
+        out.tally("dropped_out_of_range", bad)
 
 
 def _rows(mask: pl.Series) -> pl.Series:
@@ -104,13 +121,15 @@ class LineIssues:
         self.what = what
         self.count = 0
         self.listed: list[str] = []
+        self.kinds: dict[str, int] = {}
 
-    def add(self, line: int, problem: str) -> None:
+    def add(self, line: int, problem: str, kind: str = "unreadable_line") -> None:
         self.count += 1
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
         if len(self.listed) < WARN_LISTED:
             self.listed.append(f"line {line}: {problem}")
 
-    def add_frame(self, bad: pl.DataFrame, problem_col: str = "problem") -> None:
+    def add_frame(self, bad: pl.DataFrame, problem_col: str = "problem", kind: str = "unreadable_line") -> None:
         """Record every row of ``bad`` (columns ``line`` and ``problem_col``)."""
         if bad.height == 0:
             return
@@ -118,6 +137,15 @@ class LineIssues:
         for line, problem in bad.head(room).select("line", problem_col).iter_rows():
             self.listed.append(f"line {line}: {problem}")
         self.count += bad.height
+        self.kinds[kind] = self.kinds.get(kind, 0) + bad.height
+
+    def report(self, out: ParsedSource, *, rename: tuple[str, str] | None = None) -> None:
+        """Warn with :meth:`message` and count each kind of skipped line into ``out``."""
+        message = self.message()
+        if message:
+            out.warn(message.replace(*rename) if rename else message)
+        for kind, n in self.kinds.items():
+            out.tally(kind, n)
 
     def message(self) -> str | None:
         if not self.count:
@@ -128,22 +156,29 @@ class LineIssues:
         return f"{self.count} unreadable {noun} skipped ({'; '.join(self.listed)}{tail})"
 
 
+STAMP_YEARS = (2000, 2100)
+"""Years a log stamp may name; others (``9999-12-31``, ``1500-…``) are damage and are ignored,
+so step times laid from a stamp stay far inside int64 ns."""
+
+
 def timestamps_ns(texts: pl.Expr) -> pl.Expr:
     """Epoch ns of the date-time stamped in each text (read as UTC: logs state no zone).
 
     Only stamps that carry a year count (Python/Ray logging's ``YYYY-MM-DD HH:MM:SS[,ms]``,
     AReaL's ``YYYYMMDD-HH:MM:SS.mmm``): month-day stamps cannot be placed on the absolute clock.
+    Stamps outside :data:`STAMP_YEARS` are null.
     """
     iso = (
         texts.str.extract(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)", 1)
         .str.replace("T", " ", literal=True)
         .str.replace(",", ".", literal=True)
-        .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="ns", time_zone="UTC")
+        .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us", time_zone="UTC")
     )
     areal = texts.str.extract(r"(\d{8}-\d{2}:\d{2}:\d{2}(?:\.\d+)?)", 1).str.to_datetime(
-        "%Y%m%d-%H:%M:%S%.f", strict=False, time_unit="ns", time_zone="UTC"
+        "%Y%m%d-%H:%M:%S%.f", strict=False, time_unit="us", time_zone="UTC"
     )
-    return pl.coalesce(iso, areal).dt.epoch("ns")
+    stamp = pl.coalesce(iso, areal)
+    return pl.when(stamp.dt.year().is_between(STAMP_YEARS[0], STAMP_YEARS[1] - 1)).then(stamp.dt.epoch("ns"))
 
 
 CRASH = r"^Traceback \(most recent call last\)|^Error executing job|RayTaskError|^\w*(?:Error|Exception): "

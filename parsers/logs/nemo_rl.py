@@ -18,7 +18,7 @@ import polars as pl
 from ..source import ParsedSource
 from .lines import LineIssues, note_ending, open_log
 from .timers import finish
-from .values import numbers
+from .values import MAX_STEP, header_step, numbers, step_number
 
 FORMAT = "nemo-rl-log"
 EXTENSIONS: tuple[str, ...] = (".log", ".txt", ".out")
@@ -45,12 +45,13 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     header = pl.col("text").str.extract_groups(HEADER)
     block = pl.col("text").str.extract(BLOCK, 1)
     lines = lines.with_columns(
-        header.struct.field("step").cast(pl.Int32).alias("header_step"),
-        header.struct.field("steps").cast(pl.Int32).alias("header_steps"),
+        header.struct.field("step").is_not_null().alias("_header"),
+        step_number(header.struct.field("step")).alias("header_step"),
+        step_number(header.struct.field("steps")).alias("header_steps"),
         pl.when(pl.col("text").str.contains("•", literal=True)).then(None).otherwise(block).alias("block"),
     ).with_columns(
-        pl.col("header_step").forward_fill().alias("step"),
-        pl.col("header_step").is_not_null().cum_sum().alias("_record"),
+        header_step(pl.col("_header"), pl.col("header_step")).alias("step"),
+        pl.col("_header").cum_sum().alias("_record"),
         pl.when(pl.col("header_step").is_not_null()).then(pl.lit("")).otherwise(pl.col("block"))
         .forward_fill()
         .alias("block"),
@@ -58,6 +59,11 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     bullets = lines.filter(pl.col("text").str.contains("•", literal=True) & pl.col("step").is_not_null())
     bullets = bullets.with_columns(pl.col("text").str.extract_groups(BULLET).alias("b")).unnest("b")
     issues = LineIssues()
+    issues.add_frame(
+        lines.filter(pl.col("_header") & pl.col("header_step").is_null())
+        .with_columns(pl.lit(f"step number past {MAX_STEP}; its block is left out").alias("problem")),
+        kind="dropped_out_of_range",
+    )
     issues.add_frame(
         bullets.filter(pl.col("label").is_null()).with_columns(pl.lit("unreadable bullet").alias("problem"))
     )
@@ -78,8 +84,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
         others.filter(values.is_null()).with_columns(pl.lit("bullet value is not a number").alias("problem"))
     )
     scalars = scalars.filter(pl.col("value").is_not_null())
-    if message := issues.message():
-        out.warn(message)
+    issues.report(out)
     totals = lines["header_steps"].drop_nulls()
     if totals.len():
         out.meta["total_steps"] = int(totals[-1])

@@ -23,7 +23,7 @@ from ..source import ParsedSource
 from .lines import LineIssues, open_log
 from .records import record_rows, split_timers
 from .timers import finish
-from .values import hms_seconds, numbers
+from .values import MAX_STEP, hms_seconds, numbers, step_number
 
 FORMAT = "openrlhf-log"
 EXTENSIONS: tuple[str, ...] = (".log", ".txt", ".out")
@@ -54,7 +54,8 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     dict_lines = lines.filter(pl.col("text").str.contains("Global step ", literal=True)).with_columns(
         pl.col("text").str.extract_groups(GLOBAL_STEP).alias("g")
     ).unnest("g").filter(pl.col("payload").is_not_null())
-    records = dict_lines.select("line", pl.col("step").cast(pl.Int32), "payload")
+    dict_lines = _numbered(out, issues, dict_lines.with_columns(step_number(pl.col("step")).alias("_step")))
+    records = dict_lines.select("line", "step", "payload")
     rows = record_rows(records, issues)
     timers, scalars = split_timers(rows, pl.col("key").str.contains(TIMER_KEY))
     if dict_lines.height:
@@ -69,8 +70,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     if dict_lines.height == 0:
         scalars = pl.concat([scalars, _episode_bars(lines)], how="vertical")
     _meta(out, lines)
-    if message := issues.message():
-        out.warn(message)
+    issues.report(out)
     out.meta["time_base"] = "synthetic: steps laid end to end from 0 (stamps carry no year)"
     finish(out, timers, scalars, source=source, step_totals=STEP_TOTALS)
     if out.meta["n_steps"] == 0:
@@ -96,7 +96,7 @@ def _duration_lines(lines: pl.DataFrame, dict_lines: pl.DataFrame) -> pl.DataFra
             exp = exp.with_row_index("step", offset=1)
     ev = lines.filter(pl.col("text").str.contains("Evaluation completed in", literal=True)).with_columns(
         pl.col("text").str.extract_groups(EVALUATION).alias("g")
-    ).unnest("g").with_columns(pl.col("step").cast(pl.Int32, strict=False))
+    ).unnest("g").with_columns(step_number(pl.col("step")))
     parts = []
     for frame, name in ((exp, EXPERIENCE_NAME), (ev, EVALUATION_NAME)):
         if frame.height == 0:
@@ -122,11 +122,10 @@ def _episode_bars(lines: pl.DataFrame) -> pl.DataFrame:
     ).unnest("g").filter(pl.col("n").is_not_null())
     if bars.height == 0:
         return pl.DataFrame(schema=schema)
+    episode, total, n = (step_number(pl.col(c)).cast(pl.Int64) for c in ("episode", "total", "n"))
     bars = bars.with_columns(
-        ((pl.col("episode").cast(pl.Int64) - 1) * pl.col("total").cast(pl.Int64) + pl.col("n").cast(pl.Int64))
-        .cast(pl.Int32)
-        .alias("step")
-    ).unique(subset=["step"], keep="last", maintain_order=True).filter(pl.col("step") > 0)
+        step_number((episode - 1) * total + n).alias("step")
+    ).filter(pl.col("step") > 0).unique(subset=["step"], keep="last", maintain_order=True)
     pairs = (
         bars.select("step", "line", pl.col("postfix").str.split(",").alias("item"))
         .explode("item")
@@ -146,6 +145,14 @@ def _episode_bars(lines: pl.DataFrame) -> pl.DataFrame:
     ).unnest("item")
     kv = kv.select("step", "key", numbers(kv["raw"]).alias("value"), pl.col("line").alias("record"))
     return pl.concat([rate, kv], how="vertical").cast(schema)
+
+
+def _numbered(out: ParsedSource, issues: LineIssues, lines: pl.DataFrame) -> pl.DataFrame:
+    """``lines`` whose ``_step`` (the checked ``step``) is usable, as ``step``; the rest counted."""
+    bad = lines.filter(pl.col("_step").is_null())
+    problem = pl.format(f"step {{}} is past {MAX_STEP}", pl.col("step").str.slice(0, 24))
+    issues.add_frame(bad.with_columns(problem.alias("problem")), kind="dropped_out_of_range")
+    return lines.filter(pl.col("_step").is_not_null()).with_columns(pl.col("_step").alias("step")).drop("_step")
 
 
 def _meta(out: ParsedSource, lines: pl.DataFrame) -> None:

@@ -11,7 +11,7 @@ import msgspec
 import polars as pl
 
 from .lines import LineIssues
-from .values import flat_scalars, python_literal
+from .values import MAX_STEP, flat_scalars, py_step, python_literal
 
 ROWS_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int32(),
@@ -47,11 +47,14 @@ def record_rows(
             if not isinstance(data, dict):
                 raise TypeError("not a dict")
         except (ValueError, SyntaxError, TypeError, KeyError, MemoryError, RecursionError,
-                msgspec.DecodeError) as exc:
+                OverflowError, msgspec.DecodeError) as exc:
             issues.add(line, f"unreadable record ({type(exc).__name__}: {str(exc)[:50]})")
             continue
         if step is None:
             issues.add(line, "record without a step number")
+            continue
+        if py_step(step) is None:
+            issues.add(line, f"step {str(step)[:24]} is no number in 0…{MAX_STEP}", kind="dropped_out_of_range")
             continue
         rows.extend((int(step), key, value, line, line) for key, value in flat_scalars(data).items())
     return pl.DataFrame(rows, schema=ROWS_SCHEMA, orient="row")

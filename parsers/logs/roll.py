@@ -19,6 +19,7 @@ from ..source import ParsedSource
 from .lines import LineIssues, note_ending, open_log, timestamps_ns
 from .records import decode_json, record_rows, split_timers
 from .timers import finish
+from .values import py_step, step_number
 
 FORMAT = "roll-log"
 EXTENSIONS: tuple[str, ...] = (".log", ".txt", ".out")
@@ -42,7 +43,9 @@ def _unwrap(data: Any) -> tuple[int | None, dict[str, Any]]:
         raise TypeError("not an object")
     step = data.get("step")
     metrics = data.get("metrics", {})
-    return (int(step) if isinstance(step, (int, float)) else None), metrics
+    if step is not None and py_step(step) is None:
+        raise ValueError(f"step {str(step)[:24]} is no number in 0…2³¹-1")
+    return py_step(step), metrics
 
 
 def parse(path: Path, source: int = 0) -> ParsedSource:
@@ -55,8 +58,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     issues.add_frame(tags.filter(pl.col("payload").is_null()).with_columns(pl.lit("no JSON after metrics_tag").alias("problem")))
     tags = tags.filter(pl.col("payload").is_not_null())
     rows = record_rows(tags.select("line", "step", "payload"), issues, decode=decode_json, unwrap=_unwrap)
-    if message := issues.message():
-        out.warn(message)
+    issues.report(out)
     is_timer = pl.col("key").str.contains(TIMER_KEY) & ~pl.col("key").str.contains(NOT_TIMERS)
     timers, scalars = split_timers(rows, is_timer)
     lagged = timers.filter(pl.col("name") == LAGGED_TOTAL)
@@ -69,11 +71,11 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     workers = lines.select(pl.col("text").str.extract_groups(PREFIX).alias("w")).unnest("w").drop_nulls()
     if workers.height:
         out.meta["workers"] = sorted(set(workers["worker"].to_list()))
-        world = workers.group_by("worker").agg(pl.col("world").cast(pl.Int32).max())
+        world = workers.group_by("worker").agg(step_number(pl.col("world")).max())
         out.meta["worker_world_sizes"] = dict(world.iter_rows())
 
     finished = lines.filter(pl.col("text").str.contains("pipeline step ", literal=True)).with_columns(
-        pl.col("text").str.extract(FINISHED, 1).cast(pl.Int32, strict=False).alias("step"),
+        step_number(pl.col("text").str.extract(FINISHED, 1)).alias("step"),
         timestamps_ns(pl.col("text")).alias("end_ns"),
     ).filter(pl.col("step").is_not_null() & pl.col("end_ns").is_not_null())
     tagged = tags.with_columns(timestamps_ns(pl.col("text")).alias("end_ns")).join(

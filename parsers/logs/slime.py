@@ -19,6 +19,7 @@ from ..source import ParsedSource
 from .lines import LineIssues, note_ending, open_log, timestamps_ns
 from .records import record_rows, split_timers
 from .timers import finish
+from .values import MAX_STEP, header_step, step_number
 
 FORMAT = "slime-log"
 EXTENSIONS: tuple[str, ...] = (".log", ".txt", ".out")
@@ -39,11 +40,16 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     found = lines.filter(pl.col("text").str.contains(r"\b(?:perf|rollout|step) \d+: ")).with_columns(
         pl.col("text").str.extract_groups(RECORD).alias("r")
     ).unnest("r").filter(pl.col("payload").is_not_null())
-    found = found.with_columns(
-        pl.col("id").cast(pl.Int32),
-        pl.when(pl.col("kind") != "step").then(pl.col("id").cast(pl.Int32)).forward_fill().alias("step"),
+    found = found.with_columns(step_number(pl.col("id")).alias("_id")).with_columns(
+        header_step(pl.col("kind") != "step", pl.col("_id")).alias("step")
     )
     issues = LineIssues()
+    issues.add_frame(
+        found.filter(pl.col("_id").is_null())
+        .with_columns(pl.format(f"{{}} number {{}} is past {MAX_STEP}", "kind", pl.col("id").str.slice(0, 24)).alias("problem")),
+        kind="dropped_out_of_range",
+    )
+    found = found.filter(pl.col("_id").is_not_null()).with_columns(pl.col("_id").alias("id"))
     rollouts = found.filter(pl.col("kind") != "step")
     rows = record_rows(rollouts.select("line", "step", "payload"), issues)
     train = found.filter((pl.col("kind") == "step") & pl.col("step").is_not_null())
@@ -51,8 +57,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     train_rows = train_rows.unique(subset=["step", "key"], keep="last", maintain_order=True).with_columns(
         pl.lit(0, dtype=pl.UInt32).alias("record")
     )
-    if message := issues.message():
-        out.warn(message)
+    issues.report(out)
     timers, scalars = split_timers(pl.concat([rows, train_rows]), pl.col("key").str.contains(TIMER_KEY))
     if train.height:
         out.meta["train_steps_per_rollout"] = round(train.height / max(train["step"].n_unique(), 1), 2)

@@ -24,6 +24,9 @@ from ..source import ParsedSource, empty_metrics
 NS = 1_000_000_000
 MAX_SECONDS = 366 * 86_400
 """A timer longer than a year is a corrupt value, not a duration (and would overflow ns)."""
+MAX_END_NS = 2**62
+"""Latest end of a laid-out step (year 2116): steps laid end to end past it are left out, so the
+running sum of step times never wraps int64."""
 
 
 def latest_records(timers: pl.DataFrame, scalars: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, list[int]]:
@@ -149,6 +152,48 @@ def checked_timers(timers: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     return timers.filter(good), timers.filter(~good)
 
 
+def _steps_that_fit(
+    out: ParsedSource,
+    timers: pl.DataFrame,
+    step_totals: tuple[str, ...],
+    base_ns: int,
+    anchors: pl.DataFrame | None,
+    unit: str,
+) -> pl.DataFrame:
+    """``timers`` less the steps longer than a year or laid out past :data:`MAX_END_NS`
+    (checked in float seconds, before any ns arithmetic can wrap); those are warned and counted."""
+    if timers.height == 0:
+        return timers
+    rank = {name: i for i, name in enumerate(step_totals)}
+    own = (
+        timers.filter(pl.col("name").is_in(list(step_totals)))
+        .with_columns(pl.col("name").replace_strict(rank, default=len(rank)).alias("_rank"))
+        .sort("step", "_rank")
+        .group_by("step")
+        .agg(pl.col("seconds").first().alias("_own"))
+    )
+    steps = (
+        timers.group_by("step").agg(pl.col("seconds").sum().alias("_sum"))
+        .join(own, on="step", how="left")
+        .select("step", total=pl.coalesce("_own", "_sum"))
+        .sort("step")
+    )
+    laid_end = base_ns / NS + pl.col("total").cum_sum()
+    anchored = set(anchors["step"].to_list()) if anchors is not None and anchors.height else set()
+    too_long = pl.col("total") > MAX_SECONDS
+    past_end = (laid_end * NS > MAX_END_NS) & ~pl.col("step").is_in(list(anchored))
+    bad = steps.filter(too_long | past_end)["step"]
+    if bad.len():
+        shown = ", ".join(str(s) for s in bad.head(5).to_list())
+        out.warn(
+            f"{bad.len()} {unit}s left out: longer than a year, or laid end to end past year 2116 "
+            f"({shown})"
+        )
+        out.tally("dropped_out_of_range", bad.len())
+        timers = timers.filter(~pl.col("step").is_in(bad.implode()))
+    return timers
+
+
 def finish(
     out: ParsedSource,
     timers: pl.DataFrame,
@@ -174,9 +219,18 @@ def finish(
     if bad.height:
         names = ", ".join(sorted(set(bad["name"].to_list()))[:5])
         out.warn(f"{bad.height} timer values dropped: not a finite, non-negative duration under a year ({names})")
+        out.tally("dropped_timer", bad.height)
+    timers = _steps_that_fit(out, timers, step_totals, base_ns, anchors, unit)
     out.events = stage_events(
         timers, source=source, step_totals=step_totals, base_ns=base_ns, anchors=anchors
     )
+    finite = pl.col("value").is_finite()
+    odd = scalars.filter(pl.col("value").is_not_null() & ~finite)
+    if odd.height:
+        names = ", ".join(sorted(set(odd["key"].to_list()))[:5])
+        out.warn(f"{odd.height} metric values dropped: nan or infinite ({names})")
+        out.tally("non_finite_metric", odd.height)
+        scalars = scalars.filter(finite)
     out.metrics = metrics_frame(scalars, source=source)
     steps = sorted(
         set(out.events["step"].drop_nulls().to_list()) | set(out.metrics["step"].drop_nulls().to_list())

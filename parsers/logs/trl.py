@@ -21,7 +21,7 @@ from ..source import ParsedSource
 from .lines import LineIssues, lines_frame, read_text
 from .records import ROWS_SCHEMA, record_rows, split_timers
 from .timers import finish
-from .values import flat_scalars, python_literal
+from .values import MAX_STEP, flat_scalars, py_step, python_literal
 
 FORMAT = "trl-log"
 EXTENSIONS: tuple[str, ...] = (".json", ".log", ".txt", ".out")
@@ -79,13 +79,12 @@ def _state_rows(out: ParsedSource, path: Path, text: str) -> pl.DataFrame:
     rows: list[tuple[int, str, float, int, int]] = []
     for index, entry in enumerate(history):
         step = entry.get("step") if isinstance(entry, dict) else None
-        if not isinstance(step, int):
-            issues.add(index, "entry without an integer step")
+        if not isinstance(step, int) or py_step(step) is None:
+            issues.add(index, f"entry without an integer step in 0…{MAX_STEP}")
             continue
         data: dict[str, Any] = {k: v for k, v in entry.items() if k != "step"}
         rows.extend((step, key, value, 0, index) for key, value in flat_scalars(data).items())
-    if message := issues.message():
-        out.warn(message.replace("line ", "entry "))
+    issues.report(out, rename=("line ", "entry "))
     out.meta["step_numbering"] = "trainer global_step"
     # A step can have several entries (training, evaluation): one value per key, the last.
     return pl.DataFrame(rows, schema=ROWS_SCHEMA, orient="row").unique(
@@ -96,7 +95,7 @@ def _state_rows(out: ParsedSource, path: Path, text: str) -> pl.DataFrame:
 def _console_rows(out: ParsedSource, text: str) -> pl.DataFrame:
     """Console dicts carry no step: they are numbered 1, 2, … in order (``logging_steps`` apart
     in the real run, which the console does not say)."""
-    lines = lines_frame(text)
+    lines = lines_frame(text, out)
     dicts = lines.filter(pl.col("text").str.contains(CONSOLE_RECORD))
     final = dicts.filter(pl.col("text").str.contains("'train_runtime'", literal=True))
     records = dicts.filter(~pl.col("line").is_in(final["line"].implode())).with_row_index("step", offset=1).select(
@@ -114,8 +113,7 @@ def _console_rows(out: ParsedSource, text: str) -> pl.DataFrame:
         final.select("line", pl.lit(0, dtype=pl.Int32).alias("step"), pl.col("text").alias("payload")),
         issues, decode=_numbers_in_strings,
     )
-    if message := issues.message():
-        out.warn(message)
+    issues.report(out)
     out.meta["step_numbering"] = "ordinal (the console prints no step; multiply by logging_steps)"
     out.warn("console dicts carry no step number: logging steps are numbered 1, 2, … in order")
     return pl.concat([rows, run_level.filter(pl.col("key").is_in(list(RUN_KEYS)))]).with_columns(

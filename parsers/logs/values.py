@@ -13,8 +13,34 @@ NUMPY_WRAPPER = r"^(?:np|numpy|torch)?\.?(?:float|int|uint|bool_?)(?:\d+)?\((.*)
 _NUMPY_IN_TEXT = re.compile(r"\b(?:np|numpy)\.(?:float|int|uint|bool_?)\d*\(([^()]*)\)|\btensor\(([^()]*)\)")
 _BARE_SPECIAL = re.compile(r"(?<![\w'\".])(nan|inf)(?![\w'\"])")
 
+MAX_STEP = 2**31 - 1
+"""Largest step, epoch or record number (the ``step`` column is Int32); larger ones are damage."""
+
 FIXED3 = r"^-?(?:\d+\.\d{3}|nan|inf)$"
 """How verl ≤ 0.4 printed every value (``f"{v:.3f}"``); anything else is full precision."""
+
+
+def step_number(raw: pl.Expr) -> pl.Expr:
+    """A printed step (epoch, id, …) as Int32; null when it is no number in 0…:data:`MAX_STEP`,
+    so an overflow is never wrapped or cast into an error."""
+    value = raw.cast(pl.String).str.strip_chars().cast(pl.Int64, strict=False)
+    return pl.when(value.is_between(0, MAX_STEP)).then(value).cast(pl.Int32)
+
+
+def header_step(is_header: pl.Expr, step: pl.Expr) -> pl.Expr:
+    """The step of the last header line at or above each line; null under a header whose step
+    is unusable, so its block is not given the previous header's step."""
+    filled = pl.when(is_header).then(step.cast(pl.Int64).fill_null(-1)).forward_fill()
+    return pl.when(filled >= 0).then(filled).cast(pl.Int32)
+
+
+def py_step(value: Any) -> int | None:
+    """:func:`step_number` for a decoded value (JSON or a dict repr): whole numbers only."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not (value.is_integer() and 0 <= value <= MAX_STEP):
+        return None
+    return int(value) if 0 <= value <= MAX_STEP else None
 
 
 def number(raw: pl.Expr) -> pl.Expr:
@@ -77,8 +103,10 @@ def scalar(value: Any) -> float | None:
     """A dict value as a float (bools as 0/1); None for strings, lists and other non-scalars."""
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
+    if isinstance(value, int):
+        return float(value) if abs(value) < 2**1023 else float("inf") * (1 if value > 0 else -1)
+    if isinstance(value, float):
+        return value
     return None
 
 

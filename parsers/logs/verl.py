@@ -23,7 +23,7 @@ from .config import dig, printed_dict
 from .lines import LineIssues, lines_frame, note_ending, read_text, timestamps_ns
 from .records import split_timers
 from .timers import finish
-from .values import FIXED3, flat_scalars, numbers
+from .values import FIXED3, MAX_STEP, flat_scalars, numbers, py_step, step_number
 
 FORMAT = "verl-log"
 EXTENSIONS: tuple[str, ...] = (".log", ".txt", ".out", ".jsonl")
@@ -60,13 +60,18 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
 
 
 def _parse_console(out: ParsedSource, text: str, ends_with_newline: bool, source: int) -> ParsedSource:
-    lines = lines_frame(text)
+    lines = lines_frame(text, out)
     issues = LineIssues("key:value pair")
+    raw_step = pl.col("text").str.extract(r"^step:(\d+)(?:\s|$)", 1)
     step_lines = lines.filter(pl.col("text").str.starts_with("step:")).with_columns(
-        pl.col("text").str.extract(r"^step:(\d+)(?:\s|$)", 1).cast(pl.Int32, strict=False).alias("step"),
+        step_number(raw_step).alias("step"), raw_step.is_not_null().alias("_numbered")
     )
     bad_steps = step_lines.filter(pl.col("step").is_null())
-    issues.add_frame(bad_steps.with_columns(pl.lit("no step number").alias("problem")))
+    issues.add_frame(
+        bad_steps.filter("_numbered").with_columns(pl.lit(f"step number past {MAX_STEP}").alias("problem")),
+        kind="dropped_out_of_range",
+    )
+    issues.add_frame(bad_steps.filter(~pl.col("_numbered")).with_columns(pl.lit("no step number").alias("problem")))
     step_lines = step_lines.filter(pl.col("step").is_not_null())
 
     pairs = (
@@ -97,8 +102,7 @@ def _parse_console(out: ParsedSource, text: str, ends_with_newline: bool, source
         )
     )
     pairs = pairs.filter(pl.col("raw").is_not_null() & pl.col("value").is_not_null())
-    if message := issues.message():
-        out.warn(message)
+    issues.report(out)
 
     timers, scalars = split_timers(
         pairs.with_columns(record="line"), pl.col("key").str.contains(TIMER_KEY), extra=("pid",)
@@ -220,8 +224,10 @@ def _parse_jsonl(out: ParsedSource, text: str, source: int) -> ParsedSource:
             continue
         try:
             record = decoder.decode(line)
-            step = int(record["step"])
+            step = py_step(record["step"])
             data = record["data"]
+            if step is None:
+                raise ValueError(f"step {str(record['step'])[:24]} is no number in 0…{MAX_STEP}")
             if not isinstance(data, dict):
                 raise TypeError("data is not an object")
         except (msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
@@ -229,8 +235,7 @@ def _parse_jsonl(out: ParsedSource, text: str, source: int) -> ParsedSource:
             continue
         for key, value in flat_scalars(data).items():
             (timer_rows if timer.match(key) else scalar_rows).append((step, key, value, number_))
-    if message := issues.message():
-        out.warn(message)
+    issues.report(out)
     timers = pl.DataFrame(
         timer_rows, schema={"step": pl.Int32, "name": pl.String, "seconds": pl.Float64, "record": pl.UInt32},
         orient="row",
