@@ -192,21 +192,42 @@ def test_regression_checks_cover_every_directed_summary_number(reports):
         name: {limit: audit.DEFAULT_REGRESSION} for name, limit in worse.items()}
 
 
+def union_ns(spans: list[tuple[int, int]]) -> int:
+    total, reach = 0, None
+    for a, b in sorted(spans):
+        if reach is None or a > reach:
+            total, reach = total + b - a, b
+        elif b > reach:
+            total, reach = total + b - reach, b
+    return total
+
+
+WEIGHT_SYNC_TOL = 0.003
+"""Absolute, on a share of ~0.096: measured 0.0011 (rlperf's weight-sync time is 137 µs longer
+per step and its windows start at the step ranges, a little before the first stage — the
+clock alignment's residual on this real CPU run); 0.003 leaves 3×."""
+
+
 def test_weight_sync_budget_on_a_sample_run(tmp_path: Path):
-    """The docs' example budget on a real sample run, with the real analyses: verl disaggregated
-    spends more than 5% of its steps in weight sync (the truth's weight-sync ranges say how much)."""
+    """The docs' example budget on a real sample run, with the real analyses. Truth: per profiled
+    step, the union over ranks of the truth's weight-sync ranges ÷ the step's extent (first stage
+    start to last stage end, checkpoint included: the report's step window), pooled over the
+    steps = 0.0959. (The log's step timer ends before the checkpoint: 0.104 of that.)"""
     run = RUNS / "verl_ppo_disaggregated"
     truth = load_truth(run)
-    profiled = set(truth["config"]["profiled_steps"])
-    sync = sum(s["end_ns"] - s["start_ns"] for s in truth["stages"]
-               if s["stage"] == "weight_sync" and s["rank"] == -1 and s["step"] in profiled)
-    steps = sum(s["end_ns"] - s["start_ns"] for s in truth["spans"] if s["name"] == "step" and s["step"] in profiled)
-    assert 0.05 < sync / steps < 0.15
+    profiled = sorted(truth["config"]["profiled_steps"])
+    synced = extent = 0
+    for step in profiled:
+        stages = [s for s in truth["stages"] if s["step"] == step]
+        synced += union_ns([(s["start_ns"], s["end_ns"]) for s in stages if s["stage"] == "weight_sync"])
+        extent += max(s["end_ns"] for s in stages) - min(s["start_ns"] for s in stages)
+    want = synced / extent
+    assert want == pytest.approx(0.09589, abs=1e-5)
     report = tmp_path / "report.json"
     assert cli("analyze", str(run), "--format", "json", "-o", str(report), "--quiet").returncode == 0
     share = next(r["value"] for r in json.loads(report.read_text())["overview"] if r["metric"] == "weight_sync_share")
-    assert 0.05 < share < 0.15
-    for limit, status in ((0.05, 1), (0.15, 0)):
+    assert abs(share - want) <= WEIGHT_SYNC_TOL, (share, want)
+    for limit, status in ((want - 2 * WEIGHT_SYNC_TOL, 1), (want + 2 * WEIGHT_SYNC_TOL, 0)):
         path = budget(tmp_path, f'[[check]]\nname = "weight sync"\nmetric = "overview.weight_sync_share"\nmax = {limit}\n')
         done = cli("audit", str(run), "--budget", str(path), "--quiet")
         assert done.returncode == status, done.stdout
