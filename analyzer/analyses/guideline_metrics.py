@@ -84,12 +84,39 @@ def old_logprob_share(ev: Evidence, check: Check) -> Result:
     return Measured(measured.per_step, f"{measured.basis}; K = 1 ({how})")
 
 
+def config_amount(ev: Evidence, fact: str) -> float | None:
+    """A config fact as a finite number, else None: a log header may state any text (``auto``,
+    ``1e999``), and a metric then says what it needs instead of failing."""
+    value = ev.config(fact)
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def config_count(ev: Evidence, fact: str) -> int | None:
+    """A config fact as a positive whole number (a size, a degree, a count), else None."""
+    number = config_amount(ev, fact)
+    return int(number) if number is not None and number >= 1 and number.is_integer() else None
+
+
+def config_flag(ev: Evidence, fact: str) -> bool | None:
+    """A config fact as true/false; a log may write a flag as text (``"False"`` is not true)."""
+    value = ev.config(fact)
+    if isinstance(value, bool) or value is None:
+        return value
+    return {"true": True, "false": False, "1": True, "0": False}.get(str(value).strip().lower())
+
+
 def updates_per_rollout(ev: Evidence) -> tuple[int | None, str]:
     """K = E·⌈N/b⌉ from the config, else the most optimizer steps one rank takes inside one
     actor-update range of a step in the trace."""
-    epochs, batch, mini = (ev.config(f) for f in ("ppo_epochs", "train_batch_size", "ppo_mini_batch_size"))
-    if None not in (epochs, batch, mini) and float(mini) > 0:
-        return int(epochs) * math.ceil(float(batch) / float(mini)), f"config: {epochs} epochs × ⌈{batch}/{mini}⌉ mini-batches"
+    epochs, batch, mini = (config_count(ev, f) for f in ("ppo_epochs", "train_batch_size", "ppo_mini_batch_size"))
+    if epochs is not None and batch is not None and mini is not None:
+        return epochs * math.ceil(batch / mini), f"config: {epochs} epochs × ⌈{batch}/{mini}⌉ mini-batches"
     ranges = ev.frame("stage_ranges")
     if ranges is None:
         return None, ""
@@ -124,7 +151,7 @@ def _rollout_ends(ev: Evidence) -> pl.DataFrame | Missing:
         pl.col("end_ns").max().alias("last_end"),
         pl.col("rank").sort_by("end_ns").last().alias("rank"),
         pl.len().alias("ranks"),
-    ).filter(pl.col("ranks") >= 2)
+    ).filter((pl.col("ranks") >= 2) & (pl.col("last_end") > pl.col("span_start")))
     if ends.height == 0:
         return Missing("rollout ranges on at least two ranks (a trace)")
     return ends.sort("step")
@@ -199,7 +226,8 @@ def engine_memory_share(ev: Evidence, check: Check) -> Result:
         return Inapplicable("the rollout engine has GPUs of its own (disaggregated placement)")
     if placement is None:
         return Missing("the placement (colocated or not) and the engine's memory settings")
-    freed, share, eager = (ev.config(f) for f in ("free_cache_engine", "gpu_memory_utilization", "enforce_eager"))
+    freed, eager = config_flag(ev, "free_cache_engine"), config_flag(ev, "enforce_eager")
+    share = config_amount(ev, "gpu_memory_utilization")
     if freed is None:
         return Missing("whether the engine frees its KV cache before training (free_cache_engine)")
     graphs = "" if eager else "; CUDA graphs are captured (enforce_eager off) and stay resident"
@@ -207,7 +235,7 @@ def engine_memory_share(ev: Evidence, check: Check) -> Result:
         return Measured(per_step(pl.DataFrame({"value": [0.0]})), f"config: free_cache_engine = true, the KV cache is freed before training{graphs}")
     if share is None:
         return Missing("the engine's gpu_memory_utilization")
-    return Measured(per_step(pl.DataFrame({"value": [float(share)]})),
+    return Measured(per_step(pl.DataFrame({"value": [share]})),
                     f"config: free_cache_engine = false, the engine keeps gpu_memory_utilization = {share} through training{graphs}")
 
 
@@ -272,7 +300,8 @@ def _groups(collectives: pl.DataFrame, dims: list[str]) -> pl.DataFrame:
         groups.select(pl.col("pg_ranks").alias("group")).unique()
         .with_columns(pl.col("group").str.split(",").alias("rank"))
         .explode("rank")
-        .with_columns(pl.col("rank").str.strip_chars().cast(pl.Int32))
+        .with_columns(pl.col("rank").str.strip_chars().cast(pl.Int32, strict=False))
+        .drop_nulls("rank")
     )
 
 
@@ -351,12 +380,11 @@ def tp_cross_node(ev: Evidence, check: Check) -> Result:
             frame = pl.DataFrame({"value": [float(bad.height)], "rank": [bad["rank"][0] if bad.height else None]})
             shown = f": {', '.join(bad['group'].head(3).to_list())}" if bad.height else ""
             return Measured(per_step(frame), f"{spans.height} TP groups against the hosts of their ranks in the trace{shown}")
-    per_node, world = ev.config("gpus_per_node"), ev.config("world_size")
-    sizes = {name: ev.config(name) for name in ("rollout_tp", "tensor_parallel")}
-    sizes = {k: int(v) for k, v in sizes.items() if v}
-    if not per_node or not world or not sizes:
+    per_node, world = config_count(ev, "gpus_per_node"), config_count(ev, "world_size")
+    sizes = {name: config_count(ev, name) for name in ("rollout_tp", "tensor_parallel")}
+    sizes = {k: v for k, v in sizes.items() if v is not None}
+    if per_node is None or world is None or not sizes:
         return Missing(check.needs)
-    per_node, world = int(per_node), int(world)
     crossing = sum(
         1 for size in sizes.values() for first in range(0, world - size + 1, size)
         if first // per_node != (first + size - 1) // per_node
@@ -375,28 +403,46 @@ def pipeline_bubble(ev: Evidence, check: Check) -> Result:
             return Measured(per_step(pl.DataFrame({"value": [0.0]})),
                             f"no pipeline-parallel collectives among {collectives.height} in the trace (pp = 1)")
         return _traced_bubble(ev, pp_rows)
-    strategy, pp = ev.config("train_strategy"), ev.config("pipeline_parallel")
+    strategy, pp = ev.config("train_strategy"), config_count(ev, "pipeline_parallel")
     if pp is None and strategy is not None and str(strategy).startswith("fsdp"):
         return Measured(per_step(pl.DataFrame({"value": [0.0]})), f"config: {strategy} training has no pipeline (pp = 1)")
     if pp is None:
         return Missing(check.needs)
-    pp = int(pp)
-    facts = {f: ev.config(f) for f in ("ppo_mini_batch_size", "rollout_n", "ppo_micro_batch_size_per_gpu", "world_size", "tensor_parallel")}
+    names = ("ppo_mini_batch_size", "rollout_n", "ppo_micro_batch_size_per_gpu", "world_size", "tensor_parallel")
+    facts = {f: config_count(ev, f) for f in names}
     if pp == 1:
         return Measured(per_step(pl.DataFrame({"value": [0.0]})), "config: pp = 1")
-    if any(v is None for v in facts.values()):
+    known = {f: v for f, v in facts.items() if v is not None}
+    if len(known) < len(facts):
         return Missing("the micro-batch count: mini-batch, rollout n, micro-batch per GPU, world and TP size")
-    dp = int(facts["world_size"]) // (int(facts["tensor_parallel"]) * pp * int(ev.config("context_parallel") or 1))
-    m = int(facts["ppo_mini_batch_size"]) * int(facts["rollout_n"]) / max(dp, 1) / int(facts["ppo_micro_batch_size_per_gpu"])
+    dp = known["world_size"] // (known["tensor_parallel"] * pp * (config_count(ev, "context_parallel") or 1))
+    m = known["ppo_mini_batch_size"] * known["rollout_n"] / max(dp, 1) / known["ppo_micro_batch_size_per_gpu"]
     beta = (pp - 1) / (m + pp - 1)
     return Measured(per_step(pl.DataFrame({"value": [beta]})), f"config: pp = {pp}, m = {m:g} micro-batches per flush")
 
 
+def pipeline_depth(pp_rows: pl.DataFrame) -> tuple[int, str] | None:
+    """pp: the PP groups' stated size, else the length of their member lists; None when the
+    trace states neither (a send/recv tagged PP by its name alone)."""
+    sizes = pp_rows["group_size"].drop_nulls()
+    if sizes.len():
+        return int(sizes.max()), "the size of its PP groups"  # type: ignore[arg-type]
+    members = pp_rows["pg_ranks"].drop_nulls().str.split(",").list.len()
+    if members.len():
+        return int(members.max()), "the members of its PP groups"  # type: ignore[arg-type]
+    return None
+
+
 def _traced_bubble(ev: Evidence, pp_rows: pl.DataFrame) -> Result:
-    pp = int(pp_rows["group_size"].max())  # type: ignore[arg-type]
+    depth = pipeline_depth(pp_rows)
+    if depth is None:
+        return Missing(f"the pipeline depth: {pp_rows.height} pipeline-parallel collectives in the trace "
+                       "name no process group size or members")
+    pp, told = depth
+    members = pl.element().str.strip_chars().cast(pl.Int32, strict=False)
     firsts = (
-        pp_rows.select(pl.col("pg_ranks").str.split(",").list.eval(pl.element().str.strip_chars().cast(pl.Int32)).list.min().alias("rank"))
-        .unique()
+        pp_rows.select(pl.col("pg_ranks").str.split(",").list.eval(members).list.min().alias("rank"))
+        .drop_nulls().unique()
     )
     sends = (
         pp_rows.filter((pl.col("coll") == SEND) & (pl.col("stage") == "actor_update") & pl.col("step").is_not_null())
@@ -414,20 +460,20 @@ def _traced_bubble(ev: Evidence, pp_rows: pl.DataFrame) -> Result:
     frame = ev.in_windows(frame)
     assumed = how if k else "assuming one pipeline flush per update (no optimizer steps recorded)"
     m = frame["m"].to_list()
-    return Measured(per_step(frame), f"pp = {pp} from PP groups; m = {', '.join(f'{x:g}' for x in m)} from first-stage sends in the actor update, {assumed}")
+    return Measured(per_step(frame), f"pp = {pp} from {told}; m = {', '.join(f'{x:g}' for x in m)} from first-stage sends in the actor update, {assumed}")
 
 
 def padding_waste(ev: Evidence, check: Check) -> Result:
-    removed = ev.config("use_remove_padding")
+    removed = config_flag(ev, "use_remove_padding")
     if removed is None:
         return Missing(check.needs)
     if removed:
         return Measured(per_step(pl.DataFrame({"value": [0.0]})), "config: use_remove_padding = true (sequences packed, no padding)")
-    cap_p, cap_r = ev.config("max_prompt_length"), ev.config("max_response_length")
+    cap_p, cap_r = config_count(ev, "max_prompt_length"), config_count(ev, "max_response_length")
     prompt, response = ev.logged("prompt_length_mean"), ev.logged("response_length_mean")
-    if None in (cap_p, cap_r) or prompt is None or response is None:
+    if cap_p is None or cap_r is None or prompt is None or response is None:
         return Missing("the configured prompt and response lengths and the logged mean lengths")
-    padded = float(cap_p) + float(cap_r)
+    padded = float(cap_p + cap_r)
     frame = prompt[1].join(response[1].rename({"value": "r"}), on="step").with_columns(
         (1 - (pl.col("value") + pl.col("r")) / padded).alias("value")
     )
