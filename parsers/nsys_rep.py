@@ -30,7 +30,8 @@ EXTENSIONS: tuple[str, ...] = (".nsys-rep", ".qdrep")
 REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"
 REPORT_VERSION = re.compile(rb"^NVIDIA Tegra Profiler Report (\d+)@(\d+)@(\d+)@(\d+)")
 EXPORT_TIMEOUT_S = 600.0
-"""Default bound on one ``nsys export``; ``$RLPERF_NSYS_TIMEOUT`` overrides it."""
+"""Default bound on one ``nsys export``; ``$RLPERF_NSYS_TIMEOUT`` (seconds) overrides it."""
+VERSION_TIMEOUT_S = 60.0
 
 HAND_EXPORT = "nsys export --type sqlite -o {stem}.sqlite {name}"
 
@@ -47,6 +48,8 @@ def report_version(head: bytes) -> str | None:
 
 def parse(path: Path, source: int = 0) -> ParsedSource:
     path = Path(path)
+    if path.stat().st_size == 0:
+        raise InputError(path, "empty file (0 bytes), not an Nsight Systems report")
     exported = export_sqlite(path)
     parsed = nsys.parse(exported, source=source)
     parsed.path = path
@@ -73,7 +76,7 @@ def export_sqlite(path: Path) -> Path:
     try:
         rc, output = run_bounded(
             [exe, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(partial), str(path)],
-            timeout=float(os.environ.get("RLPERF_NSYS_TIMEOUT", EXPORT_TIMEOUT_S)),
+            timeout=export_timeout(),
         )
         if rc is None:
             raise InputError(path, f"nsys export did not finish within the time limit: export it by hand (`{hand}`)")
@@ -83,6 +86,15 @@ def export_sqlite(path: Path) -> Path:
     finally:
         partial.unlink(missing_ok=True)
     return target
+
+
+def export_timeout() -> float:
+    """``$RLPERF_NSYS_TIMEOUT`` when it is a positive number of seconds, else the default."""
+    try:
+        value = float(os.environ.get("RLPERF_NSYS_TIMEOUT", "") or EXPORT_TIMEOUT_S)
+    except ValueError:
+        return EXPORT_TIMEOUT_S
+    return value if 0 < value < float("inf") else EXPORT_TIMEOUT_S
 
 
 def run_bounded(argv: list[str], timeout: float) -> tuple[int | None, str]:
@@ -124,7 +136,9 @@ def _export_problem(path: Path, exe: str, output: str, hand: str) -> str:
     errors = [ln for ln in lines if "error" in ln.lower()] or lines or ["no output"]
     if any("Version number is invalid" in ln for ln in errors):
         with path.open("rb") as fh:
-            wrote = report_version(fh.read(128)) or "a newer release"
+            wrote = report_version(fh.read(128))
+        if wrote is None:
+            return "nsys export failed: the report header names no version (a damaged or cut report)"
         have = nsys_version(exe) or "an older release"
         return (
             f"written by Nsight Systems {wrote}, which the nsys on PATH ({have}) cannot read: "
@@ -135,6 +149,6 @@ def _export_problem(path: Path, exe: str, output: str, hand: str) -> str:
 
 def nsys_version(exe: str = "nsys") -> str | None:
     """``2022.4.2.1`` from ``nsys --version``, or None."""
-    rc, out = run_bounded([exe, "--version"], timeout=60)
+    rc, out = run_bounded([exe, "--version"], timeout=VERSION_TIMEOUT_S)
     m = re.search(r"(\d{4}\.\d+\.\d+(?:\.\d+)?)", out) if rc == 0 else None
     return m.group(1) if m else None

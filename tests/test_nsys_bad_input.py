@@ -6,13 +6,14 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 import parsers
-from parsers import nsys, nsys_stats
+from parsers import nsys, nsys_rep, nsys_stats
 from parsers.errors import InputError
 from parsers.events import validate
 
@@ -273,3 +274,37 @@ def test_a_markdown_file_that_names_stats_columns_is_no_stats_csv() -> None:
     assert nsys_stats.sniff(provenance.read_bytes()[:65536], provenance) == 0
     assert parsers.sniff(provenance) is None
     assert nsys_stats.sniff(PPTRACE.read_bytes(), PPTRACE) == 90
+
+
+def test_an_empty_report_is_one_line_without_calling_nsys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLPERF_CACHE_DIR", str(tmp_path / "cache"))
+    empty = tmp_path / "capture.nsys-rep"
+    empty.write_bytes(b"")
+    assert one_line_error(empty, nsys_rep.parse) == "empty file (0 bytes), not an Nsight Systems report"
+
+
+def test_a_report_nsys_cannot_read_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLPERF_CACHE_DIR", str(tmp_path / "cache"))
+    junk = tmp_path / "junk.nsys-rep"
+    junk.write_bytes(nsys_rep.REPORT_MAGIC + bytes(range(256)) * 8)
+    assert one_line_error(junk).startswith("nsys export failed: ")
+
+
+def test_a_hanging_nsys_is_stopped_at_the_time_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every nsys call is bounded: a stand-in nsys that never returns is killed (with its
+    children) after ``$RLPERF_NSYS_TIMEOUT`` seconds; an unreadable value means the default."""
+    fake = tmp_path / "bin" / "nsys"
+    fake.parent.mkdir()
+    marker = tmp_path / "child.pid"
+    fake.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {marker}\nwait\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("RLPERF_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("RLPERF_NSYS_TIMEOUT", "abc")
+    assert nsys_rep.export_timeout() == nsys_rep.EXPORT_TIMEOUT_S
+    monkeypatch.setenv("RLPERF_NSYS_TIMEOUT", "1")
+    started = time.monotonic()
+    assert "did not finish within the time limit" in one_line_error(REPORT)
+    assert time.monotonic() - started < 30
+    status = Path(f"/proc/{int(marker.read_text())}/status")
+    assert not status.exists() or "State:\tZ" in status.read_text()
