@@ -70,7 +70,7 @@ def analyze(
         load_catalogue(guidelines)  # a bad file stops the command before any parsing
     options = assembly_options(framework=framework, steps=steps_selected, ranks=ranks, rules=rules, layout=layout)
     steps = Steps(quiet)
-    run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice)
+    run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[output], folder=fmt.value == "png")
     run.options.update(options)
     if guidelines is not None:
         run.options[OPTION] = str(guidelines)

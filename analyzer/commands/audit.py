@@ -33,9 +33,11 @@ def audit(
     from .. import audit as budgets
     from ..progress import Steps, load
     from ..report import json as json_report
+    from ..report.files import check_output, write_text
 
     if budget is None and baseline is None:
         raise typer.BadParameter("give --budget FILE, --baseline FILE or both")
+    check_output(junit)
     checks = budgets.load_budget(budget) if budget else []
     base = budgets.load_report(baseline) if baseline else None
     if base is not None and not checks:
@@ -46,7 +48,7 @@ def audit(
     else:
         import json
 
-        run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice)
+        run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[junit])
         with steps.step("Analyzing"):
             document = json.loads(json_report.render(run))
     subject = ", ".join(str(p) for p in paths)
@@ -56,7 +58,6 @@ def audit(
         lines += budgets.github_annotations(result)
     sys.stdout.write("\n".join(lines) + "\n")
     if junit is not None:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(budgets.junit_xml(result), encoding="utf-8")
+        write_text(junit, budgets.junit_xml(result))
     if not result.passed:
         raise typer.Exit(1)

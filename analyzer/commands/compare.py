@@ -47,7 +47,7 @@ def compare(
     if len(set(labels)) != len(labels):
         raise typer.BadParameter("labels must differ from each other")
     steps = Steps(quiet)
-    loaded = [load([path], steps, jobs=jobs, no_cache=no_cache, label=name, run=run_choice) for path, name in zip(runs, labels, strict=True)]
+    loaded = [load([path], steps, jobs=jobs, no_cache=no_cache, label=name, run=run_choice, writes=[output]) for path, name in zip(runs, labels, strict=True)]
     with steps.step("Analyzing"):
         comparison = compare_runs(loaded, labels)
     emit(comparison, fmt.value, output, steps, runs=loaded)

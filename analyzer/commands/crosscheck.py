@@ -38,7 +38,7 @@ def crosscheck(
 
     load_hta()
     steps = Steps(quiet)
-    run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice)
+    run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[output])
     traces = sum(s.format == "kineto" for s in run.sources)
     with steps.step("Running HTA", total=traces) as advance:
         result = run_crosscheck(run, progress=advance)

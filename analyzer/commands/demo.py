@@ -34,9 +34,11 @@ def demo(
     self-contained HTML report comparing them, each run's full report below its comparison."""
     from ..compare import compare
     from ..progress import Steps, load
-    from ..report.html import Page, add_comparison, esc, write
+    from ..report.files import check_output, write_text
+    from ..report.html import Page, add_comparison, esc
     from ..samples import demo_groups
 
+    check_output(output)
     steps = Steps(quiet)
     title = "rlperf demo: the sample runs side by side"
     page = Page(title)
@@ -50,7 +52,7 @@ def demo(
         if not quiet:
             highlights(heading, comparison, Console())
     with steps.step("Writing the report"):
-        written = write(page.render(), output)
+        written = write_text(output, page.render())
     steps.say(f"rlperf demo: wrote the report to {written.resolve()} — open it in a browser (it works offline)")
 
 

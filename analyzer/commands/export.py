@@ -27,7 +27,7 @@ def export(
     from ..progress import Steps, load
 
     steps = Steps(quiet)
-    run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice)
+    run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[perfetto])
     with steps.step("Writing the trace"):
         written = write_trace(run, perfetto)
     steps.say(

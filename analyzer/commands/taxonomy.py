@@ -10,7 +10,6 @@ from typing import Annotated
 
 import polars as pl
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ..cli import Output, app
@@ -71,24 +70,27 @@ def taxonomy(
 ) -> None:
     """Print the taxonomy: stages, roles, dimensions, placements and execution modes, the
     framework profiles with their rules, the collective rules and the guideline catalogue."""
+    from ..report.files import check_output, console, write_text
+
+    check_output(output)
     chosen = parts(profile, rules, collective_rules)  # a bad rules file's error names it: main() prints it, exit 2
     if part != Part.all:
         chosen = {part.value: chosen[part.value]}
     text = render(chosen, fmt.value)
     if text is not None:
         if output:
-            output.write_text(text)
+            write_text(output, text)
         else:
             sys.stdout.write(text)
         return
-    console = Console(file=output.open("w") if output else None, width=160 if output else None)
-    for title, frame in chosen.values():
-        table = Table(title=title, title_justify="left", show_lines=False)
-        for col in frame.columns:
-            table.add_column(col, overflow="fold")
-        for row in frame.iter_rows():
-            table.add_row(*["" if v is None else str(v) for v in row])
-        console.print(table)
+    with console(output, 160) as out:
+        for title, frame in chosen.values():
+            table = Table(title=title, title_justify="left", show_lines=False)
+            for col in frame.columns:
+                table.add_column(col, overflow="fold")
+            for row in frame.iter_rows():
+                table.add_row(*["" if v is None else str(v) for v in row])
+            out.print(table)
 
 
 def render(chosen: dict[str, tuple[str, pl.DataFrame]], fmt: str) -> str | None:
