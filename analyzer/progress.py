@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -20,6 +21,8 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+
+from parsers.errors import printable
 
 
 class Steps:
@@ -50,13 +53,27 @@ class Steps:
 
     def say(self, message: str) -> None:
         """A line for the user on stderr (kept even when quiet: it says where output went)."""
-        self.console.print(message, highlight=False, soft_wrap=True)
+        self.console.print(printable(message), markup=False, highlight=False, soft_wrap=True)
 
 
 def load(paths: Iterable[Path], steps: Steps, *, jobs: int | None = None, no_cache: bool = False, label: str = "",
-         run: str | None = None):
-    """:func:`analyzer.load` with a progress display per parsed file; ``run`` chooses one of several runs."""
-    from . import load as load_run
+         run: str | None = None, writes: Iterable[Path | None] = (), folder: bool = False):
+    """:func:`analyzer.load` with a progress display per parsed file; ``run`` chooses one of several runs.
 
-    with steps.step(f"Reading {label}".strip() if label else "Reading sources") as advance:
-        return load_run(list(paths), jobs=jobs, use_cache=not no_cache, progress=lambda p: advance(what=p.name), run=run)
+    ``writes`` are the files the command will write (``-o``; a folder of charts when ``folder``):
+    a path that cannot take them, or that is one of the inputs, stops the command before parsing."""
+    from . import load as load_run
+    from .ingest import writing
+    from .report.files import check_output
+
+    writes = [w for w in writes if w is not None]
+    for output in writes:
+        check_output(output, folder=folder)
+    with writing(writes), steps.step(f"Reading {label}".strip() if label else "Reading sources") as advance:
+        return load_run(list(paths), jobs=jobs, use_cache=not no_cache, progress=lambda p: advance(what=shown(p.name)),
+                        run=run)
+
+
+def shown(name: object) -> str:
+    """An input-derived name for a rich display: control characters escaped, markup inert."""
+    return escape(printable(name))

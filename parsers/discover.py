@@ -81,10 +81,14 @@ def not_regular(path: Path) -> str | None:
         return f"cannot read: {exc.strerror or exc}"
     if stat.S_ISREG(mode):
         return None
-    kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device",
-             stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
-    kind = next((name for test, name in kinds.items() if test(mode)), "a special file")
-    return f"not a regular file ({kind}); rlperf reads regular files and folders"
+    return f"not a regular file ({file_kind(mode)}); rlperf reads regular files and folders"
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this ``st_mode`` is, in words."""
+    kinds = {stat.S_ISREG: "a regular file", stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO",
+             stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
+    return next((name for test, name in kinds.items() if test(mode)), "a special file")
 
 
 def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:

@@ -1,15 +1,24 @@
-"""Writing a report in the file formats (Markdown, HTML, PNG) to ``-o`` or stdout."""
+"""Writing a report in the file formats (Markdown, HTML, PNG) to ``-o`` or stdout.
+
+Where a report may go is checked before any input is parsed (:func:`check_output`), and a
+report is written to a temporary file beside its target and renamed into place, so a failed
+write (a full disk) never leaves half a report where the last good one was.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
-import typer
 from rich.console import Console
+
+from parsers.discover import file_kind
+from parsers.errors import InputError, printable
 
 
 def title_of(run) -> str:
@@ -21,16 +30,55 @@ def title_of(run) -> str:
     return f"rlperf: {common.name or common}"
 
 
+def check_output(output: Path | None, *, folder: bool = False) -> None:
+    """Refuse an output path that cannot take the report, before the inputs are read: a
+    directory (unless ``folder``: png charts), a device, a FIFO, a path under an existing file."""
+    if output is None:
+        return
+    try:
+        mode = output.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        _check_creatable(output)
+        return
+    except OSError as exc:
+        raise InputError(output, f"cannot write there: {exc.strerror or exc}") from None
+    kind = file_kind(mode)
+    if kind == "a directory" and not folder:
+        raise InputError(output, "is a directory: name the report file to write (-o FOLDER/report.EXT)")
+    if kind not in ("a regular file", "a directory"):
+        raise InputError(output, f"is {kind}, not a regular file: rlperf writes reports to files "
+                         "(leave -o out to write to stdout)")
+
+
+def _check_creatable(output: Path) -> None:
+    """The nearest existing ancestor must be a folder: ``trace.json/report.md`` cannot be made."""
+    for ancestor in output.absolute().parents:
+        try:
+            mode = ancestor.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise InputError(output, f"cannot write there: {exc.strerror or exc}") from None
+        if file_kind(mode) != "a directory":
+            raise InputError(output, f"cannot be created: {ancestor} is {file_kind(mode)}, not a folder")
+        return
+
+
 def write_report(run, fmt: str, output: Path | None, steps) -> list[Path]:
     """Render ``run`` as ``fmt`` (``md``, ``html`` or ``png``); returns the files written."""
     if fmt == "png":
         if output is None:
-            raise typer.BadParameter("--format png writes image files: name them with -o FILE.png or -o FOLDER")
+            raise InputError("--format png", "writes image files: name them with -o FILE.png or -o FOLDER")
         from . import png
 
+        check_output(output, folder=True)
         with steps.step("Drawing charts"):
-            written = png.render(run, output)
-        steps.say(f"rlperf: wrote {len(written)} chart image(s): {', '.join(str(p) for p in written) or 'none (nothing to draw)'}")
+            try:
+                written = png.render(run, output)
+            except OSError as exc:
+                raise InputError(output, f"cannot write: {exc.strerror or exc}") from None
+        shown = ", ".join(str(p) for p in written) or "none (nothing to draw)"
+        steps.say(f"rlperf: wrote {len(written)} chart image(s): {shown}")
         return written
     title = title_of(run)
     with steps.step("Writing the report"):
@@ -46,14 +94,52 @@ def write_report(run, fmt: str, output: Path | None, steps) -> list[Path]:
 
 
 @contextmanager
+def atomic_open(output: Path) -> Iterator[TextIO]:
+    """A text file that appears at ``output`` only once it is completely written; any failure is
+    one :class:`InputError` naming ``output``, with the old file (if any) left as it was."""
+    check_output(output)
+    target = output.resolve() if output.is_symlink() else output
+    tmp: str | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            yield fh
+        os.chmod(tmp, _file_mode(target))
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        raise InputError(output, f"cannot write: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _file_mode(target: Path) -> int:
+    """The replaced file's permissions, else what a new file would get under the umask."""
+    try:
+        return target.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def write_text(output: Path, text: str) -> Path:
+    """``text`` written atomically to ``output``."""
+    with atomic_open(output) as fh:
+        fh.write(text)
+    return output
+
+
+@contextmanager
 def console(output: Path | None, width: int) -> Iterator[Console]:
     """Where a command's rich tables go: the terminal, or ``output`` at a fixed width without
     colour codes."""
     if output is None:
         yield Console()
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with output.open("w", encoding="utf-8") as fh:
+    with atomic_open(output) as fh:
         yield Console(file=fh, width=width, color_system=None)
 
 
@@ -61,7 +147,6 @@ def emit_text(text: str, output: Path | None, steps, what: str) -> list[Path]:
     if output is None:
         sys.stdout.write(text)
         return []
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
-    steps.say(f"rlperf: wrote the {what} to {output}")
+    write_text(output, text)
+    steps.say(f"rlperf: wrote the {what} to {printable(output)}")
     return [output]
