@@ -46,6 +46,20 @@ CLOCK: dict[str, pl.DataType] = {
 """Per rank: the offset subtracted from its times, the residual uncertainty (MAD), how many
 matched collective instances it rests on, and whether the rank could be aligned at all."""
 
+INCOMPLETE_STEPS: dict[str, pl.DataType] = {
+    "step": pl.Int32(),
+    "source": pl.UInt32(),
+    "rank": pl.Int32(),
+    "reason": pl.String(),
+    "trace_end_ns": pl.Int64(),
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+}
+"""One row per step and trace that leaves the step unobserved: ``reason`` ``cut`` (the file was
+cut short and salvaged: every step not over when its data ends) or ``unclosed`` (the trace
+ends inside the step and its own marker of that step is missing). These steps are left out of
+``steps`` and every per-step analysis (docs/analyses.md §1)."""
+
 POOLS: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "pool": POOL,
@@ -244,6 +258,18 @@ VIOLATIONS: dict[str, pl.DataType] = {
 """One row per guideline evaluated: ``status`` is ``violated``, ``passed`` or ``not_evaluated``
 (then ``evidence`` says what is missing: "needs …"); ``severity`` is ``info``/``warn``/``error``
 for violations."""
+
+DATA_QUALITY: dict[str, pl.DataType] = {
+    "file": pl.String(),
+    "check": pl.String(),
+    "title": pl.String(),
+    "count": pl.Int64(),
+    "detail": pl.String(),
+}
+"""One row per file and problem found (what a parser dropped, clamped or repaired, and what the
+event table shows: overlaps, disorder, zero durations, events outside the window, clock
+corrections, unmapped names, salvage, excluded steps), then one ``total`` row per check;
+``check`` is a stable key (``parser:<kind>`` for a parser's tally), ``detail`` says where."""
 
 
 def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:

@@ -17,6 +17,7 @@ REGISTRY: tuple[str, ...] = (
     "analyzer.classify",
     "analyzer.placement",
     "analyzer.analyses.overview",
+    "analyzer.analyses.quality",
     "analyzer.analyses.logs",
     "analyzer.analyses.gpu_time",
     "analyzer.analyses.annotations",

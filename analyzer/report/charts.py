@@ -67,8 +67,8 @@ def figures(run) -> list[Figure]:
     return [build(run) for build in FIGURES]
 
 
-LEADING_SECTIONS: tuple[str, ...] = ("placement", "overview")
-"""Section keys shown before the figures: what ran, then the headline numbers."""
+LEADING_SECTIONS: tuple[str, ...] = ("placement", "overview", "data_quality")
+"""Section keys shown before the figures: what ran, the headline numbers, how far the data holds."""
 FOLLOWING_SECTIONS: tuple[str, ...] = ("guidelines",)
 """Section keys shown right after the figures (the guideline table with evidence and advice)."""
 

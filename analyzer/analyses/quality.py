@@ -1,0 +1,460 @@
+"""Data quality: what was wrong with the inputs and what rlperf did about it, per file and in total.
+
+Every number a report shows rests on the event table; this section says how far that table can
+be trusted. Three kinds of rows (product ``data_quality``, schema ``frames.DATA_QUALITY``):
+
+* **parser tallies** — what a parser dropped, clamped, de-duplicated or repaired, as counted in
+  each source's ``meta["quality"]`` (``ParsedSource.tally``); any key is shown, known keys
+  under a friendly title;
+* **checks of the event table** — identical rows, negative durations, zero-length GPU work,
+  GPU work overlapping on one stream (a stream runs one thing at a time), host ranges on one
+  thread that overlap without nesting, GPU work that starts before its launch or before work
+  launched earlier on its stream (out of order), events outside the profiler's own window;
+* **run level** — clock offsets applied and clocks that could not be aligned, times not on the
+  epoch clock, names and log timers no profile rule maps, files cut short (what was kept,
+  where the cut is) and the steps left out because a trace does not cover them
+  (``incomplete_steps``).
+
+Zero-length host rows are not counted: profilers round sub-microsecond operators to 0 and
+instants are zero-length by design. A clean run has no rows; the section then says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from parsers.events import GPU_ACTIVITY_KINDS, nesting_depth
+
+from .. import frames
+from ..report.units import duration
+
+if TYPE_CHECKING:
+    from ..run import Run
+
+PROVIDES = ("data_quality",)
+
+TOTAL = "(all files)"
+"""The ``file`` of the total rows."""
+HOST_KINDS = ("cpu_op", "annotation", "runtime", "python")
+"""Host rows that nest on their thread."""
+EXAMPLES = 3
+"""How many names or kinds a detail cell lists."""
+RESOLUTION_NS = 1_000
+"""Overlaps and disorder up to this are timer resolution (Kineto writes microseconds, and a
+child operator is seen to end a few hundred ns after its parent), not counted."""
+
+TITLES: dict[str, str] = {
+    "duplicate": "duplicated events (identical rows)",
+    "negative_duration": "negative durations (end before start)",
+    "zero_duration": "zero-length GPU activity",
+    "overlap_stream": "GPU activity overlapping on one stream",
+    "overlap_thread": "host ranges on one thread overlapping without nesting",
+    "started_before_launch": "out of order: GPU activity starting before its launch",
+    "stream_order": "out of order: GPU activity before work launched earlier on its stream",
+    "outside_window": "events outside the profiler's window",
+    "skipped_categories": "event categories dropped (unknown to the parser)",
+    "clock_offset": "clock offset applied (rank clocks disagree)",
+    "clock_unaligned": "rank clock not aligned (no matched collectives)",
+    "clock_time_base": "times not on the epoch clock",
+    "unmapped_names": "annotation names no profile rule maps",
+    "unmapped_timers": "log timers no profile rule maps",
+    "salvaged": "file cut short: complete events kept",
+    "excluded_steps": "incomplete steps excluded from per-step analyses",
+}
+"""Title of every check this module computes, in report order."""
+PARSER_TITLES: dict[str, str] = {
+    "clamped_ts": "timestamps clamped to the valid range",
+    "clamped_dur": "durations clamped to the valid range",
+    "clamped_depth": "nesting depths clamped",
+    "clamped_stream": "stream ids out of range (set to -1)",
+    "negative_dur": "negative durations (set to 0 or dropped)",
+    "zero_dur": "events of zero duration",
+    "negative_bytes": "negative byte counts (left empty)",
+    "dropped_out_of_range": "events dropped: values out of range",
+    "dropped_cut_row": "rows dropped: cut mid-row",
+    "unreadable_arg": "event arguments that could not be read",
+    "wrong_type_cells": "cells of the wrong type (left empty)",
+    "undecodable_text": "text that could not be decoded",
+    "unusable_time_base": "time base unusable",
+    "unreadable_metadata": "metadata that could not be read",
+}
+"""Friendly titles of parser tallies whose key is known; others are titled from the key."""
+_PREFIXES = (("dropped_", "dropped"), ("clamped_", "clamped"), ("dedup_", "de-duplicated"),
+             ("duplicate_", "de-duplicated"), ("repaired_", "repaired"), ("skipped_", "skipped"),
+             ("out_of_range_", "out of range"))
+_NOT_EPOCH = ("synthetic", "relative", "unknown", "none", "quarter")
+"""``time_base`` words of a trace whose times are not epoch times as recorded."""
+
+Per = pl.DataFrame
+"""A check's result: ``source`` (UInt32), ``count`` (Int64), ``detail`` (String)."""
+
+
+def parser_title(key: str) -> str:
+    """The title of a parser tally key."""
+    if key in PARSER_TITLES:
+        return PARSER_TITLES[key]
+    for prefix, verb in _PREFIXES:
+        if key.startswith(prefix):
+            return f"{verb}: {key.removeprefix(prefix).replace('_', ' ')}"
+    return key.replace("_", " ")
+
+
+# --- checks of the event table -------------------------------------------------------------------
+
+
+def _per_source(rows: pl.DataFrame, label: str = "kind") -> Per:
+    """Rows found by a check → per source, their count and the commonest ``label`` values."""
+    if rows.height == 0:
+        return _empty()
+    counted = rows.group_by("source", pl.col(label).cast(pl.String).alias("_l")).len().sort(
+        ["source", "len", "_l"], descending=[False, True, False])
+    return counted.group_by("source", maintain_order=True).agg(
+        pl.col("len").sum().cast(pl.Int64).alias("count"),
+        pl.format("{} {}", pl.col("len"), pl.col("_l")).head(EXAMPLES).str.join(", ").alias("detail"),
+    )
+
+
+def _empty() -> Per:
+    return pl.DataFrame(schema={"source": pl.UInt32, "count": pl.Int64, "detail": pl.String})
+
+
+def duplicates(events: pl.DataFrame) -> Per:
+    """Rows identical to an earlier one in every recorded column (the analyses would count them
+    twice); ``depth`` is derived, and of two identical ranges one is nested in the other."""
+    return _per_source(events.filter(~pl.struct(pl.exclude("depth")).is_first_distinct()))
+
+
+def negative_durations(events: pl.DataFrame) -> Per:
+    return _per_source(events.filter(pl.col("end_ns") < pl.col("start_ns")))
+
+
+def zero_durations(events: pl.DataFrame) -> Per:
+    """GPU work of no length (host rows of no length are instants or rounding)."""
+    gpu = pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
+    return _per_source(events.filter(gpu & (pl.col("end_ns") == pl.col("start_ns"))))
+
+
+def stream_overlaps(events: pl.DataFrame) -> Per:
+    """GPU rows that overlap another row of their stream: a stream runs its work one after the
+    other, so an overlap is a recording error (or concurrent graph branches reported on one
+    stream). A row overlaps a later one exactly when the next start is before its end."""
+    keys = ["source", "pid", "device", "stream"]
+    gpu = events.filter(
+        pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("stream") >= 0) & (pl.col("end_ns") > pl.col("start_ns"))
+    ).sort([*keys, "start_ns", "end_ns"])
+    before = pl.col("start_ns") < pl.col("end_ns").cum_max().shift(1).over(keys) - RESOLUTION_NS
+    after = pl.col("end_ns") - RESOLUTION_NS > pl.col("start_ns").shift(-1).over(keys)
+    return _per_source(gpu.filter(before.fill_null(False) | after.fill_null(False)))
+
+
+def thread_crossings(events: pl.DataFrame) -> Per:
+    """Host ranges that end after the range enclosing their start, on one thread (ranges of a
+    thread form a stack; a crossing one breaks every stage and depth rule built on it)."""
+    keys = ["source", "pid", "tid"]
+    host = events.filter(
+        pl.col("kind").is_in(list(HOST_KINDS)) & (pl.col("tid") >= 0) & (pl.col("end_ns") > pl.col("start_ns"))
+    ).select(*keys, "kind", "start_ns", "end_ns")
+    if host.height == 0:
+        return _empty()
+    ordered = host.with_columns(nesting_depth(host, keys).cast(pl.Int32).alias("depth")).with_row_index("_row").sort(
+        [*keys, "start_ns", "end_ns", "_row"], descending=[False] * 4 + [True, False]
+    ).with_row_index("_order")
+    parents = ordered.select(*keys, "_order", (pl.col("depth") + 1).alias("depth"), pl.col("end_ns").alias("_parent_end"))
+    linked = ordered.filter(pl.col("depth") > 0).join_asof(
+        parents, on="_order", by=[*keys, "depth"], strategy="backward", allow_exact_matches=False, check_sortedness=False
+    )
+    return _per_source(linked.filter(pl.col("end_ns") > pl.col("_parent_end") + RESOLUTION_NS))
+
+
+def _launch_pid(formats: dict[int, str]) -> pl.Expr:
+    """Correlation ids are per process in multi-process (nsys) sources, per file elsewhere."""
+    by_pid = [s for s, f in formats.items() if f.startswith("nsys")]
+    return pl.when(pl.col("source").is_in(by_pid)).then(pl.col("pid")).otherwise(-1).alias("_lp")
+
+
+def before_launch(events: pl.DataFrame, formats: dict[int, str]) -> Per:
+    """GPU rows that start before the runtime call that launched them starts: host and device
+    clocks disagree."""
+    launches = events.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null()).select(
+        "source", "corr", _launch_pid(formats), pl.col("start_ns").alias("_launch")
+    ).unique(["source", "corr", "_lp"], keep="first")
+    gpu = events.filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & pl.col("corr").is_not_null()).with_columns(
+        _launch_pid(formats))
+    linked = gpu.join(launches, on=["source", "corr", "_lp"])
+    return _per_source(linked.filter(pl.col("start_ns") < pl.col("_launch") - RESOLUTION_NS))
+
+
+def stream_disorder(events: pl.DataFrame) -> Per:
+    """GPU rows that run before a row launched earlier on their stream (correlation ids grow
+    with launch order, and a stream runs in launch order)."""
+    keys = ["source", "pid", "device", "stream"]
+    gpu = events.filter(
+        pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("stream") >= 0) & pl.col("corr").is_not_null()
+    ).sort([*keys, "start_ns", "corr"])
+    return _per_source(gpu.filter((pl.col("corr") < pl.col("corr").cum_max().shift(1).over(keys)).fill_null(False)))
+
+
+def outside_window(events: pl.DataFrame, sources: list[Any]) -> Per:
+    """Rows beyond the window the profiler states it recorded (Kineto's ``Trace`` span)."""
+    windows = [(s.index, *w) for s in sources if (w := profiler_window_ns(s.meta)) is not None]
+    if not windows:
+        return _empty()
+    frame = pl.DataFrame(windows, schema={"source": pl.UInt32, "_lo": pl.Int64, "_hi": pl.Int64}, orient="row")
+    rows = events.join(frame, on="source").filter((pl.col("start_ns") < pl.col("_lo")) | (pl.col("end_ns") > pl.col("_hi")))
+    return _per_source(rows)
+
+
+def profiler_window_ns(meta: dict[str, Any]) -> tuple[int, int] | None:
+    """The recorded window on the event table's clock, where the source states one in a time
+    base whose offset is known."""
+    window = meta.get("profiler_window_us")
+    base = {"baseTimeNanoseconds": meta.get("base_time_ns"), "epoch microseconds": 0}.get(meta.get("time_base", ""))
+    if not window or base is None:
+        return None
+    try:
+        lo, hi = (round(float(w) * 1000) + int(base) for w in window)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return lo, hi
+
+
+# --- run-level checks ------------------------------------------------------------------------------
+
+
+def _rank_sources(run: Run) -> pl.DataFrame:
+    """``rank`` → the first source holding its rows."""
+    return run.events.filter(pl.col("rank") >= 0).group_by("rank").agg(pl.col("source").min())
+
+
+def clock_offsets(run: Run) -> Per:
+    clock = run.clock.filter(pl.col("offset_ns") != 0).join(_rank_sources(run), on="rank")
+    if clock.height == 0:
+        return _empty()
+    return _details(clock, lambda r: f"rank {r['rank']}: {duration(r['offset_ns'])} ± {duration(r['uncertainty_ns'])} "
+                                     f"from {r['matched']} matched collectives")
+
+
+def clock_unaligned(run: Run) -> Per:
+    """Ranks whose clock could not be checked against the others', where that matters: ranks
+    of one capture, or all on one host, share one clock."""
+    sources = _rank_sources(run)
+    hosts = run.pools["host"].drop_nulls().unique()
+    if sources["source"].n_unique() < 2 or (hosts.len() == 1 and run.pools["host"].null_count() == 0):
+        return _empty()
+    clock = run.clock.filter(~pl.col("aligned")).join(sources, on="rank")
+    return _details(clock, lambda r: f"rank {r['rank']}: times taken as recorded")
+
+
+def time_bases(run: Run) -> Per:
+    rows = [(s.index, 1, f"time base: {s.meta['time_base']}") for s in run.sources
+            if s.meta.get("role") != "log" and any(w in str(s.meta.get("time_base", "")).lower() for w in _NOT_EPOCH)]
+    return _frame(rows)
+
+
+def skipped_categories(run: Run) -> Per:
+    rows = [(s.index, len(cats), ", ".join(map(str, cats[:EXAMPLES])) + (" …" if len(cats) > EXAMPLES else ""))
+            for s in run.sources if (cats := list(s.meta.get("skipped_categories") or []))]
+    return _frame(rows)
+
+
+def unmapped_names(run: Run) -> tuple[Per, int]:
+    """Annotation names (collective ranges aside) that no rule of the run's profile maps."""
+    from ..classify import name_classes
+
+    ann = run.events.filter(pl.col("kind").is_in(["annotation", "gpu_annotation"]) & pl.col("coll").is_null()).select(
+        "source", pl.col("name").cast(pl.String))
+    if ann.height == 0:
+        return _empty(), 0
+    classes = name_classes(run, ann["name"].unique(), "trace")
+    unknown = classes.filter(pl.col("relation") == "unknown").select("name")
+    rows = ann.join(unknown, on="name")
+    return _names(rows), rows["name"].n_unique()
+
+
+def unmapped_timers(run: Run) -> tuple[Per, int]:
+    """Log timers no rule claims (the log analysis lists them as ``log_unclassified``)."""
+    names = run.log_unclassified.select("name")
+    rows = run.events.filter(pl.col("kind") == "log_stage").select("source", pl.col("name").cast(pl.String)).join(names, on="name")
+    return _names(rows), rows["name"].n_unique()
+
+
+def _names(rows: pl.DataFrame) -> Per:
+    """Per source: how many distinct names, the commonest few."""
+    if rows.height == 0:
+        return _empty()
+    counted = rows.group_by("source", "name").len().sort(["source", "len", "name"], descending=[False, True, False])
+    return counted.group_by("source", maintain_order=True).agg(
+        pl.len().cast(pl.Int64).alias("count"),
+        (pl.col("name").head(EXAMPLES).str.join(", ")
+         + pl.when(pl.len() > EXAMPLES).then(pl.lit(" …")).otherwise(pl.lit(""))).alias("detail"),
+    )
+
+
+def salvaged(run: Run) -> Per:
+    """Files cut short: what was kept, where the data ends, which step the cut falls in."""
+    from ..assemble import trace_ends
+
+    cut = [s for s in run.sources if s.meta.get("salvaged")]
+    if not cut:
+        return _empty()
+    ends = trace_ends(run.aligned, [s.index for s in cut]).group_by("source").agg(pl.col("trace_end_ns").min())
+    starts = run.aligned.group_by("source").agg(pl.col("start_ns").min(), pl.len().alias("kept"))
+    first = run.incomplete_steps.filter(pl.col("reason") == "cut").group_by("source").agg(pl.col("step").min())
+    facts = (pl.DataFrame({"source": [s.index for s in cut]}, schema={"source": pl.UInt32})
+             .join(starts, on="source", how="left").join(ends, on="source", how="left").join(first, on="source", how="left"))
+    meta = {s.index: s.meta["salvaged"] for s in cut}
+    return _details(facts, lambda r: _salvage_text(meta[r["source"]], r), count="kept")
+
+
+def _salvage_text(kept: Any, row: dict[str, Any]) -> str:
+    if isinstance(kept, dict) and "bytes_lost" in kept:
+        what = f"the last {int(kept['bytes_lost']):,} bytes lost"
+    elif isinstance(kept, float):
+        what = f"the first {kept:.1%} of the file kept"
+    else:
+        what = f"salvaged: {kept}"
+    if row["trace_end_ns"] is None or row["start_ns"] is None:
+        return what
+    where = f"complete data ends {duration(row['trace_end_ns'] - row['start_ns'])} after the trace's start"
+    step = (f"inside step {row['step']}, which is excluded" if row["step"] is not None
+            else "after the last step (no step excluded)")
+    return f"{what}; {where}, {step}"
+
+
+def excluded_steps(run: Run) -> tuple[Per, int]:
+    from ..assemble import _exclusion
+
+    found = run.incomplete_steps
+    if found.height == 0:
+        return _empty(), 0
+    per = found.group_by("source", "reason", maintain_order=True).agg(pl.col("step").unique().sort())
+    rows = [(r["source"], len(r["step"]), _exclusion(r["reason"], r["step"])) for r in per.iter_rows(named=True)]
+    merged = _frame(rows).group_by("source", maintain_order=True).agg(pl.col("count").sum(), pl.col("detail").str.join("; "))
+    return merged, found["step"].n_unique()
+
+
+def parser_tallies(run: Run) -> pl.DataFrame:
+    """``meta["quality"]`` of every source as rows ``source, check, title, count, detail``."""
+    rows = [(s.index, f"parser:{k}", parser_title(str(k)), int(v), "counted by the parser")
+            for s in run.sources for k, v in sorted((s.meta.get("quality") or {}).items()) if _count(v)]
+    return pl.DataFrame(rows, schema={"source": pl.UInt32, "check": pl.String, "title": pl.String,
+                                      "count": pl.Int64, "detail": pl.String}, orient="row")
+
+
+def _count(value: Any) -> bool:
+    try:
+        return int(value) != 0
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _frame(rows: list[tuple[int, int, str]]) -> Per:
+    return pl.DataFrame(rows, schema={"source": pl.UInt32, "count": pl.Int64, "detail": pl.String}, orient="row") if rows else _empty()
+
+
+def _details(facts: pl.DataFrame, text: Callable[[dict[str, Any]], str], count: str | None = None) -> Per:
+    """One detail line per fact row (a few rows: ranks or files), joined per source."""
+    rows = [(r["source"], int(r[count]) if count else 1, text(r)) for r in facts.iter_rows(named=True)]
+    return _frame(rows).group_by("source", maintain_order=True).agg(pl.col("count").sum(), pl.col("detail").str.join("; "))
+
+
+# --- the product and the section -------------------------------------------------------------------
+
+
+def _checks(run: Run) -> dict[str, tuple[Per, int | None]]:
+    """Every computed check: per-source rows and, where a plain sum would count one thing
+    twice (a name in several files, a step excluded by several traces), the total."""
+    events = run.events
+    formats = {s.index: s.format for s in run.sources}
+    plain: dict[str, Callable[[], Per]] = {
+        "duplicate": lambda: duplicates(events),
+        "negative_duration": lambda: negative_durations(events),
+        "zero_duration": lambda: zero_durations(events),
+        "overlap_stream": lambda: stream_overlaps(events),
+        "overlap_thread": lambda: thread_crossings(events),
+        "started_before_launch": lambda: before_launch(events, formats),
+        "stream_order": lambda: stream_disorder(events),
+        "outside_window": lambda: outside_window(events, run.sources),
+        "skipped_categories": lambda: skipped_categories(run),
+        "clock_offset": lambda: clock_offsets(run),
+        "clock_unaligned": lambda: clock_unaligned(run),
+        "clock_time_base": lambda: time_bases(run),
+        "salvaged": lambda: salvaged(run),
+    }
+    out: dict[str, tuple[Per, int | None]] = {k: (f(), None) for k, f in plain.items()}
+    out["unmapped_names"] = unmapped_names(run)
+    out["unmapped_timers"] = unmapped_timers(run)
+    out["excluded_steps"] = excluded_steps(run)
+    return {k: out[k] for k in TITLES}
+
+
+def compute(run: Run) -> pl.DataFrame:
+    """DATA_QUALITY: per file (in source order) the parser's tallies, then the checks; then one
+    total row per check found."""
+    checks = _checks(run)
+    computed = [per.with_columns(pl.lit(key).alias("check"), pl.lit(TITLES[key]).alias("title"))
+                for key, (per, _) in checks.items() if per.height]
+    found = pl.concat([parser_tallies(run), *(c.select("source", "check", "title", "count", "detail") for c in computed)])
+    if found.height == 0:
+        return frames.empty(frames.DATA_QUALITY)
+    order = {k: i for i, k in enumerate(TITLES)}
+    found = found.with_columns(
+        pl.col("check").replace_strict(order, default=-1, return_dtype=pl.Int32).alias("_order"))
+    names = pl.DataFrame({"source": [s.index for s in run.sources], "file": [s.path.name for s in run.sources]},
+                         schema={"source": pl.UInt32, "file": pl.String})
+    per_file = found.join(names, on="source").sort("source", "_order", "check")
+    distinct = {k: t for k, (_, t) in checks.items() if t is not None}
+    totals = per_file.group_by("check", "title", "_order").agg(
+        pl.col("count").sum(), pl.col("source").n_unique().alias("_files")
+    ).with_columns(
+        pl.col("check").replace_strict(distinct, default=None, return_dtype=pl.Int64).fill_null(pl.col("count")).alias("count"),
+        pl.lit(TOTAL).alias("file"),
+        pl.format("in {} file(s)", pl.col("_files")).alias("detail"),
+    ).sort("_order", "check")
+    cols = list(frames.DATA_QUALITY)
+    return pl.concat([per_file.select(cols), totals.select(cols)]).cast(frames.DATA_QUALITY)
+
+
+def provide(run: Run, name: str) -> pl.DataFrame:
+    return frames.check(compute(run), frames.DATA_QUALITY, "data_quality")
+
+
+def file_summary(run: Run, found: pl.DataFrame) -> pl.DataFrame:
+    """Per file: its format, events and how many problems were found (0 for a clean file)."""
+    events = run.events.group_by("source").len().rename({"len": "events"})
+    problems = found.filter(pl.col("file") != TOTAL).group_by("file").agg(pl.col("count").sum().alias("problems"))
+    files = pl.DataFrame(
+        {"source": [s.index for s in run.sources], "file": [s.path.name for s in run.sources],
+         "format": [s.format for s in run.sources]},
+        schema={"source": pl.UInt32, "file": pl.String, "format": pl.String},
+    )
+    return files.join(events, on="source", how="left").join(problems, on="file", how="left").select(
+        "file", "format", pl.col("events").fill_null(0).cast(pl.Int64), pl.col("problems").fill_null(0).cast(pl.Int64))
+
+
+def section(run: Run):
+    from ..report.sections import Column, Section
+
+    found = run.data_quality
+    details = {"data_quality_files": file_summary(run, found)}
+    title = "Data quality"
+    if found.height == 0:
+        return Section(title, None, note=f"No problems found in {len(run.sources)} file(s): nothing dropped, clamped or "
+                       "repaired, no overlaps, disorder, zero-length GPU work, clock corrections or cut files.",
+                       key="data_quality", details=details)
+    excluded = run.incomplete_steps["step"].n_unique()
+    note = "Counts per file, then in total; parser rows are what a parser dropped, clamped or repaired."
+    if excluded:
+        note += f" {excluded} incomplete step(s) are left out of every per-step analysis."
+    return Section(
+        title,
+        found,
+        columns=[Column("file", "file"), Column("title", "problem"), Column("count", "count", "number"),
+                 Column("detail", "detail")],
+        note=note,
+        key="data_quality",
+        details=details,
+    )

@@ -1,0 +1,285 @@
+"""The data-quality section (analyzer/analyses/quality.py), CPU-only captures, and steps a trace
+does not cover (cut files, unclosed steps).
+
+Traces are built here event by event, so every count is known: the checks must find exactly the
+negative-duration kernels, overlapping kernels, crossing ranges, disordered and duplicated rows
+planted in them, a cut file must lose the step its cut falls in (and no other), and the section
+must appear, early, in the text, JSON, Markdown and HTML reports.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from rich.console import Console
+
+import analyzer
+from analyzer import frames
+from analyzer.analyses.quality import TOTAL, parser_title
+from analyzer.assemble import incomplete_steps
+from analyzer.report import html, markdown, text
+from analyzer.report import json as json_report
+from analyzer.report.sections import sections
+from analyzer.run import Run
+from parsers import ParsedSource
+from parsers.events import conform
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus"
+CPU_ONLY = CORPUS / "HolisticTraceAnalysis" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+SAMPLE = REPO / "sample_traces" / "runs" / "verl_grpo_colocated"
+BASE_NS = 1_700_000_000_000_000_000
+STEP_US = 1_000
+
+
+def x(cat: str, name: str, ts: float, dur: float, pid: Any = 1, tid: Any = 1, **args: Any) -> dict[str, Any]:
+    event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+    return {**event, "args": args} if args else event
+
+
+def step_events(step: int, corr: int) -> list[dict[str, Any]]:
+    """One clean step: the step range, an operator, two launches and their kernels on stream 7."""
+    t = (step - 1) * STEP_US
+    return [
+        x("user_annotation", f"ProfilerStep#{step}", t, STEP_US - 10),
+        x("cpu_op", "aten::mm", t + 10, 100),
+        x("cuda_runtime", "cudaLaunchKernel", t + 20, 5, correlation=corr),
+        x("cuda_runtime", "cudaLaunchKernel", t + 40, 5, correlation=corr + 1),
+        x("kernel", "gemm", t + 30, 200, pid=0, tid=7, correlation=corr, stream=7, device=0),
+        x("kernel", "gemm", t + 240, 300, pid=0, tid=7, correlation=corr + 1, stream=7, device=0),
+    ]
+
+
+def clean_events(steps: int = 3) -> list[dict[str, Any]]:
+    return [e for s in range(1, steps + 1) for e in step_events(s, 100 * s)]
+
+
+def write(path: Path, events: list[dict[str, Any]], rank: int = 0, world: int = 1, window: tuple[int, int] | None = None) -> Path:
+    """A Kineto trace with ``traceEvents`` last, as torch writes it (so a cut keeps the header)."""
+    if window is not None:
+        events = [*events, x("Trace", "PyTorch Profiler (0)", window[0], window[1] - window[0], pid="Spans", tid="PyTorch Profiler")]
+    doc = {
+        "schemaVersion": 1,
+        "deviceProperties": [],
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+        "baseTimeNanoseconds": BASE_NS,
+        "traceEvents": events,
+    }
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+def problem_events() -> list[dict[str, Any]]:
+    """Three clean steps plus, in step 1 and 2, exactly: 2 negative-duration kernels, 3 kernels
+    overlapping on stream 9, 1 operator crossing its parent, 1 kernel starting 20 µs before its
+    launch, 1 kernel running after a later launch on stream 8, 1 duplicated operator, 1 operator
+    after the profiler's window."""
+    bad = [
+        x("kernel", "neg_a", 300, -5, pid=0, tid=7, stream=7, device=0),
+        x("kernel", "neg_b", 310, -7, pid=0, tid=7, stream=7, device=0),
+        x("kernel", "ov_a", 100, 100, pid=0, tid=9, stream=9, device=0),
+        x("kernel", "ov_b", 150, 100, pid=0, tid=9, stream=9, device=0),
+        x("kernel", "ov_c", 240, 60, pid=0, tid=9, stream=9, device=0),
+        x("kernel", "alone", 400, 50, pid=0, tid=9, stream=9, device=0),
+        x("cpu_op", "outer", 1200, 200),
+        x("cpu_op", "crossing", 1300, 200),
+        x("cuda_runtime", "cudaLaunchKernel", 1600, 5, correlation=900),
+        x("kernel", "early", 1580, 10, pid=0, tid=8, correlation=900, stream=8, device=0),
+        x("cuda_runtime", "cudaLaunchKernel", 1650, 5, correlation=901),
+        x("cuda_runtime", "cudaLaunchKernel", 1655, 5, correlation=902),
+        x("kernel", "second", 1700, 10, pid=0, tid=8, correlation=902, stream=8, device=0),
+        x("kernel", "first", 1720, 10, pid=0, tid=8, correlation=901, stream=8, device=0),
+        x("cpu_op", "aten::copy_", 1800, 20),
+        x("cpu_op", "aten::copy_", 1800, 20),
+        x("cpu_op", "late", 3100, 10),
+    ]
+    return [*clean_events(), *bad]
+
+
+def counts(run: Run, file: str | None = None) -> dict[str, int]:
+    found = run.data_quality.filter(pl.col("file") == (file or run.sources[0].path.name))
+    return dict(found.select("check", "count").iter_rows())
+
+
+@pytest.fixture(scope="module")
+def problem_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    path = write(tmp_path_factory.mktemp("bad") / "rank0.json", problem_events(), window=(0, 3000))
+    return analyzer.load([path], use_cache=False)
+
+
+def test_planted_problems_are_counted_exactly(problem_run: Run):
+    got = counts(problem_run)
+    assert got["zero_duration"] == 2
+    assert got["overlap_stream"] == 3
+    assert got["overlap_thread"] == 1
+    assert got["started_before_launch"] == 1
+    assert got["stream_order"] == 1
+    assert got["duplicate"] == 1
+    assert got["outside_window"] == 1
+    assert "negative_duration" not in got  # the parser leaves no end before its start
+    frames.check(problem_run.data_quality, frames.DATA_QUALITY, "data_quality")
+
+
+def test_totals_sum_the_files(tmp_path: Path):
+    a = write(tmp_path / "rank0.json", problem_events(), rank=0, world=2)
+    b = write(tmp_path / "rank1.json", [*clean_events(), x("kernel", "neg", 300, -1, pid=0, tid=7, stream=7, device=0)],
+              rank=1, world=2)
+    run = analyzer.load([a, b], use_cache=False)
+    assert counts(run, "rank0.json")["zero_duration"] == 2 and counts(run, "rank1.json")["zero_duration"] == 1
+    total = counts(run, TOTAL)
+    assert total["zero_duration"] == 3 and total["overlap_stream"] == 3
+    per_file = run.data_quality.filter(pl.col("file") != TOTAL).group_by("check").agg(pl.col("count").sum())
+    assert dict(per_file.iter_rows()) == {k: v for k, v in total.items() if k in dict(per_file.iter_rows())}
+
+
+def test_a_clean_trace_says_no_problems_found(tmp_path: Path):
+    run = analyzer.load([write(tmp_path / "rank0.json", clean_events(), window=(0, 3000))], use_cache=False)
+    assert run.data_quality.height == 0
+    section = next(s for s in sections(run) if s.key == "data_quality")
+    assert section.frame is None and section.note.startswith("No problems found in 1 file(s)")
+    assert section.details["data_quality_files"].row(0, named=True)["problems"] == 0
+    assert run.incomplete_steps.height == 0 and run.steps["step"].to_list() == [1, 2, 3]
+
+
+def test_parser_tallies_render_under_any_key(tmp_path: Path):
+    events = conform({"kind": ["cpu_op"], "name": ["op"], "start_ns": [0], "end_ns": [10]}, rank=0)
+    parsed = ParsedSource(tmp_path / "rank0.json", "kineto", events=events)
+    parsed.tally("clamped_ts", 4)
+    parsed.tally("some_new_kind", 2)
+    parsed.tally("clamped_ts", 1)
+    got = Run.from_sources([parsed]).data_quality
+    rows = {r["check"]: r for r in got.filter(pl.col("file") == "rank0.json").iter_rows(named=True)}
+    assert rows["parser:clamped_ts"]["count"] == 5 and rows["parser:clamped_ts"]["title"] == parser_title("clamped_ts")
+    assert rows["parser:some_new_kind"]["count"] == 2 and rows["parser:some_new_kind"]["title"] == "some new kind"
+    assert parser_title("dropped_time_out_of_range") == "dropped: time out of range"
+
+
+def test_unmapped_log_timers_are_listed(tmp_path: Path):
+    log = tmp_path / "verl_console.log"
+    log.write_text("".join(
+        f"step:{s} - timing_s/gen:1.5 - timing_s/update_actor:2.0 - timing_s/frobnicate:0.25 - timing_s/step:4.0\n"
+        for s in (1, 2)))
+    run = analyzer.load([log], use_cache=False)
+    row = run.data_quality.filter((pl.col("check") == "unmapped_timers") & (pl.col("file") == log.name)).row(0, named=True)
+    assert row["count"] == 1 and "frobnicate" in row["detail"]
+
+
+def _text(run: Run) -> str:
+    console = Console(width=200, record=True, color_system=None)
+    text.render(run, console)
+    return console.export_text()
+
+
+def test_the_section_is_in_every_format_and_early(problem_run: Run):
+    plain = _text(problem_run)
+    assert plain.index("Headline numbers") < plain.index("Data quality") < plain.index("GPU time per rank")
+    assert "GPU activity overlapping on one stream" in plain
+    document = json.loads(json_report.render(problem_run))
+    rows = {(r["file"], r["check"]): r["count"] for r in document["data_quality"]}
+    assert rows[("rank0.json", "overlap_stream")] == 3 and rows[(TOTAL, "zero_duration")] == 2
+    assert document["data_quality_files"][0]["file"] == "rank0.json"
+    md = markdown.render(problem_run)
+    assert "## Data quality" in md and md.index("## Data quality") < md.index("## Guidelines")
+    assert "| rank0.json | GPU activity overlapping on one stream | 3 |" in md
+    page = html.render(problem_run)
+    assert "<h2>Data quality</h2>" in page and page.index("<h2>Data quality</h2>") < page.index("<h2>Guidelines</h2>")
+    assert "GPU activity overlapping on one stream" in page
+
+
+# --- cut files and incomplete steps ----------------------------------------------------------------
+
+
+def cut_inside_step(path: Path, step: int) -> Path:
+    """``path`` cut short right after the first kernel of ``step`` (events are in time order)."""
+    raw = path.read_text()
+    mark = raw.index(f'"ProfilerStep#{step}"')
+    kernel = raw.index('"cat": "kernel"', mark)
+    end = raw.index("}", raw.index("}", kernel) + 1) + 1
+    path.write_text(raw[: end + 8])
+    return path
+
+
+def test_a_cut_file_loses_the_step_its_cut_falls_in(tmp_path: Path):
+    path = cut_inside_step(write(tmp_path / "rank0.json", clean_events()), 3)
+    run = analyzer.load([path], use_cache=False)
+    assert run.sources[0].meta.get("salvaged")
+    assert run.incomplete_steps.select("step", "reason").rows() == [(3, "cut")]
+    assert run.steps["step"].to_list() == [1, 2]
+    assert set(run.bubbles["step"].to_list()) == {1, 2}
+    assert 3 not in run.breakdown["step"].to_list() and 3 not in run.activity["step"].drop_nulls().to_list()
+    assert any("step 3 excluded from the per-step analyses" in w for w in run.warnings)
+    rows = {r["check"]: r for r in run.data_quality.filter(pl.col("file") == path.name).iter_rows(named=True)}
+    assert "inside step 3, which is excluded" in rows["salvaged"]["detail"]
+    assert rows["salvaged"]["count"] == run.events.height
+    assert rows["excluded_steps"]["count"] == 1
+    document = json.loads(json_report.render(run))
+    assert any("step 3 excluded" in w for w in document["warnings"])
+
+
+def test_a_rank_cut_short_excludes_every_step_it_leaves(tmp_path: Path):
+    full = write(tmp_path / "rank0.json", clean_events(), rank=0, world=2)
+    cut = cut_inside_step(write(tmp_path / "rank1.json", clean_events(), rank=1, world=2), 2)
+    run = analyzer.load([full, cut], use_cache=False)
+    assert sorted(set(run.incomplete_steps["step"].to_list())) == [2, 3]
+    assert run.incomplete_steps["rank"].unique().to_list() == [1]
+    assert run.steps["step"].to_list() == [1]
+    assert counts(run, TOTAL)["excluded_steps"] == 2
+
+
+def test_a_step_a_trace_never_closed_is_excluded(tmp_path: Path):
+    full = write(tmp_path / "rank0.json", clean_events(), rank=0, world=2)
+    # rank 1 stops recording inside step 3: its step-3 operator is there, its ProfilerStep#3 is not
+    short = [*clean_events(2), x("cpu_op", "aten::mm", 2 * STEP_US + 10, 100)]
+    run = analyzer.load([full, write(tmp_path / "rank1.json", short, rank=1, world=2)], use_cache=False)
+    assert run.incomplete_steps.select("step", "rank", "reason").rows() == [(3, 1, "unclosed")]
+    assert run.steps["step"].to_list() == [1, 2]
+
+
+def test_a_rank_finishing_early_is_not_an_incomplete_step():
+    steps = pl.DataFrame({"step": [1, 2], "start_ns": [0, 100], "end_ns": [100, 200]},
+                         schema={"step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    ends = pl.DataFrame({"source": [0, 1], "rank": [0, 1], "cut": [False, False], "trace_end_ns": [200, 180]},
+                        schema={"source": pl.UInt32, "rank": pl.Int32, "cut": pl.Boolean, "trace_end_ns": pl.Int64})
+    closed = pl.DataFrame({"rank": [0, 0, 1, 1], "step": [1, 2, 1, 2]}, schema={"rank": pl.Int32, "step": pl.Int32})
+    assert incomplete_steps(steps, ends, closed).height == 0
+    assert incomplete_steps(steps, ends, closed.head(3)).select("step", "rank").rows() == [(2, 1)]
+    cut = ends.with_columns(pl.Series("cut", [False, True]))
+    assert incomplete_steps(steps, cut, closed).select("step", "reason").rows() == [(2, "cut")]
+
+
+def test_the_cpu_harness_sample_keeps_every_step():
+    run = analyzer.load([SAMPLE])
+    assert run.incomplete_steps.height == 0
+    assert run.steps.height == 2
+
+
+# --- CPU-only captures ------------------------------------------------------------------------------
+
+
+def test_a_cpu_only_capture_needs_gpu_activity():
+    run = analyzer.load([CPU_ONLY], use_cache=False)
+    found = {s.key: s for s in sections(run)}
+    assert run.steps.height == 1 and run.bubbles.height == 0
+    assert found["bubbles"].frame is None and found["bubbles"].note.startswith("needs GPU activity: rank 34")
+    assert found["gpu_time"].frame is None and found["gpu_time"].note.startswith("needs GPU activity")
+    overview = dict(run.overview.select("metric", "value").iter_rows())
+    assert overview["idle_fraction"] is None and overview["gpu_idle_fraction"] is None
+    assert "100" not in found["bubbles"].note
+
+
+def test_the_cpu_harness_keeps_idle_by_cause_but_no_gpu_idle():
+    run = analyzer.load([SAMPLE])
+    section = next(s for s in sections(run) if s.key == "bubbles")
+    assert section.frame is not None and section.frame["rank"].to_list() == [0, 1]
+    assert section.frame["gpu_idle_fraction"].null_count() == 2
+    assert section.frame["idle_fraction"].is_between(0, 1).all()
+    assert "host work" in section.note and "GPU idle % needs GPU activity" in section.note
+
+
+def test_gpu_ranks_keep_their_gpu_idle(problem_run: Run):
+    section = next(s for s in sections(problem_run) if s.key == "bubbles")
+    assert section.frame is not None and section.frame["gpu_idle_fraction"].null_count() == 0
