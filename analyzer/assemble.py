@@ -44,7 +44,7 @@ from . import frames
 if TYPE_CHECKING:
     from .run import Run
 
-PROVIDES = ("clock", "aligned", "collective_calls", "steps")
+PROVIDES = ("clock", "aligned", "collective_calls", "steps", "incomplete_steps")
 
 DRIVER_FILE = re.compile(r"(?i)(^|[^a-z])(driver|controller|taskrunner|main_task)([^a-z]|$)")
 RANK_IN_FILE = re.compile(r"(?i)(?:^|[^a-z])rank[-_]?(\d{1,5})(?:[^0-9]|$)")
@@ -503,6 +503,8 @@ def provide(run: Run, name: str) -> Any:
         return aligned_events(run.events, run.clock, _unaligned_sources(run), ranks)
     if name == "steps":
         return _steps(run)
+    if name == "incomplete_steps":
+        return _incomplete_steps(run)
     raise KeyError(name)
 
 
@@ -514,4 +516,73 @@ def _steps(run: Run) -> pl.DataFrame:
     selected = parse_selection(run.options.get("steps"))
     if selected is not None:
         table = table.filter(pl.col("step").is_in(selected))
+    table = table.filter(~pl.col("step").is_in(excluded_steps(run)))
     return frames.check(table, frames.STEPS, "steps")
+
+
+# --- incomplete steps --------------------------------------------------------------------------
+
+
+def excluded_steps(run: Run) -> list[int]:
+    """Steps a trace leaves unobserved (product ``incomplete_steps``): no per-step analysis
+    reads them."""
+    return sorted(set(run.incomplete_steps["step"].to_list()))
+
+
+def trace_ends(events: pl.DataFrame, cut_sources: list[int]) -> pl.DataFrame:
+    """Per trace source and rank: where its data ends (``trace_end_ns``) and whether the file
+    was cut short. A cut file holds whole events only up to the earlier of its host and device
+    rows' last ends (a writer emits them in separate runs, so a cut can lose the tail of one
+    and keep the other)."""
+    rows = events.filter((pl.col("kind") != "log_stage") & ~pl.col("synthetic_time"))
+    on_device = pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)).alias("_device")
+    per_side = rows.group_by("source", "rank", on_device).agg(pl.col("end_ns").max())
+    cut = pl.col("source").is_in(cut_sources)
+    return per_side.group_by("source", "rank").agg(
+        pl.col("end_ns").min().alias("_cut"), pl.col("end_ns").max().alias("_end")
+    ).select(
+        pl.col("source").cast(pl.UInt32), pl.col("rank").cast(pl.Int32), cut.alias("cut"),
+        pl.when(cut).then(pl.col("_cut")).otherwise(pl.col("_end")).alias("trace_end_ns"),
+    ).sort("source", "rank")
+
+
+def incomplete_steps(steps: pl.DataFrame, ends: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
+    """INCOMPLETE_STEPS from step windows (``step, start_ns, end_ns``), :func:`trace_ends`
+    and the step markers each rank closed (``rank, step``; empty when steps are not marked
+    per rank). A cut trace leaves every step not over before its data ends (a window that ends
+    just there was cut to the last complete event, not closed by the run); any trace
+    leaves a step it ends inside when it marks steps and has no marker of that one (its step
+    never closed). A rank finishing before the others (the window ends at the last rank's, or
+    at the driver's, end) is not a reason."""
+    windows = steps.select(pl.col("step").cast(pl.Int32), "start_ns", "end_ns")
+    cut = ends.filter(pl.col("cut")).join(windows, how="cross").filter(pl.col("end_ns") >= pl.col("trace_end_ns"))
+    marking = ends.filter(~pl.col("cut")).join(markers.select(pl.col("rank").cast(pl.Int32)).unique(), on="rank")
+    closed = markers.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32))
+    unclosed = (
+        marking.join(windows, how="cross")
+        .filter((pl.col("start_ns") < pl.col("trace_end_ns")) & (pl.col("trace_end_ns") < pl.col("end_ns")))
+        .join(closed, on=["rank", "step"], how="anti")
+    )
+    return pl.concat([
+        cut.with_columns(pl.lit("cut").alias("reason")),
+        unclosed.with_columns(pl.lit("unclosed").alias("reason")),
+    ], how="diagonal_relaxed").select(list(frames.INCOMPLETE_STEPS)).cast(frames.INCOMPLETE_STEPS).sort("step", "source", "rank")
+
+
+def _incomplete_steps(run: Run) -> pl.DataFrame:
+    from .classify import step_markers_closed, step_table
+
+    cut = [s.index for s in run.sources if s.meta.get("salvaged")]
+    found = incomplete_steps(step_table(run), trace_ends(run.aligned, cut), step_markers_closed(run))
+    frames.check(found, frames.INCOMPLETE_STEPS, "incomplete_steps")
+    for (source, reason), rows in found.group_by("source", "reason", maintain_order=True):
+        run.warnings.append(f"{run.sources[int(source)].path.name}: {_exclusion(reason, rows['step'].unique().sort().to_list())}")
+    return found
+
+
+def _exclusion(reason: str, steps: list[int]) -> str:
+    """Why ``steps`` are left out, as the warning and the data-quality section say it."""
+    listed = f"step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}"
+    if reason == "cut":
+        return f"cut short: its complete events end before step {steps[0]} does; {listed} excluded from the per-step analyses"
+    return f"the trace ends inside step {steps[0]}, before its own marker of that step closed; {listed} excluded from the per-step analyses"

@@ -178,6 +178,16 @@ def _stepping(run: Run) -> dict[str, Any]:
     return cache
 
 
+def step_markers_closed(run: Run) -> pl.DataFrame:
+    """``rank, step``: the step markers each rank's trace closed, numbered as ``steps`` is
+    (empty when steps are not marked per rank: rollout waves, log steps)."""
+    markers, origin = step_markers(run.ranges)
+    if origin in ("rollout waves", "none"):
+        markers = markers.head(0)
+    shift = _stepping(run)["shift"]
+    return markers.select(pl.col("rank").cast(pl.Int32), (pl.col("step") + shift).cast(pl.Int32)).unique()
+
+
 def step_numbering(run: Run) -> str:
     """How the trace's steps were numbered when a log renumbered them ("" otherwise)."""
     return _stepping(run)["note"]
@@ -257,8 +267,13 @@ def timeline(ranges: pl.DataFrame, keep: Sequence[str] = ()) -> pl.DataFrame:
 
 
 def _select_steps(run: Run, frame: pl.DataFrame) -> pl.DataFrame:
+    """Rows of the ``--steps`` selection, without the steps a trace leaves incomplete."""
+    from .assemble import excluded_steps
+
     selected = parse_selection(run.options.get("steps"))
-    return frame if selected is None else frame.filter(pl.col("step").is_in(selected))
+    frame = frame if selected is None else frame.filter(pl.col("step").is_in(selected))
+    excluded = excluded_steps(run)
+    return frame.filter(~pl.col("step").is_in(excluded).fill_null(False)) if excluded else frame
 
 
 # --- pools ---------------------------------------------------------------------------------------
