@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from parsers.events import GPU_ACTIVITY_KINDS
 from taxonomy.vocab import IDLE_CAUSE, IDLE_CAUSES
 
 from .. import frames, intervals
@@ -169,8 +170,28 @@ def compute_largest(states: pl.DataFrame, top: int = LARGEST) -> pl.DataFrame:
     )
 
 
+def without_devices(activity: pl.DataFrame, stage_ranges: pl.DataFrame, ranks: list[int]) -> list[int]:
+    """Ranks that get no idle analysis: no device activity (a CPU-only capture) and no stage
+    ranges, so their host work (docs/analyses.md §1) stands for no step structure and every
+    idle cause would be a guess."""
+    on_device = activity.filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)))["rank"].unique().to_list()
+    staged = stage_ranges.filter(pl.col("stage") != "other")["rank"].unique().to_list()
+    return sorted(set(ranks) - set(on_device) - set(staged))
+
+
+def host_only(activity: pl.DataFrame) -> list[int]:
+    """Ranks whose activity is host work (no kernel, copy or memset): no GPU idle for them."""
+    device = pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
+    return sorted(activity.group_by("rank").agg(device.any().alias("_d")).filter(~pl.col("_d"))["rank"].to_list())
+
+
 def provide(run, name: str) -> pl.DataFrame:
     if name == "device_states":
+        skip = without_devices(run.activity, run.stage_ranges, run.ranks)
+        if skip:
+            keep = ~pl.col("rank").is_in(skip)
+            return compute_states(run.steps, run.pools.filter(keep), run.stage_ranges.filter(keep),
+                                  run.activity.filter(keep), run.collective_waits.filter(keep))
         return compute_states(run.steps, run.pools, run.stage_ranges, run.activity, run.collective_waits)
     if name == "bubbles":
         return compute_bubbles(run.device_states, run.activity, run.steps)
@@ -181,6 +202,9 @@ def section(run):
     from ..report.sections import Column, Section, gated
 
     title = "Idle time by cause"
+    skipped = without_devices(run.activity, run.stage_ranges, run.ranks)
+    if skipped and run.steps.height and not run.bubbles.height:
+        return Section(title, None, note=f"needs GPU activity: {_no_device(skipped)}")
     table = gated(run, title, "bubbles", "needs steps and device activity: none in these sources")
     if isinstance(table, Section):
         return table
@@ -195,10 +219,17 @@ def section(run):
     )
     frame = per_device.join(causes, on="rank").with_columns(
         (pl.col("idle_ns") / pl.col("window_ns")).alias("idle_fraction"),
-        (1 - pl.col("busy_ns") / pl.col("window_ns")).alias("gpu_idle_fraction"),
+        pl.when(~pl.col("rank").is_in(host_only(run.activity)))
+        .then(1 - pl.col("busy_ns") / pl.col("window_ns")).alias("gpu_idle_fraction"),
     ).sort("rank")
     largest = run.largest_bubbles.head(3)
     note = "Idle = step window − productive busy (busy minus sync wait); GPU idle % is window − busy (HTA sense)."
+    hosted = host_only(run.activity.filter(pl.col("rank").is_in(frame["rank"].implode())))
+    if hosted:
+        note += (f" Rank{'s' if len(hosted) > 1 else ''} {_listed(hosted)}: no device activity, so host work (the"
+                 " outermost CPU ops) stands in for it and GPU idle % needs GPU activity.")
+    if skipped:
+        note += f" Not shown, needs GPU activity: {_no_device(skipped)}."
     if largest.height:
         note += " Largest: " + "; ".join(
             f"rank {r['rank']} step {r['step']} {r['cause']} {(r['end_ns'] - r['start_ns']) / 1e6:.3g} ms"
@@ -217,3 +248,13 @@ def section(run):
         ],
         note=note,
     )
+
+
+def _listed(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:8]))
+    return shown + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
+
+
+def _no_device(ranks: list[int]) -> str:
+    return (f"rank{'s' if len(ranks) > 1 else ''} {_listed(ranks)} ha{'ve' if len(ranks) > 1 else 's'} no kernels,"
+            " copies or memsets (a CPU-only capture) and no stage ranges for their host work to stand in for")

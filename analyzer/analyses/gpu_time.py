@@ -80,7 +80,13 @@ def section(run):
 
     frame = run.gpu_time.filter(pl.col("gpu_start_ns").is_not_null())
     if frame.height == 0:
-        return Section("GPU time per rank", None, note="No GPU activity in these sources (CPU-only traces or logs).")
+        return Section("GPU time per rank", None,
+                       note="needs GPU activity: no kernels, copies or memsets in these sources (CPU-only traces or logs)")
+    note = "Busy = union of kernels, copies and memsets over all streams; window = first to last GPU activity."
+    without = sorted(set(run.ranks) - set(frame["rank"].to_list()))
+    if without:
+        listed = ", ".join(map(str, without[:8])) + (f" and {len(without) - 8} more" if len(without) > 8 else "")
+        note += f" Not shown, needs GPU activity: rank{'s' if len(without) > 1 else ''} {listed} (no device rows)."
     return Section(
         "GPU time per rank",
         frame,
@@ -94,5 +100,5 @@ def section(run):
             Column("compute_ns", "compute", "duration"),
             Column("overlap_fraction", "comm overlapped", "percent"),
         ],
-        note="Busy = union of kernels, copies and memsets over all streams; window = first to last GPU activity.",
+        note=note,
     )
