@@ -1,21 +1,28 @@
 """The ``rlperf`` command line: the app, the options commands share, and the entry point.
 
 Each command lives in its own module under ``analyzer/commands/`` and registers itself on
-:data:`app`; :data:`COMMANDS` lists them in help order. Exit status: 0 ok, 1 an audit failed,
-2 bad input or usage (one line naming the file and the problem; ``--debug`` shows the
-traceback instead).
+:data:`app`; :data:`COMMANDS` lists them in help order. The error contract (docs/errors.md):
+exit status 0 ok (each warning also one line on stderr), 1 an audit budget broke, 2 bad input
+or usage (one line naming the file and the problem), 3 an internal error (one line naming the
+analysis; the report is still written with the failed part marked). ``--debug`` adds the
+traceback, ``--strict`` makes warnings errors.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from parsers.errors import InputError
+from parsers.errors import InputError, printable
+
+if TYPE_CHECKING:
+    from .run import Run
 
 app = typer.Typer(
     name="rlperf",
@@ -64,22 +71,87 @@ LayoutSpec = Annotated[str | None, typer.Option(
     "--layout", help="Rank layout of the training pool for collectives whose group has no description: degrees and/or order, e.g. tp=2,pp=4 or dp-tp-pp,tp=2 (default Megatron's tp-cp-ep-dp-pp).")]
 
 
-def main() -> None:
-    """Console entry point: bad input becomes one line on stderr and exit status 2."""
-    debug = "--debug" in sys.argv
-    if debug:
-        sys.argv.remove("--debug")
-    from taxonomy.collectives import CollectiveRulesError
-    from taxonomy.guidelines import GuidelineError
-    from taxonomy.profiles import ProfileError
+BAD_INPUT = 2
+INTERNAL_ERROR = 3
+"""Exit status of an unexpected error inside rlperf (docs/errors.md): CI tells it from a broken
+budget (1) and from bad input (2)."""
 
+
+@dataclass
+class Contract:
+    """What ``--debug`` and ``--strict`` asked for in this process (set while options parse)."""
+
+    debug: bool = False
+    strict: bool = False
+
+
+CONTRACT = Contract()
+
+
+def _setter(name: str):
+    def callback(value: bool) -> bool:
+        setattr(CONTRACT, name, value)
+        return value
+
+    return callback
+
+
+Debug = Annotated[bool, typer.Option(
+    "--debug", help="On an error, also print the traceback (for a bug report).", callback=_setter("debug"))]
+Strict = Annotated[bool, typer.Option(
+    "--strict", help="Treat every warning as an error: exit status 2 naming the first one.", callback=_setter("strict"))]
+
+
+def hold_strict(runs: Iterable[Run]) -> None:
+    """Under ``--strict``, the first warning of ``runs`` as an InputError (exit status 2)."""
+    if not CONTRACT.strict:
+        return
+    found = [w for run in runs for w in run.warnings]
+    if found:
+        raise InputError("--strict", f"warning treated as an error: {found[0]} ({len(found)} warning(s) in all)")
+
+
+def conclude(runs: Iterable[Run]) -> None:
+    """After the output is written: each warning as one line on stderr, each internal error as
+    one line naming the analysis that failed, then exit status 3 if there was one."""
+    from .report.sections import failures
+
+    found = []
+    for run in runs:
+        for warning in run.warnings:
+            typer.echo(f"rlperf: warning: {printable(warning)}", err=True)
+        found += failures(run)
+    for failure in found:
+        if CONTRACT.debug:
+            typer.echo(failure.traceback.rstrip(), err=True)
+        typer.echo(internal_line(failure.what, failure.module, failure.error), err=True)
+    if found:
+        raise typer.Exit(INTERNAL_ERROR)
+
+
+def internal_line(what: str, module: str, error: str) -> str:
+    named = f"{what} ({module})" if what != module else module
+    hint = "" if CONTRACT.debug else "; rerun with --debug for the traceback"
+    return f"rlperf: internal error in {named}: {error}{hint}"
+
+
+def main() -> None:
+    """Console entry point: bad input is one line and exit status 2, an unexpected error one
+    line naming where it happened and exit status 3; ``--debug`` adds the traceback."""
     try:
         app()
-    except (InputError, ProfileError, GuidelineError, CollectiveRulesError) as exc:
-        if debug:
-            raise
-        typer.echo(f"rlperf: error: {exc}", err=True)
-        raise SystemExit(2) from None
+    except Exception as exc:
+        from .report.sections import describe, user_errors
+
+        if isinstance(exc, user_errors()):
+            line, status = f"rlperf: error: {exc}", BAD_INPUT
+        else:
+            failure = describe(exc)
+            line, status = internal_line(failure.what, failure.module, failure.error), INTERNAL_ERROR
+        if CONTRACT.debug:
+            traceback.print_exc()
+        typer.echo(line, err=True)
+        raise SystemExit(status) from None
 
 
 for _module in COMMANDS:

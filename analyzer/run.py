@@ -88,7 +88,7 @@ class Run:
 
     def summary(self) -> dict[str, Any]:
         """Everything the reports show, as plain JSON-able data: one key per report section."""
-        from .report.sections import sections
+        from .report.sections import failures, sections
 
         document: dict[str, Any] = {
             "sources": [
@@ -103,6 +103,7 @@ class Run:
             document[section.key] = section.frame.to_dicts() if section.frame is not None else []
             for name, frame in section.details.items():
                 document[name] = frame.to_dicts()
+        document["failures"] = [{"failed": f.what, "module": f.module, "error": f.error} for f in failures(self)]
         return document
 
 

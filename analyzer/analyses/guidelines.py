@@ -32,7 +32,7 @@ from taxonomy.guidelines import (
 )
 
 from .. import frames
-from ..report.sections import Column, Section
+from ..report.sections import Column, Section, record_failure, user_errors
 from .guideline_evidence import Evidence, Inapplicable, Measured, Missing, Result, run_value
 from .guideline_metrics import METRICS
 
@@ -70,11 +70,24 @@ def provide(run: Run, name: str) -> pl.DataFrame:
 def evaluate(run: Run, catalogue: Catalogue) -> pl.DataFrame:
     """One row per guideline (:data:`SCHEMA`), violated first."""
     evidence = Evidence(run, catalogue)
-    rows = [_judge(g, evidence) for g in catalogue.guidelines]
+    rows = [_judged(g, evidence) for g in catalogue.guidelines]
     frame = pl.DataFrame(rows, schema=SCHEMA, orient="row")
     order = pl.col("status").replace_strict(STATUS_ORDER, return_dtype=pl.Int8)
     severity = pl.col("severity").replace_strict(SEVERITY_ORDER, default=1, return_dtype=pl.Int8)
     return frame.with_row_index("_i").sort([order, severity, "_i"]).drop("_i")
+
+
+def _judged(g: Guideline, evidence: Evidence) -> tuple[Any, ...]:
+    """:func:`_judge`, or a row marked failed when its metric raises: one metric's bug leaves
+    the other guidelines judged (docs/errors.md)."""
+    try:
+        return _judge(g, evidence)
+    except user_errors():
+        raise
+    except Exception as exc:
+        marker = record_failure(evidence.run, f"guideline {g.id}", exc).marker
+        check = g.checks[0]
+        return _row(g, check, "not_evaluated", None, None, check.first_threshold, None, None, None, None, marker)
 
 
 def _judge(g: Guideline, evidence: Evidence) -> tuple[Any, ...]:
@@ -160,7 +173,7 @@ def section(run: Run) -> Section | None:
 def _result(row: dict[str, Any]) -> str:
     """``warn: 69.6% > 20%*``, ``passed: 33.6% < 60%``, ``passed (does not apply)``, ``not evaluated``."""
     if row["status"] == "not_evaluated":
-        return "not evaluated"
+        return "failed" if row["evidence"].startswith("failed: ") else "not evaluated"
     if row["value"] is None:
         return "passed (does not apply)"
     value, threshold = row["value"], row["threshold"]

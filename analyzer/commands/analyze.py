@@ -8,7 +8,10 @@ from typing import Annotated
 
 import typer
 
+from parsers.errors import InputError
+
 from ..cli import (
+    Debug,
     Framework,
     GuidelinesFile,
     Jobs,
@@ -21,7 +24,10 @@ from ..cli import (
     RulesFile,
     RunChoice,
     StepSelection,
+    Strict,
     app,
+    conclude,
+    hold_strict,
 )
 
 
@@ -48,6 +54,8 @@ def analyze(
     rules: RulesFile = None,
     layout: LayoutSpec = None,
     run_choice: RunChoice = None,
+    strict: Strict = False,
+    debug: Debug = False,
 ) -> None:
     """Analyze one run: RL stages per step and rank, idle time by cause, sync overhead, guidelines.
 
@@ -74,9 +82,63 @@ def analyze(
     run.options.update(options)
     if guidelines is not None:
         run.options[OPTION] = str(guidelines)
+    run.warnings.extend(selection_warnings(run) + framework_warnings(run))
     with steps.step("Analyzing"):
         sections(run)  # computes every product once, behind a progress display
+    hold_strict([run])
     emit(run, fmt.value, output, steps)
+    conclude([run])
+
+
+def selection_warnings(run) -> list[str]:
+    """``--steps`` and ``--ranks`` against what the run has: none of it inside is an InputError
+    naming the option (an empty report would look like a result), part of it a warning."""
+    from ..assemble import parse_selection
+    from ..classify import step_table
+
+    out = []
+    for flag, noun, have in (("--steps", "steps", lambda: step_table(run)["step"].unique().to_list()),
+                             ("--ranks", "ranks", lambda: run.ranks)):
+        asked = parse_selection(run.options.get(flag.removeprefix("--")))
+        if asked is None:
+            continue
+        present = sorted(set(have()))
+        inside = sorted(set(asked) & set(present))
+        has = f"the run has {noun} {spans(present)}" if present else f"the run has no {noun}"
+        if not inside:
+            raise InputError(flag, f"asked for {noun} {spans(asked)}, but {has}")
+        if len(inside) < len(asked):
+            outside = sorted(set(asked) - set(inside))
+            out.append(f"{flag}: {noun} {spans(outside)} are not in the run ({has}); analysing {noun} {spans(inside)}")
+    return out
+
+
+def framework_warnings(run) -> list[str]:
+    """``--framework`` against the framework a source states (a log header names it)."""
+    from taxonomy.profiles import load_profiles
+
+    asked = run.options.get("framework")
+    if not asked:
+        return []
+    profiles = load_profiles(run.options.get("rules")).values()
+
+    def profile(name: str) -> str:
+        return next((p.name for p in profiles if name == p.name or name in p.frameworks), name)
+
+    stated = [(s.path.name, str(s.meta["framework"])) for s in run.sources if s.meta.get("framework")]
+    return [f"--framework {asked}: {name} states framework {told}; classifying with the {profile(asked)} profile as asked"
+            for name, told in stated if profile(told) != profile(asked)]
+
+
+def spans(values: list[int]) -> str:
+    """[1, 2, 3, 7] → ``1-3,7``."""
+    runs: list[list[int]] = []
+    for v in sorted(set(values)):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def emit(run, fmt: str, output: Path | None, steps) -> None:

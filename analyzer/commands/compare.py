@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import Jobs, NoCache, Output, Quiet, RunChoice, app
+from ..cli import Debug, Jobs, NoCache, Output, Quiet, RunChoice, Strict, app, conclude, hold_strict
 
 
 class CompareFormat(str, Enum):
@@ -31,6 +31,8 @@ def compare(
     no_cache: NoCache = False,
     quiet: Quiet = False,
     run_choice: RunChoice = None,
+    strict: Strict = False,
+    debug: Debug = False,
 ) -> None:
     """Compare runs on the same metrics: values side by side, deltas against the first run, and
     which run wins each metric (e.g. verl colocated vs OpenRLHF disaggregated on the same job,
@@ -50,7 +52,9 @@ def compare(
     loaded = [load([path], steps, jobs=jobs, no_cache=no_cache, label=name, run=run_choice, writes=[output]) for path, name in zip(runs, labels, strict=True)]
     with steps.step("Analyzing"):
         comparison = compare_runs(loaded, labels)
+    hold_strict(loaded)
     emit(comparison, fmt.value, output, steps, runs=loaded)
+    conclude(loaded)
 
 
 def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None:

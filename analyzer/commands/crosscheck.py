@@ -11,7 +11,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import Jobs, NoCache, Output, Paths, Quiet, RunChoice, app
+from ..cli import (
+    Debug,
+    Jobs,
+    NoCache,
+    Output,
+    Paths,
+    Quiet,
+    RunChoice,
+    Strict,
+    app,
+    conclude,
+    hold_strict,
+)
 
 
 class CrossFormat(str, Enum):
@@ -28,6 +40,8 @@ def crosscheck(
     no_cache: NoCache = False,
     quiet: Quiet = False,
     run_choice: RunChoice = None,
+    strict: Strict = False,
+    debug: Debug = False,
 ) -> None:
     """Run HTA (pip install 'rlperf[hta]') on the run's PyTorch profiler traces and print its
     temporal breakdown and comm/compute overlap beside rlperf's, with the differences and how
@@ -39,6 +53,7 @@ def crosscheck(
     load_hta()
     steps = Steps(quiet)
     run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[output])
+    hold_strict([run])
     traces = sum(s.format == "kineto" for s in run.sources)
     with steps.step("Running HTA", total=traces) as advance:
         result = run_crosscheck(run, progress=advance)
@@ -46,10 +61,10 @@ def crosscheck(
 
     if fmt.value == "json":
         emit_text(json.dumps(result.to_json(), indent=2, default=str) + "\n", output, steps, "json cross-check")
-        return
-
-    with console(output, 140) as out:
-        render_text(result, out)
+    else:
+        with console(output, 140) as out:
+            render_text(result, out)
+    conclude([run])
 
 
 def render_text(result, console: Console) -> None:

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import Quiet, app
+from ..cli import Debug, Quiet, app
 
 DEFAULT_OUTPUT = Path("rlperf-demo.html")
 HIGHLIGHTS = (
@@ -28,6 +28,7 @@ HIGHLIGHTS = (
 def demo(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the HTML report.")] = DEFAULT_OUTPUT,
     quiet: Quiet = False,
+    debug: Debug = False,
 ) -> None:
     """Analyze the bundled sample runs (verl colocated, disaggregated and one-step-off; OpenRLHF
     disaggregated; GPU-shaped synthetic runs of the three placements) and write one

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli import Jobs, NoCache, Paths, Quiet, RunChoice, app
+from ..cli import Debug, Jobs, NoCache, Paths, Quiet, RunChoice, Strict, app, conclude, hold_strict
 
 
 @app.command()
@@ -18,6 +18,8 @@ def export(
     no_cache: NoCache = False,
     quiet: Quiet = False,
     run_choice: RunChoice = None,
+    strict: Strict = False,
+    debug: Debug = False,
 ) -> None:
     """Export the run for the Perfetto UI (ui.perfetto.dev) and chrome://tracing: every rank a
     process with its events, a stages track, a bubbles track (idle time by cause, the largest
@@ -28,6 +30,7 @@ def export(
 
     steps = Steps(quiet)
     run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[perfetto])
+    hold_strict([run])
     with steps.step("Writing the trace"):
         written = write_trace(run, perfetto)
     steps.say(
@@ -35,3 +38,4 @@ def export(
         f"{written['bubble_slices']:,} bubbles and {written['flows']:,} weight-sync flows to {perfetto} "
         "(open it at ui.perfetto.dev or chrome://tracing)"
     )
+    conclude([run])

@@ -12,7 +12,7 @@ import polars as pl
 import typer
 from rich.table import Table
 
-from ..cli import Output, app
+from ..cli import Debug, Output, app
 
 
 class Part(str, Enum):
@@ -67,6 +67,7 @@ def taxonomy(
     collective_rules: Annotated[Path | None, typer.Option("--collective-rules", help="A user collective-rules file (same tables as taxonomy/collectives.toml).")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
     output: Output = None,
+    debug: Debug = False,
 ) -> None:
     """Print the taxonomy: stages, roles, dimensions, placements and execution modes, the
     framework profiles with their rules, the collective rules and the guideline catalogue."""
