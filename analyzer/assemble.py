@@ -22,6 +22,9 @@
   renumbered to the log's numbering when logs of the same run come along (their stage
   durations are matched). Stage ranges join the step they belong to (:func:`step_of`) and the
   step window is ``[min start, max end)`` of its ranges over all ranks.
+* **Incomplete steps** (product ``incomplete_steps``): steps a trace does not cover — from where
+  a file cut short ends on, or one a rank's trace ends inside without closing its marker — are
+  left out of ``steps`` and every per-step product, with a warning (docs/assembly.md, Steps).
 """
 
 from __future__ import annotations
