@@ -15,8 +15,11 @@ and ``field`` is a column of the rows — or, in name/value sections such as ``o
 A budget file (TOML) lists checks; each has ``metric`` and any of ``max``, ``min`` (absolute
 limits) and ``max_increase``, ``max_decrease`` (fractions of the baseline's value: needs
 ``--baseline``); ``name`` titles it and ``missing = "skip"`` lets a check pass when the report
-has no value for it (default: it fails). With a baseline and no budget file, every run-summary
-number with a direction is held to :data:`DEFAULT_REGRESSION` of the baseline.
+has no value for it (default: it fails). Without a baseline (the first run of a branch) the
+relative limits pass with the note :data:`NO_BASELINE`; the absolute ones still hold. With a
+baseline and no budget file, every run-summary number with a direction is held to
+:data:`DEFAULT_REGRESSION` of the baseline. A check on a section whose analysis failed is an
+``error`` (an internal error, exit status 3), never a ``fail`` (exit status 1).
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ DEFAULT_REGRESSION = 0.10
 AGGREGATES = ("max", "min", "sum", "mean", "count")
 LIMITS = ("max", "min", "max_increase", "max_decrease")
 CHECK_KEYS = frozenset({"metric", "name", "missing", *LIMITS})
+RELATIVE = ("max_increase", "max_decrease")
+NO_BASELINE = "no baseline: not checked"
+"""The note of a relative limit when the audit has no baseline (the first run has none yet)."""
 
 _PATH = re.compile(
     r"^(?:(?P<agg>[a-z]+):)?(?P<section>[A-Za-z_][\w-]*)(?:\[(?P<filters>[^\]]*)\])?\.(?P<field>[\w.%-]+)$"
@@ -68,7 +74,7 @@ class Check:
 class Outcome:
     check: Check
     status: str
-    """``pass``, ``fail`` or ``skip``."""
+    """``pass``, ``fail``, ``skip`` or ``error`` (its section failed with an internal error)."""
     value: float | None = None
     baseline: float | None = None
     message: str = ""
@@ -86,8 +92,12 @@ class Result:
         return [o for o in self.outcomes if o.status == "fail"]
 
     @property
+    def errors(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "error"]
+
+    @property
     def passed(self) -> bool:
-        return not self.failed
+        return not self.failed and not self.errors
 
 
 # --- metric paths -------------------------------------------------------------------------------
@@ -233,18 +243,32 @@ def audit(document: dict[str, Any], checks: list[Check], baseline: dict[str, Any
     return Result(subject=subject, outcomes=[_evaluate(c, document, baseline) for c in checks])
 
 
+def failed_sections(document: dict[str, Any]) -> dict[str, str]:
+    """Section key → its internal error, from the report's ``failures``."""
+    found = document.get("failures") or []
+    return {
+        str(f["failed"]).removeprefix("section "): f"{f.get('module', '')}: {f.get('error', '')}"
+        for f in found if isinstance(f, dict) and str(f.get("failed", "")).startswith("section ")
+    }
+
+
 def _evaluate(check: Check, document: dict[str, Any], baseline: dict[str, Any] | None) -> Outcome:
+    broken = failed_sections(document).get(check.path.section)
+    if broken is not None:
+        return Outcome(check, "error", message=f"section {check.path.section} failed: internal error in {broken}")
     value, why = resolve(document, check.path)
     if value is None:
         status = "skip" if check.missing == "skip" else "fail"
         return Outcome(check, status, message=why)
     fmt = value_format(document, check.path)
     out = Outcome(check, "pass", value=value, format=fmt)
-    relative = {k: v for k, v in check.limits.items() if k in ("max_increase", "max_decrease")}
-    if relative:
-        if baseline is None:
-            out.status, out.message = "fail", "limits relative to a baseline need --baseline"
-            return out
+    relative = any(k in RELATIVE for k in check.limits)
+    notes = [NO_BASELINE] if relative and baseline is None else []
+    if relative and baseline is not None:
+        broken = failed_sections(baseline).get(check.path.section)
+        if broken is not None:
+            return Outcome(check, "error", value=value, format=fmt,
+                           message=f"baseline: section {check.path.section} failed: internal error in {broken}")
         base, why = resolve(baseline, check.path)
         if base is None:
             out.status, out.message = ("skip" if check.missing == "skip" else "fail"), f"baseline: {why}"
@@ -257,7 +281,7 @@ def _evaluate(check: Check, document: dict[str, Any], baseline: dict[str, Any] |
             problems.append(f"above the max {shown}")
         elif key == "min" and value < limit:
             problems.append(f"below the min {shown}")
-        elif key in ("max_increase", "max_decrease") and out.baseline is not None:
+        elif key in RELATIVE and out.baseline is not None:
             change = _change(value, out.baseline)
             worse = change if key == "max_increase" else -change
             if worse > limit:
@@ -265,7 +289,7 @@ def _evaluate(check: Check, document: dict[str, Any], baseline: dict[str, Any] |
                 problems.append(f"{verb} {_pct(abs(change))} from the baseline, more than {_pct(limit)}")
     if problems:
         out.status = "fail"
-        out.message = "; ".join(problems)
+    out.message = "; ".join([*problems, *notes])
     return out
 
 
@@ -307,9 +331,11 @@ def summary_lines(result: Result) -> list[str]:
         shown = _shown(o, path=o.check.name != o.check.path.text)
         lines.append(f"  {o.status.upper():4}  {o.check.name:<{width}}  {shown}")
     failed, skipped = len(result.failed), sum(o.status == "skip" for o in result.outcomes)
-    verdict = "FAILED" if failed else "passed"
+    errors = len(result.errors)
+    verdict = "FAILED" if failed else "INCOMPLETE" if errors else "passed"
     head = f"rlperf audit {verdict}: {len(result.outcomes)} check(s), {failed} failed"
     head += f", {skipped} skipped" if skipped else ""
+    head += f", {errors} not evaluated (internal error)" if errors else ""
     return [f"{head}{f' ({result.subject})' if result.subject else ''}", *lines]
 
 
@@ -332,11 +358,20 @@ def _shown(o: Outcome, *, path: bool = True) -> str:
 
 def github_annotations(result: Result) -> list[str]:
     """``::error`` workflow commands, which GitHub Actions shows on the run's summary page."""
-    return [f"::error title=rlperf audit: {o.check.name}::{_escape_workflow(_shown(o))}" for o in result.failed]
+    return [
+        f"::error title={escape_property(f'rlperf audit: {o.check.name}')}::{escape_data(_shown(o))}"
+        for o in [*result.failed, *result.errors]
+    ]
 
 
-def _escape_workflow(text: str) -> str:
+def escape_data(text: str) -> str:
+    """A workflow command's message, escaped as GitHub's runner unescapes it."""
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A workflow command's property value (``title=``): also ``:`` and ``,``, which would end it."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def junit_xml(result: Result, *, suite: str = "rlperf audit") -> str:
@@ -346,7 +381,7 @@ def junit_xml(result: Result, *, suite: str = "rlperf audit") -> str:
 
     failed = len(result.failed)
     skipped = sum(o.status == "skip" for o in result.outcomes)
-    counts = {"tests": str(len(result.outcomes)), "failures": str(failed), "errors": "0"}
+    counts = {"tests": str(len(result.outcomes)), "failures": str(failed), "errors": str(len(result.errors))}
     root = ET.Element("testsuites", {"name": suite, **counts, "time": "0"})
     node = ET.SubElement(root, "testsuite", {"name": f"{suite}: {result.subject}" if result.subject else suite, **counts,
                                              "skipped": str(skipped), "time": "0"})
@@ -355,6 +390,9 @@ def junit_xml(result: Result, *, suite: str = "rlperf audit") -> str:
         if o.status == "fail":
             failure = ET.SubElement(case, "failure", {"message": o.message or "budget exceeded", "type": "budget"})
             failure.text = _shown(o)
+        elif o.status == "error":
+            error = ET.SubElement(case, "error", {"message": o.message, "type": "internal"})
+            error.text = _shown(o)
         elif o.status == "skip":
             ET.SubElement(case, "skipped", {"message": o.message})
         out = ET.SubElement(case, "system-out")

@@ -68,11 +68,11 @@ def failing_in(module: types.ModuleType, error: Exception) -> types.FunctionType
     return fn
 
 
-def rlperf(*args: str, fail: str = "", timeout: int = 300) -> subprocess.CompletedProcess:
+def rlperf(*args: str, fail: str = "", timeout: int = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``rlperf ARGS`` in a fresh interpreter, with the analyses in ``fail`` raising."""
     return subprocess.run(
         [sys.executable, "-c", DRIVER, fail, *args], capture_output=True, text=True, timeout=timeout,
-        cwd=ROOT, env={**os.environ, "RLPERF_NO_CACHE": "1"},
+        cwd=ROOT, env={**os.environ, "RLPERF_NO_CACHE": "1", **(env or {})},
     )
 
 

@@ -1,4 +1,5 @@
-"""``rlperf audit``: performance budgets for CI (exit 0 pass, 1 a budget failed, 2 bad input)."""
+"""``rlperf audit``: performance budgets for CI (exit 0 pass, 1 a budget failed, 2 bad input,
+3 an internal error: CI tells a crash from a regression)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,20 @@ from typing import Annotated
 
 import typer
 
-from ..cli import Jobs, NoCache, Paths, Quiet, RunChoice, app
+from ..cli import (
+    INTERNAL_ERROR,
+    Debug,
+    Jobs,
+    NoCache,
+    Paths,
+    Quiet,
+    RunChoice,
+    Strict,
+    app,
+    conclude,
+    hold_strict,
+    internal_line,
+)
 
 
 @app.command()
@@ -22,13 +36,16 @@ def audit(
     no_cache: NoCache = False,
     quiet: Quiet = False,
     run_choice: RunChoice = None,
+    strict: Strict = False,
+    debug: Debug = False,
 ) -> None:
     """Check a run against performance budgets (for CI): weight-sync share <= 5%, trainer idle
     <= 20%, step time at most 10% worse than a baseline, no guideline at error level, ….
 
     PATHS is the run (traces, logs, directories) or a JSON report written by rlperf analyze
     --format json. Metric paths address that report (docs/reports.md). With --baseline alone,
-    every run-summary number is held to 10% of the baseline. Exit status 1 when a check fails.
+    every run-summary number is held to 10% of the baseline; without a baseline, max_increase
+    and max_decrease are not checked. Exit status 1 when a check fails, 3 on an internal error.
     """
     from .. import audit as budgets
     from ..progress import Steps, load
@@ -43,6 +60,7 @@ def audit(
     if base is not None and not checks:
         checks = budgets.regression_checks(base)
     steps = Steps(quiet)
+    run = None
     if len(paths) == 1 and budgets.is_report(paths[0]):
         document = budgets.load_report(paths[0])
     else:
@@ -51,6 +69,7 @@ def audit(
         run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[junit])
         with steps.step("Analyzing"):
             document = json.loads(json_report.render(run))
+        hold_strict([run])
     subject = ", ".join(str(p) for p in paths)
     result = budgets.audit(document, checks, base, subject=subject)
     lines = budgets.summary_lines(result)
@@ -59,5 +78,11 @@ def audit(
     sys.stdout.write("\n".join(lines) + "\n")
     if junit is not None:
         write_text(junit, budgets.junit_xml(result))
-    if not result.passed:
+    if run is not None:
+        conclude([run])
+    elif document.get("failures"):
+        for f in document["failures"]:
+            typer.echo(internal_line(str(f.get("failed")), str(f.get("module")), str(f.get("error"))), err=True)
+        raise typer.Exit(INTERNAL_ERROR)
+    if result.failed:
         raise typer.Exit(1)
