@@ -169,16 +169,13 @@ def compute(
 
 
 def _timer_rows(events: pl.DataFrame, classes: pl.DataFrame) -> pl.DataFrame:
-    """One row per step and timer key (the last source wins), with its classification."""
-    rows = (
-        events.filter((pl.col("kind") == "log_stage") & pl.col("step").is_not_null())
-        .select(
-            pl.col("step").cast(pl.Int32), pl.col("name").cast(pl.String), "source",
-            ((pl.col("end_ns") - pl.col("start_ns")) / 1e9).alias("seconds"),
-        )
-        .sort("source")
-        .unique(subset=["step", "name"], keep="last", maintain_order=True)
+    """One row per step and timer key, with its classification (see :func:`_one_per_key`)."""
+    duration = pl.col("end_ns") - pl.col("start_ns")
+    rows = events.filter((pl.col("kind") == "log_stage") & pl.col("step").is_not_null()).select(
+        pl.col("step").cast(pl.Int32), pl.col("name").cast(pl.String), "source",
+        (duration / 1e9).alias("seconds"), _digits(duration).alias("_digits"),
     )
+    rows = _one_per_key(rows, ["step", "name"], "seconds")
     known = classes.with_columns(pl.col("name").cast(pl.String), pl.col("relation").cast(pl.String))
     rows = rows.join(known, on="name", how="left").with_columns(
         pl.col("relation").fill_null("unknown"),
@@ -192,6 +189,20 @@ def _timer_rows(events: pl.DataFrame, classes: pl.DataFrame) -> pl.DataFrame:
         .alias("label"),
         (pl.col("covers").list.len() > 1).fill_null(False).alias("composite"),
     )
+
+
+def _digits(value: pl.Expr) -> pl.Expr:
+    """How many digits a value is stated with (trailing zeros do not count)."""
+    return value.cast(pl.String).str.strip_chars_end("0").str.len_chars()
+
+
+def _one_per_key(rows: pl.DataFrame, keys: list[str], value: str) -> pl.DataFrame:
+    """One row per ``keys``: within a source its last statement; across sources (a console log
+    and ``trainer_state.json`` state the same timer, the console rounded) the one with the most
+    digits, then the larger — so the answer does not depend on the order files were given in."""
+    last = rows.unique(subset=["source", *keys], keep="last", maintain_order=True)
+    ranked = last.sort([*keys, "_digits", value], descending=[False] * len(keys) + [True, True], nulls_last=True)
+    return ranked.unique(subset=keys, keep="first", maintain_order=True).drop("_digits")
 
 
 def _stage_rows(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
@@ -406,8 +417,9 @@ def _long_tail(metrics: pl.DataFrame, metric_keys: Mapping[str, Sequence[str]]) 
     if chosen["response_length_mean"] is None:
         return pl.DataFrame(schema=LONG_TAIL_SCHEMA), pl.DataFrame(schema=LONG_TAIL_SUMMARY_SCHEMA)
     used = {k: q for q, k in chosen.items() if k is not None}
+    stated = metrics.filter(pl.col("key").is_in(list(used))).with_columns(_digits(pl.col("value")).alias("_digits"))
     wide = (
-        metrics.filter(pl.col("key").is_in(list(used)))
+        _one_per_key(stated, ["step", "key"], "value")
         .with_columns(pl.col("key").replace_strict(used).alias("q"))
         .pivot(on="q", index="step", values="value", aggregate_function="last")
     )
