@@ -4,9 +4,13 @@ The synthetic generator computes its truth from its own true timeline with its o
 code (sample_traces/synth/truth.py, no analyzer code). Here the analyses run on frames built
 from what the traces say — every rank's kernels, copies and NCCL calls as parsed from its
 Kineto file, with the truth's clock offsets removed and instances matched by (group, seq) —
-plus the truth's stage intervals and step windows, and must give the truth's numbers: stage
-durations per rank and step within 2% (or 1 ms), idle time by cause within 2% of the device's
-window, collective time by dimension within 2%, the critical path's rank and stage.
+plus the truth's stage intervals and step windows, and must give the truth's numbers exactly —
+stage durations per rank and step, idle time per device, step and cause, busy and productive
+time, collective time and wait by dimension, the critical path's rank, stage and length, the
+work. Measured on the 7 runs in both modes: every one of these equals the truth to the
+nanosecond (the generator writes ns-exact times and rlperf keeps them), so any tolerance would
+only hide a rounding bug. The real CPU runs of the harness (below) have their own, measured
+tolerances.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from taxonomy.vocab import DIM, POOL, ROLE, STAGE
 
 STAGE_TOL_NS = 1_000_000
 REL = 0.02
+"""The harness runs' stage-duration contract (docs/analyses.md): within 2% or 1 ms."""
 
 COMMITTED_RUNS: dict[str, Path] = {f"{s}-{spec['ranks']}": COMMITTED_ROOT / s for s, spec in COMMITTED.items()}
 """The committed synthetic samples (test_synth holds them to the generator's output)."""
@@ -159,7 +164,7 @@ def test_stage_durations_per_rank_and_step(runs, name: str, mode: str) -> None:
     want = pl.DataFrame(t["stage_durations"])
     both = got.join(want, on=["rank", "step", "stage"], how="full", coalesce=True)
     assert both.filter(pl.col("time_ns").is_null() | pl.col("duration_ns").is_null()).height == 0
-    off = both.filter(~close(pl.col("time_ns"), pl.col("duration_ns")))
+    off = both.filter(pl.col("time_ns") != pl.col("duration_ns"))
     assert off.height == 0, off
     windows = pl.DataFrame(t["step_windows"]).select(pl.col("step").cast(pl.Int32), (pl.col("end_ns") - pl.col("start_ns")).alias("w"))
     shares = got.join(windows, on="step")
@@ -181,11 +186,11 @@ def test_idle_by_cause_per_device_and_step(runs, name: str, mode: str) -> None:
     both = got.join(want, on=["rank", "step", "cause"], how="full", coalesce=True)
     assert both.height == len(t["devices"]) * 7
     assert both.null_count().sum_horizontal().item() == 0
-    tol = REL * pl.col("want_window")
     for have, expect in (("idle_ns", "want_idle"), ("busy_ns", "want_busy"), ("productive_ns", "want_productive"),
                          ("window_ns", "want_window")):
-        off = both.filter((pl.col(have) - pl.col(expect)).abs() > tol)
+        off = both.filter(pl.col(have) != pl.col(expect))
         assert off.height == 0, (have, off)
+    assert both.filter(pl.col("want_idle") > 0).height >= len(t["devices"])
     assert both.filter(pl.col("cause") == "sync_wait")["idle_ns"].sum() > 0
 
 
@@ -203,7 +208,7 @@ def test_collectives_by_dimension(runs, name: str, mode: str) -> None:
     assert both.null_count().sum_horizontal().item() == 0, both
     assert (both["count"] == both["count_truth"]).all() and (both["bytes"] == both["bytes_truth"]).all()
     for col in ("time_ns", "wait_ns"):
-        assert ((both[col] - both[f"{col}_truth"]).abs() <= REL * both["time_ns_truth"]).all(), (col, both)
+        assert (both[col] == both[f"{col}_truth"]).all(), (col, both)
     assert ((both["transfer_ns"] + both["wait_ns"]) == both["time_ns"]).all()
     assert ((both["exposed_ns"] >= 0) & (both["exposed_ns"] <= both["time_ns"])).all()
 
@@ -218,11 +223,11 @@ def test_critical_path_rank_stage_and_length(runs, name: str, mode: str) -> None
     both = got.join(want, on="step")
     assert both.height == len(t["critical_path"])
     assert (both["rank"] == both["rank_right"]).all() and (both["stage"] == both["stage_right"]).all(), both
-    assert ((both["depth_ns"] - both["length_ns"]).abs() <= REL * both["length_ns"]).all()
+    assert (both["depth_ns"] == both["length_ns"]).all(), both
     links = chain.group_by("step").len().sort("step")["len"].to_list()
     assert links == [len(c["chain"]) for c in sorted(t["critical_path"], key=lambda c: c["step"])]
     wd = frames.check(run.workdepth, frames.WORKDEPTH, "workdepth").join(want, on="step")
-    assert (wd["depth_ns"] == got.sort("step")["depth_ns"]).all()
+    assert (wd["depth_ns"] == wd["length_ns"]).all(), wd  # the truth's critical-path length
     assert (wd["parallelism"] > 1).all() and (wd["work_ns"] <= wd["step_ns"] * len(t["ranks"])).all()
 
 
@@ -233,7 +238,7 @@ def test_work_is_the_productive_time_of_every_device(runs, name: str, mode: str)
     work = pl.DataFrame([{"step": d["step"], "p": d["productive_busy_ns"]} for d in t["devices"]]).group_by("step").agg(pl.col("p").sum())
     both = run.workdepth.join(work, on="step")
     assert both.height == len(t["step_windows"])
-    assert ((both["work_ns"] - both["p"]).abs() <= REL * both["p"]).all()
+    assert (both["work_ns"] == both["p"]).all(), both
 
 
 # --- the real CPU runs of the sample harness ---------------------------------------------------
@@ -273,10 +278,18 @@ def test_sample_stage_durations(name: str) -> None:
     assert off.height == 0, off
 
 
+WAIT_REL, WAIT_ABS_NS = 0.025, 500_000
+"""A harness wait is stamped by the Python harness's clock around its own calls, the trace's by
+the profiler, through a clock alignment with its own residual: measured on the five runs, the 23
+(rank, step, cause) cells differ by at most 2.2% of themselves (openrlhf, 40 ms waits) or 448 µs
+(one 415 µs pool wait of verl_ppo_disaggregated is seen as 22 µs: the wait begins before the
+trace's step range does). 2.5% or 0.5 ms is what was measured, not 2% of the step window."""
+
+
 @pytest.mark.parametrize("name", STAGED)
 def test_sample_rollout_tail_and_pool_wait(name: str) -> None:
     """The waits the run's structure explains (rollout tail, pool wait), per rank and step window
-    over the time every trace covers, within 2% of the window. The truth's other entries are not
+    over the time every trace covers, within 2.5% of itself or 0.5 ms. The truth's other entries are not
     this page's causes: its ``weight_sync`` is the whole barrier call, not the idle time inside
     the weight-sync range."""
     run, t = sample(name)
@@ -296,7 +309,8 @@ def test_sample_rollout_tail_and_pool_wait(name: str) -> None:
     both = got.join(want.with_columns(pl.col("step").cast(pl.Int32)), on=["rank", "step", "cause"], how="full", coalesce=True)
     both = both.fill_null(0).join(sizes, on="step")
     assert both["truth_ns"].sum() > 0 and both.height >= 2
-    off = both.filter((pl.col("idle_ns") - pl.col("truth_ns")).abs() > REL * pl.col("window_ns"))
+    tol = pl.max_horizontal(WAIT_REL * pl.col("truth_ns"), pl.lit(WAIT_ABS_NS))
+    off = both.filter((pl.col("idle_ns") - pl.col("truth_ns")).abs() > tol)
     assert off.height == 0, off
 
 
@@ -326,13 +340,17 @@ def test_sample_critical_path(name: str) -> None:
         assert abs(row["depth_ns"] - length) <= max(STAGE_TOL_NS, REL * length), (row, length)
 
 
+GLOO_LAG_PER_CALL_NS = 750_000
+
+
 @pytest.mark.parametrize("name", [n for n in STAGED if not n.endswith("_nsys")])
 def test_sample_collectives_by_dimension(name: str) -> None:
     """Every call of the traced steps, counted once, under the dimension the truth gives it; each
     within the caller's own interval. (Times are not held to 2% here: gloo runs the collective
     on a worker thread some 100–300 µs after the call and the caller wakes after it ends, so the
-    truth, taken around the blocking call, is 4–24% longer per dimension than what the trace
-    records on these runs. The nsys capture records no collectives at all: ``-t nvtx,osrt``.)"""
+    truth, taken around the blocking call, is 4–20% longer per dimension than what the trace
+    records on these runs: per call, 0.18–0.64 ms, measured; 0.75 ms a call is allowed. The nsys
+    capture records no collectives at all: ``-t nvtx,osrt``.)"""
     run, t = sample(name)
     steps = run.steps["step"].to_list()
     want = pl.DataFrame(t["collectives"]).filter(pl.col("step").is_in(steps))
@@ -340,4 +358,5 @@ def test_sample_collectives_by_dimension(name: str) -> None:
     counts = want.group_by("dim").agg(pl.len().alias("truth"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("truth_ns"))
     both = got.join(counts, on="dim", how="full", coalesce=True)
     assert (both["count"] == both["truth"]).all(), both
-    assert ((both["time_ns"] > 0) & (both["time_ns"] <= both["truth_ns"])).all(), both
+    short = both["truth_ns"] - both["time_ns"]
+    assert ((short >= 0) & (short <= GLOO_LAG_PER_CALL_NS * both["count"])).all(), both
