@@ -273,23 +273,69 @@ def decode_bounded(decoder: msgspec.json.Decoder, data: bytes, path: Path) -> An
     """``decoder.decode(data)`` with nesting bounded by :data:`parsers.limits.NESTING`.
 
     msgspec recurses once per nesting level under Python's recursion limit, so a limit set to the
-    current stack depth plus the bound makes the decoder enforce it exactly, at no cost per byte
-    (a scan of the bytes would cost a third of the parse); too deep is one :class:`InputError`.
+    current recursion depth plus the bound makes the decoder enforce it, at no cost per byte (a
+    scan of the bytes would cost a third of the parse). A refusal is checked against the real
+    depth, so a Python whose recursion is counted otherwise never refuses a file within the bound.
     """
     allowed = min(NESTING.value, _NESTING_CEILING)
     old = sys.getrecursionlimit()
-    sys.setrecursionlimit(_stack_depth() + max(allowed, 2) - 1)
     try:
+        sys.setrecursionlimit(_recursion_depth() + max(allowed, 3) - 2)
         return decoder.decode(data)
     except RecursionError:
         pass
     finally:
         sys.setrecursionlimit(old)
     NESTING.check(path, json_depth(data))
-    raise InputError(path, f"JSON nested deeper than rlperf can decode ({_NESTING_CEILING:,} levels)")
+    try:
+        sys.setrecursionlimit(old + allowed)
+        return decoder.decode(data)
+    except RecursionError:
+        pass
+    finally:
+        sys.setrecursionlimit(old)
+    raise InputError(path, f"JSON nested deeper than this Python lets rlperf decode ({json_depth(data):,} levels)")
 
 
-def _stack_depth() -> int:
+def decode_each(decoder: msgspec.json.Decoder, items: list[bytes], path: Path) -> list[Any]:
+    """Each item decoded as :func:`decode_bounded` would, the recursion limit set once for all
+    (JSON lines, an event at a time); an item that fails is its exception, not raised."""
+    allowed = min(NESTING.value, _NESTING_CEILING)
+    old = sys.getrecursionlimit()
+    results: list[Any] = []
+    deep: list[int] = []
+    try:
+        sys.setrecursionlimit(_recursion_depth() + max(allowed, 3) - 2)
+        for item in items:
+            try:
+                results.append(decoder.decode(item))
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                results.append(exc)
+            except RecursionError:
+                deep.append(len(results))
+                results.append(None)
+    finally:
+        sys.setrecursionlimit(old)
+    for i in deep:
+        try:
+            results[i] = decode_bounded(decoder, items[i], path)
+        except (msgspec.DecodeError, msgspec.ValidationError, InputError) as exc:
+            results[i] = exc
+    return results
+
+
+_DEPTH_IN_MESSAGE = re.compile(r"recursion depth (\d+)")
+
+
+def _recursion_depth() -> int:
+    """The interpreter's own count (C calls included, which a walk of the frames misses): asking
+    for a limit of 1 fails with a message that states it."""
+    try:
+        sys.setrecursionlimit(1)
+    except RecursionError as exc:
+        m = _DEPTH_IN_MESSAGE.search(str(exc))
+        if m:
+            return int(m.group(1))
     frame, depth = sys._getframe(1), 1
     while frame is not None:
         frame, depth = frame.f_back, depth + 1
@@ -534,14 +580,16 @@ def _readable_events(path: Path, chunk: list[Raw], offset: int, out: ParsedSourc
     """One event at a time (the slow path, for a chunk that failed): an event holding a number
     JSON's doubles cannot hold (``1e999``) is dropped and counted; a wrong type is the error."""
     events: list[_Event] = []
-    for i, raw in enumerate(chunk):
-        try:
-            events.append(decode_bounded(_EVENT_DECODER, raw, path))
-        except msgspec.ValidationError as exc:
-            if "out of range" not in str(exc):
-                where = str(exc).replace("`$", f"`$.traceEvents[{offset + i}]")
-                raise InputError(path, f"unexpected field type: {where}") from None
+    for i, result in enumerate(decode_each(_EVENT_DECODER, chunk, path)):
+        if isinstance(result, _Event):
+            events.append(result)
+        elif isinstance(result, msgspec.ValidationError) and "out of range" in str(result):
             out.tally("dropped_number_out_of_range")
+        elif isinstance(result, msgspec.ValidationError):
+            where = str(result).replace("`$", f"`$.traceEvents[{offset + i}]")
+            raise InputError(path, f"unexpected field type: {where}")
+        else:
+            raise result
     return events
 
 

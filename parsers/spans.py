@@ -28,7 +28,7 @@ import polars as pl
 from .discover import open_bytes
 from .errors import InputError
 from .events import BOUNDS, DURATION_MAX_NS, TIME_MAX_NS, bound, conform, describe, nesting_depth
-from .kineto import cut_at, decode_bounded, is_cut, salvage_prefix
+from .kineto import cut_at, decode_bounded, decode_each, is_cut, salvage_prefix
 from .limits import EVENTS, STRING_BYTES
 from .source import METRICS_SCHEMA, ParsedSource
 
@@ -245,19 +245,16 @@ def _lines(path: Path, data: bytes, out: ParsedSource) -> list[_Event]:
     lines = data.split(b"\n")
     EVENTS.check(path, len(lines) - lines.count(b""))
     limit = STRING_BYTES.value
+    numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip() and len(line) <= limit]
+    bad = [n for n, line in enumerate(lines, start=1) if len(line) > limit]
     events: list[_Event] = []
-    bad: list[int] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            if len(line) <= limit:
-                events.append(decode_bounded(_EVENT, line, path))
-                continue
-        except (msgspec.DecodeError, msgspec.ValidationError, InputError):
-            pass
-        bad.append(number)
+    for (number, _), result in zip(numbered, decode_each(_EVENT, [line for _, line in numbered], path), strict=True):
+        if isinstance(result, _Event):
+            events.append(result)
+        else:
+            bad.append(number)
     if bad:
+        bad.sort()
         shown = ", ".join(str(n) for n in bad[:5])
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
         out.warn(f"{len(bad)} unreadable lines skipped (lines {shown}{more}: damaged, nested too deep or too long)")
