@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test lint bench samples docs-images clean
+.PHONY: demo test lint bench samples docs-images clean fuzz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,3 +54,10 @@ bench: $(VENV)/.installed-test
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+# The long fuzz run (docs/testing.md): CASES damaged corpus inputs from SEED, counts per parser
+# and outcome; `make test` runs a CI-sized one.
+CASES ?= 200000
+SEED  ?= 0
+fuzz: $(VENV)/.installed-test
+	nice -n 10 $(BIN)/python -m tests.fuzz.long_run --cases $(CASES) --seed $(SEED)
