@@ -13,6 +13,8 @@ from report_truth import RUNS, cli, load_truth, synthetic, synthetic_run
 from analyzer.report import charts, markdown, png
 from analyzer.report.units import cell
 
+CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory):
@@ -98,3 +100,49 @@ def test_sources_list_every_rank_a_file_holds(tmp_path: Path):
         assert done.returncode == 0, done.stderr
         row = next(line for line in out.read_text().splitlines() if "report.sqlite" in line)
         assert [c for c in re.split(r"[|│]", row) if c.strip()][-1].strip() == ranks, row
+
+
+SCRIPT = "<script>alert(1)</script>"
+
+
+def hostile_trace(root: Path, name: str = "script>.json", annotation: str = SCRIPT) -> Path:
+    """A real trace in a folder named ``<script>alert(1)<`` (so its path reads
+    ``<script>alert(1)</script>.json``), with an annotation named ``<script>alert(1)</script>``."""
+    import gzip
+    import json
+
+    trace = json.loads(gzip.decompress((CORPUS / "HolisticTraceAnalysis" / "event_sync_trace.json.gz").read_bytes()))
+    step = next(e for e in trace["traceEvents"] if e.get("name") == "ProfilerStep#100")
+    trace["traceEvents"].append({**step, "name": annotation})
+    folder = root / "<script>alert(1)<"
+    folder.mkdir()
+    (folder / name).write_text(json.dumps(trace))
+    return folder
+
+
+def test_markdown_escapes_html_and_table_syntax_from_input_names():
+    assert markdown.escape("<b>a|b</b> & `c`\nd\x1b[31m") == "&lt;b&gt;a\\|b&lt;/b&gt; &amp; \\`c\\`<br>d\\x1b[31m"
+    assert cells("| " + markdown.escape("a\\|b") + " |") == ["a\\\\\0b"]  # a backslash cannot unescape a pipe
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_reports_show_hostile_names_as_text(tmp_path: Path, fmt: str):
+    folder = hostile_trace(tmp_path)
+    out = tmp_path / f"report.{fmt}"
+    done = cli("analyze", str(folder), "-f", fmt, "-o", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert "alert(1)" in text
+    assert SCRIPT not in text and "<script>alert" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    if fmt == "md":
+        shown = [t for t in tables(text) if any("alert(1)&lt;/script" in line for line in t)]
+        assert shown and all(len({len(cells(line)) for line in t}) == 1 for t in shown)
+
+
+def test_the_terminal_report_takes_markup_and_escapes_in_names_as_text(tmp_path: Path):
+    folder = hostile_trace(tmp_path, name="\x1b[31mred[bold].json", annotation="step[/dim]x")
+    done = cli("analyze", str(folder), "--quiet", env={"COLUMNS": "400"})
+    assert done.returncode == 0, done.stderr
+    assert "\\x1b[31mred[bold].json" in done.stdout and "\x1b" not in done.stdout
+    assert "step[/dim]x" in done.stdout

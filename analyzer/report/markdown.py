@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from parsers.errors import printable
+
 from .charts import Figure, figures, remarks, split_sections
 from .sections import Column, Section, sections
 from .sources import source_ranks
@@ -21,7 +23,7 @@ FOLD_ROWS = 15
 
 
 def render(run, *, title: str = "rlperf report", level: int = 1) -> str:
-    lines = [f"{'#' * level} {title}", ""]
+    lines = [f"{'#' * level} {escape(title)}", ""]
     lines += run_lines(run, level + 1)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -46,7 +48,7 @@ def run_lines(run, level: int = 2) -> list[str]:
 
 
 def figure_lines(figure: Figure, h: str) -> list[str]:
-    lines = [f"{h} {figure.title}", ""]
+    lines = [f"{h} {escape(figure.title)}", ""]
     if figure.needs:
         return [*lines, f"> {escape(figure.needs)}", ""]
     if figure.table is not None:
@@ -58,7 +60,7 @@ def figure_lines(figure: Figure, h: str) -> list[str]:
 
 
 def section_lines(section: Section, h: str) -> list[str]:
-    lines = [f"{h} {section.title}", ""]
+    lines = [f"{h} {escape(section.title)}", ""]
     if section.frame is None or section.frame.height == 0:
         return [*lines, f"> {escape(section.note or 'nothing to show')}", ""]
     columns = section.shown_columns()
@@ -83,16 +85,23 @@ def table(rows: list[list[object]], columns: Sequence[Column]) -> list[str]:
     return lines
 
 
+_MARKDOWN = str.maketrans(
+    {"\\": "\\\\", "|": "\\|", "`": "\\`", "&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "", "\n": "<br>"}
+)
+
+
 def escape(text: object) -> str:
-    """Text safe inside a table cell: pipes escaped, newlines folded."""
-    return str(text).replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+    """Input-derived text (kernel, annotation and file names) safe in a cell or heading: no raw HTML
+    (a ``<script>`` in a kernel name stays text), no cell split or code span, newlines folded,
+    other control characters shown escaped."""
+    return printable(str(text).translate(_MARKDOWN))
 
 
 def render_comparison(comparison, *, title: str = "rlperf comparison") -> str:
     from ..compare import NOTE, display, display_columns
 
     shown = display(comparison)
-    lines = [f"# {title}", "", f"Deltas are against the first run, **{comparison.labels[0]}**.", ""]
+    lines = [f"# {escape(title)}", "", f"Deltas are against the first run, **{escape(comparison.labels[0])}**.", ""]
     for label, won in comparison.wins().items():
         lines.append(f"- **{escape(label)}** wins {len(won)}: {escape(', '.join(won) or '–')}")
     lines.append("")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from parsers.errors import printable
 
 from ..run import Run
 from .sections import Section, sections
@@ -18,16 +21,16 @@ def render(run: Run, console: Console) -> None:
         files.add_column(column)
     ranks = source_ranks(run)
     for s in run.sources:
-        files.add_row(s.path.name, s.format, ranks[s.index])
+        files.add_row(plain(s.path.name), s.format, ranks[s.index])
     console.print(files)
     for section in sections(run):
         _section(section, console)
     for note in run.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(plain(f"note: {note}", "dim"))
     for path in run.unknown:
-        console.print(f"[dim]skipped (not a format rlperf reads): {path}[/dim]")
+        console.print(plain(f"skipped (not a format rlperf reads): {path}", "dim"))
     for warning in run.warnings:
-        console.print(f"[yellow]warning: {warning}[/yellow]")
+        console.print(plain(f"warning: {warning}", "yellow"))
 
 
 def _section(section: Section, console: Console) -> None:
@@ -39,5 +42,11 @@ def _section(section: Section, console: Console) -> None:
     for column in columns:
         table.add_column(column.title, justify="left" if column.format == "text" else "right")
     for row in section.rows():
-        table.add_row(*(cell(value, column.format) for value, column in zip(row, columns, strict=True)))
+        table.add_row(*(plain(cell(value, column.format)) for value, column in zip(row, columns, strict=True)))
     console.print(table)
+
+
+def plain(text: str, style: str = "") -> Text:
+    """Input-derived text as rich shows it: never markup (``[/dim]`` in a kernel name would
+    abort the report), control characters escaped (an ANSI sequence in a file name stays text)."""
+    return Text(printable(text), style=style)
