@@ -9,6 +9,23 @@ killed rank (every complete event before the cut is salvaged, with a warning).
 Speed: one typed msgspec pass decodes only the fields we keep, with ``args`` left as raw bytes;
 args are decoded (again typed, again only the fields we keep) only for the categories that
 carry correlation, stream, byte or collective information. Columns go straight to polars.
+
+Value ranges (docs/events.md, "Value ranges"), checked as column expressions after decoding,
+in float before any integer arithmetic (which would wrap); every repair is counted with
+:meth:`~parsers.source.ParsedSource.tally` and stated in one warning line:
+
+- an event whose absolute start is before 1970 or at/after 2200-01-01, whose duration is over
+  a year, whose number JSON's doubles cannot hold (``1e999``), or a GPU row whose device (its
+  ``pid``) is outside 0..32767 is dropped; a negative duration becomes 0 (zero ones are counted);
+- ``baseTimeNanoseconds`` or a file name's epoch outside 1970..2200 is ignored (the time base
+  falls back as if it were missing); a rank outside 0..2**31-1 (from ``distributedInfo`` or
+  the file name) is unknown (-1), a world size outside 1..2**31 unknown;
+- ``pid``/``tid``, correlation, External id and byte counts beyond 64 bits (``2**80``,
+  ``"0x" + 40×"f"``, ``1e300``) are null; a stream, group size, byte count or step outside its
+  column's range is unknown; a nesting depth past 32767 is clamped;
+- bounds of :mod:`parsers.limits`: nesting (``RLPERF_MAX_NESTING``) and events per file
+  (``RLPERF_MAX_EVENTS``) are one error; an event longer than the string limit
+  (``RLPERF_MAX_STRING``) is dropped unread.
 """
 
 from __future__ import annotations

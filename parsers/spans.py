@@ -14,6 +14,13 @@
 Ranges become ``annotation`` rows named as recorded (the taxonomy maps names to stages), torch
 events merged into a trace keep their Kineto kinds. Files that carry Kineto's own markers
 belong to :mod:`parsers.kineto` and score 0 here.
+
+Value ranges are those of the Kineto parser (docs/events.md, "Value ranges"): a start outside
+1970..2200 or a duration over a year drops the event, a negative ``X`` duration becomes 0,
+``args`` ranks, steps, devices, streams and correlations outside their columns are unknown,
+depths past 32767 clamped; all counted. An event longer than ``RLPERF_MAX_STRING`` or of the
+wrong shape is dropped; a JSON line too deep, too long or damaged is skipped; a whole file too
+deep or with too many events is one error. A cut array or document keeps its complete events.
 """
 
 from __future__ import annotations
