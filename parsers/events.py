@@ -128,7 +128,7 @@ QUALITY_TEXT: dict[str, str] = {
     "dropped_unreadable_event": "events dropped: a field of the wrong type",
     "unreadable_arg": "args values unreadable or beyond 64-bit integers, left empty",
     "zero_dur": "ranges of zero duration (kept)",
-    **{f"out_of_range_{c}": f"{c} values outside {lo:,}..{hi:,}, set to unknown" for c, (lo, hi) in BOUNDS.items()},
+    **{f"out_of_range_{c}": f"{c} values outside {lo:,}..{hi:,}, set to unknown" for c, (lo, hi) in BOUNDS.items() if c != "depth"},
     **{f"out_of_range_{c}": f"{c} values beyond 64-bit integers, set to unknown" for c in ("pid", "tid", "corr")},
     "out_of_range_base_time": "time bases (baseTimeNanoseconds, file-name epoch) out of range, ignored",
     "out_of_range_world_size": "world sizes out of range, ignored",

@@ -11,10 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parsers.events import (
+    BOUNDS,
     COLLECTIVES,
     EVENT_SCHEMA,
     KINDS,
+    QUALITY_TEXT,
     SchemaError,
+    bound,
     conform,
     empty_events,
     nesting_depth,
@@ -114,3 +117,51 @@ def test_depth_counts_open_ranges(spec: list[tuple[int, int, int, int]]) -> None
             if (p, t) == (pid, tid) and (s, -e, j) < (start, -end, i) and e > start
         )
         assert got[i] == open_before, (i, rows[i])
+
+
+def test_bound_makes_values_outside_the_columns_unknown_and_counts_them():
+    frame = pl.DataFrame(
+        {
+            "rank": [0, 2**40, -1, -5],
+            "stream": [7, 2**31, -1, 2**31 - 1],
+            "group_size": [2, 2**40, None, -3],
+            "bytes": [-1, 5, None, 0],
+            "step": [2**31 - 1, 2**31, 3, None],
+        }
+    )
+    fixed, counts = bound(frame)
+    assert fixed.to_dict(as_series=False) == {
+        "rank": [0, -1, -1, -1],
+        "stream": [7, -1, -1, 2**31 - 1],
+        "group_size": [2, None, None, None],
+        "bytes": [None, 5, None, 0],
+        "step": [2**31 - 1, None, 3, None],
+    }
+    assert counts == {"out_of_range_rank": 2, "out_of_range_stream": 1, "out_of_range_group_size": 2,
+                      "out_of_range_bytes": 1, "out_of_range_step": 1}
+    table = conform(fixed.with_columns(kind=pl.lit("cpu_op"), name=pl.lit("x"), start_ns=0, end_ns=0))
+    validate(table)
+
+
+def test_bound_leaves_a_clean_frame_alone():
+    frame = pl.DataFrame({"rank": [0, 3], "bytes": [None, 8], "start_ns": [1, 2]})
+    fixed, counts = bound(frame)
+    assert counts == {} and fixed.equals(frame)
+
+
+def test_nesting_depth_past_i16_is_clamped_and_reported():
+    n = 32_800
+    frame = pl.DataFrame({"tid": [1] * n, "start_ns": list(range(n)), "end_ns": [2 * n - i for i in range(n)]})
+    reported: list[int] = []
+    depth = nesting_depth(frame, ["tid"], reported.append)
+    assert depth.dtype == pl.Int16
+    assert depth.to_list() == [*range(32_767), *[32_767] * (n - 32_767)]
+    assert reported == [n - 32_768]
+
+
+def test_docs_state_every_value_range_and_count():
+    ranges = DOC.read_text().split("## Value ranges", 1)[1]
+    for column in BOUNDS:
+        assert f"`{column}`" in ranges, column
+    for kind in QUALITY_TEXT:
+        assert f"`{kind}`" in ranges, kind
