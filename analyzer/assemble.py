@@ -534,18 +534,20 @@ def excluded_steps(run: Run) -> list[int]:
 
 def trace_ends(events: pl.DataFrame, cut_sources: list[int]) -> pl.DataFrame:
     """Per trace source and rank: where its data ends (``trace_end_ns``) and whether the file
-    was cut short. A cut file holds whole events only up to the earlier of its host and device
-    rows' last ends (a writer emits them in separate runs, so a cut can lose the tail of one
-    and keep the other)."""
-    rows = events.filter((pl.col("kind") != "log_stage") & ~pl.col("synthetic_time"))
-    on_device = pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)).alias("_device")
-    per_side = rows.group_by("source", "rank", on_device).agg(pl.col("end_ns").max())
-    cut = pl.col("source").is_in(cut_sources)
-    return per_side.group_by("source", "rank").agg(
-        pl.col("end_ns").min().alias("_cut"), pl.col("end_ns").max().alias("_end")
-    ).select(
-        pl.col("source").cast(pl.UInt32), pl.col("rank").cast(pl.Int32), cut.alias("cut"),
-        pl.when(cut).then(pl.col("_cut")).otherwise(pl.col("_end")).alias("trace_end_ns"),
+    was cut short. A writer emits a trace in runs (one thread's operators, then another's, then
+    the GPU work), so a cut stops the run of the last event the file holds — that thread or
+    stream has nothing after its last end — and loses every later run; for a cut file the end
+    is that thread's or stream's last end (rows keep the file's order)."""
+    rows = events.filter((pl.col("kind") != "log_stage") & ~pl.col("synthetic_time")).with_row_index("_row")
+    keys = ["source", "rank"]
+    lane = ["pid", "tid", "stream"]
+    ends = rows.group_by(keys).agg(pl.col("end_ns").max().alias("_end"))
+    cut = rows.filter(pl.col("source").is_in(cut_sources))
+    last = cut.sort("_row").group_by(keys).agg(pl.col(lane).last())
+    frontier = cut.join(last, on=[*keys, *lane]).group_by(keys).agg(pl.col("end_ns").max().alias("_cut"))
+    return ends.join(frontier, on=keys, how="left").select(
+        pl.col("source").cast(pl.UInt32), pl.col("rank").cast(pl.Int32), pl.col("_cut").is_not_null().alias("cut"),
+        pl.coalesce("_cut", "_end").alias("trace_end_ns"),
     ).sort("source", "rank")
 
 

@@ -49,8 +49,8 @@ def step_events(step: int, corr: int) -> list[dict[str, Any]]:
         x("cpu_op", "aten::mm", t + 10, 100),
         x("cuda_runtime", "cudaLaunchKernel", t + 20, 5, correlation=corr),
         x("cuda_runtime", "cudaLaunchKernel", t + 40, 5, correlation=corr + 1),
-        x("kernel", "gemm", t + 30, 200, pid=0, tid=7, correlation=corr, stream=7, device=0),
-        x("kernel", "gemm", t + 240, 300, pid=0, tid=7, correlation=corr + 1, stream=7, device=0),
+        x("kernel", f"gemm_{step}", t + 30, 200, pid=0, tid=7, correlation=corr, stream=7, device=0),
+        x("kernel", f"gemm_{step}", t + 240, 300, pid=0, tid=7, correlation=corr + 1, stream=7, device=0),
     ]
 
 
@@ -194,10 +194,9 @@ def test_the_section_is_in_every_format_and_early(problem_run: Run):
 
 
 def cut_inside_step(path: Path, step: int) -> Path:
-    """``path`` cut short right after the first kernel of ``step`` (events are in time order)."""
+    """``path`` cut short right after the first kernel of ``step``."""
     raw = path.read_text()
-    mark = raw.index(f'"ProfilerStep#{step}"')
-    kernel = raw.index('"cat": "kernel"', mark)
+    kernel = raw.index(f'"gemm_{step}"')
     end = raw.index("}", raw.index("}", kernel) + 1) + 1
     path.write_text(raw[: end + 8])
     return path
@@ -218,6 +217,18 @@ def test_a_cut_file_loses_the_step_its_cut_falls_in(tmp_path: Path):
     assert rows["excluded_steps"]["count"] == 1
     document = json.loads(json_report.render(run))
     assert any("step 3 excluded" in w for w in document["warnings"])
+
+
+def test_a_cut_in_a_later_write_run_still_finds_its_step(tmp_path: Path):
+    """Torch writes one thread's operators, then the GPU work: a cut in the kernels of step 2
+    keeps every host row of all three steps, but steps 2 and 3 lost their kernels."""
+    events = clean_events()
+    gpu = [e for e in events if e["cat"] == "kernel"]
+    path = cut_inside_step(write(tmp_path / "rank0.json", [e for e in events if e["cat"] != "kernel"] + gpu), 2)
+    run = analyzer.load([path], use_cache=False)
+    assert run.events.filter(pl.col("kind") == "annotation").height == 3
+    assert sorted(set(run.incomplete_steps["step"].to_list())) == [2, 3]
+    assert run.steps["step"].to_list() == [1]
 
 
 def test_a_rank_cut_short_excludes_every_step_it_leaves(tmp_path: Path):

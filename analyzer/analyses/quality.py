@@ -56,7 +56,7 @@ TITLES: dict[str, str] = {
     "stream_order": "out of order: GPU activity before work launched earlier on its stream",
     "outside_window": "events outside the profiler's window",
     "skipped_categories": "event categories dropped (unknown to the parser)",
-    "clock_offset": "clock offset applied (rank clocks disagree)",
+    "clock_offset": "rank times shifted to align the clocks",
     "clock_unaligned": "rank clock not aligned (no matched collectives)",
     "clock_time_base": "times not on the epoch clock",
     "unmapped_names": "annotation names no profile rule maps",
@@ -306,10 +306,17 @@ def salvaged(run: Run) -> Per:
     facts = (pl.DataFrame({"source": [s.index for s in cut]}, schema={"source": pl.UInt32})
              .join(starts, on="source", how="left").join(ends, on="source", how="left").join(first, on="source", how="left"))
     meta = {s.index: s.meta["salvaged"] for s in cut}
-    return _details(facts, lambda r: _salvage_text(meta[r["source"]], r), count="kept")
+    stepped = _has_steps(run)
+    return _details(facts, lambda r: _salvage_text(meta[r["source"]], r, stepped), count="kept")
 
 
-def _salvage_text(kept: Any, row: dict[str, Any]) -> str:
+def _has_steps(run: Run) -> bool:
+    from ..classify import step_table
+
+    return step_table(run).height > 0
+
+
+def _salvage_text(kept: Any, row: dict[str, Any], stepped: bool) -> str:
     if isinstance(kept, dict) and "bytes_lost" in kept:
         what = f"the last {int(kept['bytes_lost']):,} bytes lost"
     elif isinstance(kept, float):
@@ -320,7 +327,7 @@ def _salvage_text(kept: Any, row: dict[str, Any]) -> str:
         return what
     where = f"complete data ends {duration(row['trace_end_ns'] - row['start_ns'])} after the trace's start"
     step = (f"inside step {row['step']}, which is excluded" if row["step"] is not None
-            else "after the last step (no step excluded)")
+            else "after the last step (no step excluded)" if stepped else "no step found in what was kept")
     return f"{what}; {where}, {step}"
 
 
