@@ -226,7 +226,7 @@ def section(run):
     note = "Idle = step window − productive busy (busy minus sync wait); GPU idle % is window − busy (HTA sense)."
     hosted = host_only(run.activity.filter(pl.col("rank").is_in(frame["rank"].implode())))
     if hosted:
-        note += (f" Rank{'s' if len(hosted) > 1 else ''} {_listed(hosted)}: no device activity, so host work (the"
+        note += (f" Rank{'s' if len(hosted) > 1 else ''} {listed_ranks(hosted)}: no device activity, so host work (the"
                  " outermost CPU ops) stands in for it and GPU idle % needs GPU activity.")
     if skipped:
         note += f" Not shown, needs GPU activity: {_no_device(skipped)}."
@@ -250,11 +250,12 @@ def section(run):
     )
 
 
-def _listed(ranks: list[int]) -> str:
+def listed_ranks(ranks: list[int]) -> str:
+    """``0, 1, 2`` — the first eight, then how many more."""
     shown = ", ".join(map(str, ranks[:8]))
     return shown + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
 
 
 def _no_device(ranks: list[int]) -> str:
-    return (f"rank{'s' if len(ranks) > 1 else ''} {_listed(ranks)} ha{'ve' if len(ranks) > 1 else 's'} no kernels,"
+    return (f"rank{'s' if len(ranks) > 1 else ''} {listed_ranks(ranks)} ha{'ve' if len(ranks) > 1 else 's'} no kernels,"
             " copies or memsets (a CPU-only capture) and no stage ranges for their host work to stand in for")

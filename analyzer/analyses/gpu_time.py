@@ -85,8 +85,9 @@ def section(run):
     note = "Busy = union of kernels, copies and memsets over all streams; window = first to last GPU activity."
     without = sorted(set(run.ranks) - set(frame["rank"].to_list()))
     if without:
-        listed = ", ".join(map(str, without[:8])) + (f" and {len(without) - 8} more" if len(without) > 8 else "")
-        note += f" Not shown, needs GPU activity: rank{'s' if len(without) > 1 else ''} {listed} (no device rows)."
+        from .bubbles import listed_ranks
+
+        note += f" Not shown, needs GPU activity: rank{'s' if len(without) > 1 else ''} {listed_ranks(without)} (no device rows)."
     return Section(
         "GPU time per rank",
         frame,
