@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test lint bench samples docs-images clean mutate
+.PHONY: demo test lint bench samples docs-images clean mutate fuzz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -74,3 +74,10 @@ mutate: $(VENV)/.installed-mutate
 	    ln -sfn $(CURDIR)/$$p $$p; done && ln -sfn ../../../shared shared
 	-cd $(MUTATE_DIR) && timeout $(MAX_SECONDS) nice -n 15 $(abspath $(BIN))/mutmut run --max-children 2 $(MUTANTS)
 	cd $(MUTATE_DIR) && $(abspath $(BIN))/python $(CURDIR)/tests/mutation_score.py mutants $(CURDIR)/docs/mutation.md $(MUTANTS)
+
+# The long fuzz run (docs/testing.md): CASES damaged corpus inputs from SEED, counts per parser
+# and outcome; `make test` runs a CI-sized one.
+CASES ?= 200000
+SEED  ?= 0
+fuzz: $(VENV)/.installed-test
+	nice -n 10 $(BIN)/python -m tests.fuzz.long_run --cases $(CASES) --seed $(SEED)
