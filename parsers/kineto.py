@@ -200,8 +200,9 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     trace = _decode(path, data, out)
     EVENTS.check(path, len(trace.traceEvents))
     meta = _metadata(path, trace, out)
+    size = len(data)
     del data
-    out.events = _events(path, trace, meta, source, out)
+    out.events = _events(path, trace, meta, source, out, size)
     out.meta.update(meta)
     return out
 
@@ -487,11 +488,12 @@ def _meta_int(value: Any, lo: int, hi: int, what: str, kind: str, out: ParsedSou
     return None
 
 
-def _time_base_ns(trace_base: int | None, ts_typical: float, meta: dict[str, Any], out: ParsedSource) -> int:
+def _time_base_ns(trace_base: int | None, ts: pl.Series | None, meta: dict[str, Any], out: ParsedSource) -> int:
     """Nanoseconds to add to ``ts·1000`` for absolute epoch time."""
     if trace_base is not None:
         meta["time_base"] = "baseTimeNanoseconds"
         return trace_base
+    ts_typical = _typical_ts(ts) if ts is not None else 0.0
     if ts_typical >= _EPOCH_US_FLOOR or ts_typical == 0:
         meta["time_base"] = "epoch microseconds"
         return 0
@@ -514,9 +516,12 @@ def _quarter_start_ns(epoch_ms: int) -> int:
 # --- events ------------------------------------------------------------------------------------
 
 
-def _events(path: Path, trace: _Trace, meta: dict[str, Any], source: int, out: ParsedSource) -> pl.DataFrame:
-    """Decode the events chunk by chunk (bounded memory) into one frame, then finish it."""
-    raws = _within_string_limit(trace.traceEvents, out)
+def _events(
+    path: Path, trace: _Trace, meta: dict[str, Any], source: int, out: ParsedSource, size: int
+) -> pl.DataFrame:
+    """Decode the events chunk by chunk (bounded memory) into one frame, then finish it; no event
+    of a file within the string limit can be over it."""
+    raws = trace.traceEvents if size <= STRING_BYTES.value else _within_string_limit(trace.traceEvents, out)
     frames: list[pl.DataFrame] = []
     unknown: set[str] = set()
     for offset in range(0, len(raws), _CHUNK):
@@ -537,11 +542,11 @@ def _events(path: Path, trace: _Trace, meta: dict[str, Any], source: int, out: P
         meta["skipped_categories"] = sorted(unknown)
     if not frames:
         out.warn("no trace events of a known kind")
-        _time_base_ns(meta["base_time_ns"], 0.0, meta, out)
+        _time_base_ns(meta["base_time_ns"], None, meta, out)
         return conform(pl.DataFrame(), source=source)
     frame = pl.concat(frames, how="diagonal_relaxed", rechunk=False)
     del frames
-    base = _time_base_ns(meta["base_time_ns"], _typical_ts(frame["ts"]), meta, out)
+    base = _time_base_ns(meta["base_time_ns"], frame["ts"], meta, out)
     events = _finish(_in_range(frame, base, out), base, meta, source, out)
     _warn_quality(out)
     return events
