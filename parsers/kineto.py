@@ -548,7 +548,7 @@ def _events(
     del frames
     base = _time_base_ns(meta["base_time_ns"], frame["ts"], meta, out)
     events = _finish(_in_range(frame, base, out), base, meta, source, out)
-    _warn_quality(out)
+    warn_quality(out, _WARNED)
     return events
 
 
@@ -795,9 +795,10 @@ _WARNED = (
 """Counts of the event table stated in one warning line; metadata values warn one by one."""
 
 
-def _warn_quality(out: ParsedSource) -> None:
+def warn_quality(out: ParsedSource, kinds: tuple[str, ...]) -> None:
+    """One warning line for the counts of ``kinds`` the parse tallied (none: no line)."""
     quality = out.meta.get("quality", {})
-    line = describe({kind: quality.get(kind, 0) for kind in _WARNED})
+    line = describe({kind: quality.get(kind, 0) for kind in kinds})
     if line:
         out.warn(f"values out of range: {line}")
 

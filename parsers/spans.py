@@ -34,8 +34,8 @@ import polars as pl
 
 from .discover import open_bytes
 from .errors import InputError
-from .events import BOUNDS, DURATION_MAX_NS, TIME_MAX_NS, bound, conform, describe, nesting_depth
-from .kineto import cut_at, decode_bounded, decode_each, is_cut, salvage_prefix
+from .events import BOUNDS, DURATION_MAX_NS, TIME_MAX_NS, bound, conform, nesting_depth
+from .kineto import cut_at, decode_bounded, decode_each, is_cut, salvage_prefix, warn_quality
 from .limits import EVENTS, STRING_BYTES
 from .source import METRICS_SCHEMA, ParsedSource
 
@@ -122,7 +122,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
         out.warn(f"{ignored.height} events of phases {phases} ignored (flows and async pairs carry no range)")
     out.metrics = _counters(frame, source)
     if spans.height == 0:
-        _warn_quality(out)
+        warn_quality(out, _WARNED)
         return out
     spans = _identities(spans, procs, threads)
     spans = spans.with_columns(depth=nesting_depth(spans, ["pid", "tid"], lambda n: out.tally("clamped_depth", n)))
@@ -130,7 +130,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     spans, counts = bound(spans)
     for kind, count in counts.items():
         out.tally(kind, count)
-    _warn_quality(out)
+    warn_quality(out, _WARNED)
     base = int(spans["start_ns"].min())
     if base < EPOCH_NS:
         out.meta["time_base"] = "relative: the trace clock starts at the tracer, not the epoch; align before merging"
@@ -176,13 +176,6 @@ _WARNED = (
     *(f"out_of_range_{c}" for c in ("rank", "device", "stream", "step", "corr")),
 )
 """Counts stated in one warning line; dropped unreadable or oversized events warn on their own."""
-
-
-def _warn_quality(out: ParsedSource) -> None:
-    quality = out.meta.get("quality", {})
-    line = describe({kind: quality.get(kind, 0) for kind in _WARNED})
-    if line:
-        out.warn(f"values out of range: {line}")
 
 
 def _decode(path: Path, data: bytes, out: ParsedSource) -> list[_Event]:

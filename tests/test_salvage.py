@@ -115,6 +115,14 @@ def spans_text() -> str:
     return json.dumps(EVENTS)
 
 
+CUTS = [
+    ("after the third event's args, before its own brace", '"External id": 3}', 1),
+    ("just after a decimal point", '"dur": 1.', 1),
+]
+"""The two cuts an off-by-one salvage got wrong: one kept the half-written event, the other
+took the cut number for damage and kept nothing."""
+
+
 def after(text: str, marker: str, nth: int) -> int:
     at = -1
     for _ in range(nth):
@@ -122,13 +130,7 @@ def after(text: str, marker: str, nth: int) -> int:
     return at + len(marker)
 
 
-@pytest.mark.parametrize(
-    ("where", "marker", "nth"),
-    [
-        ("after the third event's args, before its own brace", '"External id": 3}', 1),
-        ("just after a decimal point", '"dur": 1.', 1),
-    ],
-)
+@pytest.mark.parametrize(("where", "marker", "nth"), CUTS)
 def test_kineto_cut_keeps_only_the_closed_events(tmp_path: Path, where: str, marker: str, nth: int):
     text = kineto_text()
     cut = after(text, marker, nth)
@@ -141,13 +143,7 @@ def test_kineto_cut_keeps_only_the_closed_events(tmp_path: Path, where: str, mar
     assert parsed.events["name"].cast(str).to_list() == ["a", "b", "c"][:expected]
 
 
-@pytest.mark.parametrize(
-    ("where", "marker", "nth"),
-    [
-        ("after the third event's args, before its own brace", '"External id": 3}', 1),
-        ("just after a decimal point", '"dur": 1.', 1),
-    ],
-)
+@pytest.mark.parametrize(("where", "marker", "nth"), CUTS)
 def test_span_trace_cut_keeps_only_the_closed_events(tmp_path: Path, where: str, marker: str, nth: int):
     text = spans_text()
     cut = after(text, marker, nth)
