@@ -346,13 +346,3 @@ def test_debug_is_a_documented_option_of_every_command(command: str):
     assert "--debug" in done.stdout
     assert ("--strict" in done.stdout) == (command not in ("demo", "taxonomy"))
 
-
-def test_zero_length_update_work_gives_no_nan_guideline_value():
-    """Update kernels of zero length on two ranks: a 0/0 imbalance or exposed share is no value."""
-    from test_guidelines import activity, timeline
-
-    run = make_run(steps=steps((0, 100)),
-                   stage_timeline=timeline((0, 1, "actor_update", 10, 10), (1, 1, "actor_update", 10, 10)),
-                   activity=activity((0, 1, "actor_update", 10, 10, False), (1, 1, "actor_update", 10, 10, True)))
-    values = run.violations["value"].drop_nulls()
-    assert values.is_finite().all() and failures(run) == []

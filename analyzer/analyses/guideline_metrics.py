@@ -329,7 +329,7 @@ def dp_imbalance(ev: Evidence, check: Check) -> Result:
                 pl.col("rank").sort_by("busy").last(),
                 pl.len().alias("n"),
             )
-            .filter((pl.col("n") >= 2) & pl.col("value").is_finite())
+            .filter(pl.col("n") >= 2)
         )
         if per_group.height:
             worst = ev.in_windows(per_group.sort("value", descending=True).group_by("step", maintain_order=True).first())
@@ -361,7 +361,7 @@ def exposed_update_comm(ev: Evidence, check: Check) -> Result:
     per_rank = ratio(span, exposed, on=keys)
     frame = per_rank.group_by("step").agg(
         pl.col("num").sum().cast(pl.Float64), pl.col("den").sum().cast(pl.Float64), pl.col("rank").sort_by("value").last()
-    ).filter(pl.col("den") > 0).with_columns((pl.col("num") / pl.col("den")).alias("value"))
+    ).with_columns((pl.col("num") / pl.col("den")).alias("value"))
     frame = ev.in_windows(frame)
     note = "" if comm.height else "; no collectives inside the updates"
     return Measured(per_step(frame), f"update-stage activity of {per_rank['rank'].n_unique()} ranks in the trace{note}")
