@@ -41,7 +41,7 @@ def test_log_timers_equal_the_driver_intervals(run):
     true = truth(run)
     out = parsed(run)
     assert out.warnings == []
-    logged = {(s, n): (e - b) / 1e9 for s, n, b, e in
+    logged = {(s, n): e - b for s, n, b, e in
               out.events.select("step", pl.col("name").cast(pl.String), "start_ns", "end_ns").iter_rows()}
     checked = 0
     driver = [x for x in true["stages"] + true["spans"] if x["rank"] == -1]
@@ -49,7 +49,8 @@ def test_log_timers_equal_the_driver_intervals(run):
         name = {"step": "step_total"}.get(interval["name"], interval["name"]) if run.startswith("openrlhf") else interval["name"]
         keys = [k for k in (f"timing_s/{name}", f"timing/{name}") if (interval["step"], k) in logged]
         for key in keys:
-            assert logged[(interval["step"], key)] == pytest.approx((interval["end_ns"] - interval["start_ns"]) / 1e9, abs=1e-6)
+            # the harness logs seconds with 9 decimals: measured 0 ns off (1 µs was allowed)
+            assert logged[(interval["step"], key)] == interval["end_ns"] - interval["start_ns"], (interval, key)
             checked += 1
     assert checked >= 4 * true["config"]["steps"]
     assert out.meta["n_steps"] == true["config"]["steps"]
@@ -71,8 +72,9 @@ def test_checkpoints_sit_outside_the_step_as_the_run_did(run):
         inside = [x for x in true["stages"] if x["rank"] == -1 and x["step"] == span["step"]
                   and span["start_ns"] <= x["start_ns"] and x["end_ns"] <= span["end_ns"]]
         untimed = (span["end_ns"] - span["start_ns"] - sum(x["end_ns"] - x["start_ns"] for x in inside)) / 1e9
-        assert row["total_s"] == pytest.approx((span["end_ns"] - span["start_ns"]) / 1e9, abs=1e-6)
-        assert row["residual_s"] == pytest.approx(untimed, abs=1e-6)
+        # measured: at most 1.1e-16 s off (float seconds); 1e-12 s still fails at 1 ns (1e-6 was allowed)
+        assert row["total_s"] == pytest.approx((span["end_ns"] - span["start_ns"]) / 1e9, abs=1e-12)
+        assert row["residual_s"] == pytest.approx(untimed, abs=1e-12)
     assert result.weight_sync["status"].to_list() == ["measured"]
 
 
@@ -101,7 +103,8 @@ def test_trl_logs_equal_the_trainer_log_history():
         from_state = dict(state.metrics.filter(pl.col("step") == step).select("key", "value").iter_rows())
         from_console = dict(console.metrics.filter(pl.col("step") == step).select("key", "value").iter_rows())
         assert from_state["loss"] == entry["loss"]
-        assert from_console["loss"] == pytest.approx(entry["loss"], rel=1e-3)
+        # the console prints 4 significant digits (0.1925): at most 5e-4 of the value; measured 1.7e-4
+        assert from_console["loss"] == pytest.approx(entry["loss"], rel=5e-4)
         assert from_console["completions/max_length"] == entry["completions/max_length"]
         timer = state.events.filter((pl.col("step") == step) & (pl.col("name") == "step_time"))
         assert (timer["end_ns"] - timer["start_ns"]).item() == round(entry["step_time"] * 1e9)

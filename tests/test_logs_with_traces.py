@@ -19,7 +19,11 @@ from test_assemble import ANNOTATED, RUNS, sample_run, truth_of
 from analyzer.assemble import log_step_stages
 from analyzer.classify import name_classes, step_numbering
 
-BRACKET_NS = 500_000
+BRACKET_NS = 300_000
+"""The driver's trace range encloses its log timer: measured on the committed runs, every log
+timer is 1-137 µs shorter than its traced stage (verl_ppo_disaggregated's step-2 weight sync)
+and the step timer 30-43 µs shorter than the step range. 300 µs is 2.2x and 7x of those; 500 µs,
+either side, was allowed."""
 LOGGED = [n for n in ANNOTATED if any((RUNS / n / "logs").glob("*.log"))]
 
 
@@ -51,7 +55,7 @@ def test_log_timers_equal_the_traced_stage_times(name: str) -> None:
     assert per_step >= (1 if name.startswith("openrlhf") else 6), joined
     tolerance = rounding_ns(name) + BRACKET_NS
     worst = joined.with_columns((pl.col("log") - pl.col("trace")).alias("diff")).sort(pl.col("diff").abs(), descending=True)
-    assert worst["diff"].abs().max() <= tolerance, worst
+    assert worst["diff"].min() >= -tolerance and worst["diff"].max() <= rounding_ns(name), worst
 
 
 @pytest.mark.parametrize("name", LOGGED)
@@ -72,6 +76,6 @@ def test_step_timer_equals_the_step_range() -> None:
     compared = 0
     for step, start, end in logs.select("step", "start_ns", "end_ns").iter_rows():
         if step in durations:
-            assert abs((end - start) - durations[step]) <= BRACKET_NS
+            assert -BRACKET_NS <= (end - start) - durations[step] <= 0, (step, end - start, durations[step])
             compared += 1
     assert compared == len(durations) == 2

@@ -22,8 +22,11 @@ CORPUS = HERE.parent.parent / "shared" / "corpus"
 NEWER_REPORT = CORPUS / "nvFuser" / "report1.nsys-rep"
 
 
-def tolerance(dur_ns: int) -> int:
-    return max(500_000, dur_ns // 50)
+RANGE_TOL_NS = 300_000
+"""The workload times each range around its push and pop, nsys inside them: measured, its 20
+ranges are 0.2-35 µs shorter than the workload says and start 0.2-32 µs after the workload's
+epoch stamp (one loaded 2-core run). 300 µs is under 10x both; 2% or 0.5 ms (up to 1.1 ms here)
+and 5 ms were allowed."""
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +59,7 @@ def test_real_capture_has_the_ranges_the_workload_recorded(capture, cache_env: P
     assert ranges["name"].cast(pl.String).to_list() == [r["name"] for r in truth]
     assert ranges["depth"].to_list() == [r["depth"] for r in truth]
     for got, want in zip(ranges["dur"], truth, strict=True):
-        assert abs(got - want["dur_ns"]) <= tolerance(want["dur_ns"]), want
+        assert abs(got - want["dur_ns"]) <= RANGE_TOL_NS, (got, want)
     marks = source.events.filter(pl.col("kind") == "marker")
     assert marks["name"].cast(pl.String).to_list() == ["step done"] * 3
     assert len(set(source.events["tid"])) == 1 and len(set(source.events["pid"])) == 1
@@ -80,7 +83,7 @@ def test_capture_times_are_the_wall_clock_epoch(capture, cache_env: Path) -> Non
     report, truth, _ = capture
     ranges = nsys_rep.parse(report).events.filter(pl.col("kind") == "annotation").sort("end_ns")
     offsets = [start - want["epoch_ns"] for start, want in zip(ranges["start_ns"], truth, strict=True)]
-    assert max(abs(o) for o in offsets) < 5_000_000, offsets
+    assert max(abs(o) for o in offsets) <= RANGE_TOL_NS, offsets
 
 
 def test_no_nsys_process_outlives_the_captures(capture) -> None:

@@ -103,6 +103,8 @@ def test_stats_csv_agrees_with_the_sqlite_parser(export: Path, report_names, tmp
         cols = ["start", "end", "name", "device", "stream", "corr"]
         assert got.select(cols).equals(want.select(cols)), kind
         if kind != "kernel":
+            # the stats CSV states bytes as MB with 3 decimals: its rounding bound is 500 B
+            # (measured 440 B off on nvFuser's 394,002,432-byte copy; 4-byte memsets read 0)
             assert ((got["bytes"] - want["bytes"]).abs() <= 500).all()
     nvtx_sqlite = relative(from_sqlite, "annotation")
     nvtx_csv = relative(from_csv[1], "annotation")

@@ -15,6 +15,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "workloads"))
 import nsys_capture  # noqa: E402
 
+ENCLOSING_NS = 500_000
 NAMES = ["step 0", "rollout", "generate", "update_actor", "step 1", "rollout", "generate", "update_actor"]
 
 
@@ -54,11 +55,14 @@ def test_same_ranges_in_the_same_order(both) -> None:
 def test_same_durations_within_tolerance(both) -> None:
     kineto, nsys = both
     for k, n in zip(kineto.iter_rows(named=True), nsys.iter_rows(named=True), strict=True):
-        # nsys' range encloses the record_function on both sides, by the profiler's overhead
-        assert abs(n["dur"] - k["dur"]) <= max(500_000, k["dur"] // 50), (k, n)
+        # nsys' range encloses the record_function on both sides, by the profiler's overhead:
+        # measured 8-162 µs longer on the 8 ranges (one loaded 2-core run); 0.5 ms is 3x that
+        # (2% of the range, up to 1.9 ms here, was allowed too)
+        assert 0 <= n["dur"] - k["dur"] <= ENCLOSING_NS, (k, n)
 
 
 def test_same_epoch_clock(both) -> None:
     kineto, nsys = both
     offsets = (kineto["start"] - nsys["start"]).to_list()
-    assert all(abs(o) < 2_000_000 for o in offsets), offsets
+    # measured: the Kineto range starts 4-157 µs after the nsys one; 1 ms is 6x (2 ms was allowed)
+    assert all(abs(o) <= 1_000_000 for o in offsets), offsets

@@ -134,6 +134,7 @@ def test_every_truth_range_is_in_its_rank_trace(name: str) -> None:
             assert hits.height == 1, (entry["rank"], s["step"], s["name"])
             dur = hits["end_ns"][0] - hits["start_ns"][0]
             truth_dur = s["end_ns"] - s["start_ns"]
+            # measured: at most 0.75 ms off (verl_ppo_disaggregated's update_weights), so 1.3x
             assert abs(dur - truth_dur) <= max(TOL_NS, 0.02 * truth_dur)
             checked += 1
         assert checked >= 3, entry
@@ -277,7 +278,9 @@ def test_verl_log_states_the_driver_timers(name: str) -> None:
     for s in driver:
         hit = timers.filter((pl.col("name") == f"timing_s/{s['name']}") & (pl.col("step") == s["step"]))
         assert hit.height == 1, (s["step"], s["name"])
-        assert abs(hit["dur"][0] - (s["end_ns"] - s["start_ns"])) <= 1_000
+        # the harness prints its timers in seconds with 9 decimals: measured 0 ns off on every
+        # driver timer (1 µs was allowed, room for a seconds-to-ns conversion that truncates)
+        assert hit["dur"][0] == s["end_ns"] - s["start_ns"], (s["step"], s["name"])
 
 
 def test_openrlhf_log_states_the_four_timers() -> None:
@@ -288,7 +291,7 @@ def test_openrlhf_log_states_the_four_timers() -> None:
     for step in range(1, t["config"]["steps"] + 1):
         for key in ("generation", "make_experience", "ppo_train", "broadcast"):
             hit = timers.filter((pl.col("name") == f"timing/{key}") & (pl.col("step") == step))
-            assert hit.height == 1 and abs(hit["dur"][0] - driver[(step, key)]) <= 1_000
+            assert hit.height == 1 and hit["dur"][0] == driver[(step, key)], (step, key)  # 9 decimals, as above
 
 
 def test_trl_trainer_state_is_read_as_a_trl_log() -> None:
