@@ -113,7 +113,7 @@ def test_github_annotations(reports, tmp_path: Path):
     path = budget(tmp_path, '[[check]]\nmetric = "overview.trainer_idle_fraction"\nmax = 0.2\n')
     done = cli("audit", str(reports["disaggregated"]), "--budget", str(path), env={"GITHUB_ACTIONS": "true"})
     assert done.returncode == 1
-    assert any(line.startswith("::error title=rlperf audit: overview.trainer_idle_fraction::") for line in done.stdout.splitlines())
+    assert any(line.startswith("::error title=rlperf audit%3A overview.trainer_idle_fraction::") for line in done.stdout.splitlines())
 
 
 @pytest.mark.parametrize(("text", "words"), [
