@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test lint bench samples docs-images clean fuzz
+.PHONY: demo test lint bench samples docs-images clean mutate fuzz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,26 @@ bench: $(VENV)/.installed-test
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+# Mutation testing (docs/mutation.md); not part of `make test`. MODULES: the source files or
+# folders whose mutants to run; MAX_SECONDS: the wall-clock limit of the whole run (results so
+# far are kept in build/mutate/mutants/ and a rerun goes on where it stopped).
+MODULES     ?= parsers/kineto.py parsers/nsys*.py analyzer/analyses/ analyzer/assemble.py \
+               analyzer/classify.py analyzer/intervals.py taxonomy/collectives.py
+MAX_SECONDS ?= 3600
+MUTATE_DIR   = build/mutate
+MUTANTS      = $(foreach m,$(MODULES),'$(subst /,.,$(patsubst %.py,%,$(m:/=))).*')
+
+$(VENV)/.installed-mutate: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test,mutate]'
+	touch $@ $(VENV)/.installed $(VENV)/.installed-test
+
+mutate: $(VENV)/.installed-mutate
+	mkdir -p $(MUTATE_DIR)
+	cd $(MUTATE_DIR) && for p in parsers taxonomy analyzer tests sample_traces docs pyproject.toml; do \
+	    ln -sfn $(CURDIR)/$$p $$p; done && ln -sfn ../../../shared shared
+	-cd $(MUTATE_DIR) && timeout $(MAX_SECONDS) nice -n 15 $(abspath $(BIN))/mutmut run --max-children 2 $(MUTANTS)
+	cd $(MUTATE_DIR) && $(abspath $(BIN))/python $(CURDIR)/tests/mutation_score.py mutants $(CURDIR)/docs/mutation.md $(MUTANTS)
 
 # The long fuzz run (docs/testing.md): CASES damaged corpus inputs from SEED, counts per parser
 # and outcome; `make test` runs a CI-sized one.

@@ -24,6 +24,25 @@ def load_truth(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "truth.json").read_text())
 
 
+def union_ns(intervals: list[tuple[int, int]]) -> int:
+    total, reach = 0, None
+    for a, b in sorted(intervals):
+        if reach is None or a > reach:
+            total, reach = total + b - a, b
+        elif b > reach:
+            total, reach = total + b - reach, b
+    return total
+
+
+def truth_stage_share(truth: dict[str, Any], stages: set[str]) -> float:
+    """Σ over steps of the union over ranks of the stages' intervals ÷ Σ step windows."""
+    spent = sum(
+        union_ns([(s["start_ns"], s["end_ns"]) for s in truth["stages"] if s["step"] == w["step"] and s["stage"] in stages])
+        for w in truth["step_windows"]
+    )
+    return spent / sum(w["end_ns"] - w["start_ns"] for w in truth["step_windows"])
+
+
 def products(truth: dict[str, Any]) -> dict[str, pl.DataFrame]:
     """stage_timeline, steps, pools, breakdown, bubbles, largest_bubbles, collectives_by_dim,
     workdepth — each in its frames.py schema, every number taken from the truth."""

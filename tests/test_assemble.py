@@ -33,12 +33,16 @@ SYNTH_SHAPES: dict[str, dict[str, int]] = {
     "stage_fused": {"ranks": 8, "seed": 24},
 }
 TOL_NS = 1_000_000
-OFFSET_TOL_NS = 50_000
 
 
 def within(mine: float, truth: float) -> bool:
-    """The contract for durations: within 2% or 1 ms."""
+    """The contract for durations on the real CPU harness runs (docs/analyses.md): 2% or 1 ms."""
     return abs(mine - truth) <= max(0.02 * abs(truth), TOL_NS)
+
+
+INJECTED_MIN_NS = 50_000
+"""Enough of the synthetic runs' injected offsets are larger than this for their recovery to mean
+something (it is not a tolerance: offsets and step windows are recovered to the ns)."""
 
 
 @cache
@@ -120,15 +124,16 @@ def test_nsys_report_of_the_whole_job_splits_into_driver_and_ranks() -> None:
 
 
 @pytest.mark.parametrize("scenario", SYNTHETIC)
-def test_injected_clock_offsets_are_recovered_within_50us(synth_dir: Path, scenario: str) -> None:
+def test_injected_clock_offsets_are_recovered_exactly(synth_dir: Path, scenario: str) -> None:
+    """Measured: every injected offset (up to 2.9 ms) comes back to the ns on the four runs (the
+    generator ends a collective on every rank at one true instant); 50 µs used to be allowed."""
     run, t = synth_run(synth_dir, scenario)
     clock = frames.check(run.clock, frames.CLOCK, "clock")
     injected = {int(r): o for r, o in t["clock_offsets_ns"].items()}
     assert sorted(clock["rank"].to_list()) == sorted(injected)
     assert clock["aligned"].all()
-    errors = {r: abs(o - injected[r]) for r, o in clock.select("rank", "offset_ns").iter_rows()}
-    assert max(errors.values()) <= OFFSET_TOL_NS, errors
-    assert sum(1 for o in injected.values() if abs(o) > OFFSET_TOL_NS) >= 5
+    assert dict(clock.select("rank", "offset_ns").iter_rows()) == injected
+    assert sum(1 for o in injected.values() if abs(o) > INJECTED_MIN_NS) >= 5
 
 
 def test_offsets_follow_any_shift_of_a_ranks_clock(synth_dir: Path) -> None:
@@ -162,6 +167,7 @@ def test_cpu_ranks_on_one_host_stay_within_their_uncertainty() -> None:
     and no larger than the end skew of the collectives it rests on."""
     for name in ANNOTATED:
         clock = sample_run(name).clock
+        # measured: at most 76 µs (openrlhf's rank 2) on the four runs; 200 µs is 2.6× that
         assert (clock["offset_ns"].abs() <= 200_000).all(), (name, clock)
 
 
@@ -175,8 +181,8 @@ def test_step_windows_equal_the_truth(synth_dir: Path, scenario: str) -> None:
     truth = pl.DataFrame(t["step_windows"]).cast({"step": pl.Int32})
     joined = truth.join(steps, on="step", suffix="_mine")
     assert joined.height == truth.height == steps.height
-    assert (joined["start_ns"] - joined["start_ns_mine"]).abs().max() <= OFFSET_TOL_NS
-    assert (joined["end_ns"] - joined["end_ns_mine"]).abs().max() <= OFFSET_TOL_NS
+    assert (joined["start_ns"] == joined["start_ns_mine"]).all(), joined  # measured: 0 ns off on 4 runs
+    assert (joined["end_ns"] == joined["end_ns_mine"]).all(), joined
     assert set(steps["source"].to_list()) == {"ProfilerStep"}
 
 

@@ -57,6 +57,8 @@ def test_cpu_stage_durations_per_rank_and_step(name: str) -> None:
     truth = pl.DataFrame(rows).group_by("rank", "step", "stage").agg(
         (pl.col("end_ns") - pl.col("start_ns")).sum().alias("truth")).cast({"rank": pl.Int32, "step": pl.Int32})
     assert truth.height >= 20
+    # measured: at most 0.75 ms off (verl_ppo_disaggregated rank 1's weight sync: the harness's
+    # timer brackets the barrier, the trace's range does not), so the 2%-or-1-ms contract is 1.3×
     bad = compare(truth, mine_by_stage(run))
     assert bad.height == 0, bad
     # and nothing staged that the truth does not have (besides rollouts consumed after the capture)
@@ -72,12 +74,14 @@ def test_synthetic_stage_durations_per_rank_and_step(synth_dir: Path, scenario: 
     bad = compare(staged, mine_by_stage(run))
     assert bad.height == 0, bad
     exact = staged.join(mine_by_stage(run), on=["rank", "step", "stage"])
-    assert (exact["truth"] - exact["mine"]).abs().max() <= 100_000
+    # measured: 0 ns off on the four runs (the generator writes ns-exact ranges); 100 µs was allowed
+    assert (exact["truth"] == exact["mine"]).all(), exact.filter(pl.col("truth") != pl.col("mine"))
     # "other": what is left of the rank's first-to-last stage range, per docs/analyses.md §3
     span = run.stage_ranges.group_by("rank", "step").agg((pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span"))
     other = durations.filter(pl.col("stage") == "other").join(span, on=["rank", "step"]).join(
         exact.group_by("rank", "step").agg(pl.col("mine").sum().alias("staged")), on=["rank", "step"])
-    assert ((other["span"] - other["staged"]) - other["truth"]).abs().max() <= 100_000
+    assert other.height == durations.filter(pl.col("stage") == "other").height
+    assert ((other["span"] - other["staged"]) == other["truth"]).all(), other
 
 
 def test_innermost_range_decides_and_nesting_is_cut_out() -> None:
