@@ -41,10 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     settings = runner.Settings(seed=args.seed, workers=args.workers, case_timeout_s=args.timeout,
                                analyze_every=args.analyze_every, memory_bytes=int(args.memory_gb * 2**30))
     families = args.families.split(",") if args.families else None
-    summary = runner.run(plan(args.cases, families), settings, bank)
+    summary = runner.run(plan(args.cases, families), settings, bank, progress=_partial, every_s=args.report_every)
     print(f"seed {args.seed}, {summary.total()} cases, {args.workers} workers")
     print(summary.table())
     return 1 if summary.failures() else 0
+
+
+def _partial(summary: runner.Summary) -> None:
+    print(f"--- {summary.total()} cases so far\n{summary.table()}", flush=True)
 
 
 def replay(bank_path: Path, label: str, seed: int, folder: Path) -> int:
@@ -74,6 +78,7 @@ def _arguments() -> argparse.ArgumentParser:
     parser.add_argument("--case", help="replay one case, e.g. kineto#1234")
     parser.add_argument("--write", help="folder for the replayed case")
     parser.add_argument("--cache", help="folder for the seed bank")
+    parser.add_argument("--report-every", type=float, default=600.0, help="seconds between partial tables")
     return parser
 
 

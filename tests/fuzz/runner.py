@@ -28,7 +28,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,8 +117,10 @@ class Summary:
 # --- parent --------------------------------------------------------------------------------------
 
 
-def run(plan: dict[str, int], settings: Settings, bank_path: Path) -> Summary:
-    """Run ``plan`` (family → number of cases) over ``settings.workers`` processes."""
+def run(plan: dict[str, int], settings: Settings, bank_path: Path,
+        progress: Callable[[Summary], None] | None = None, every_s: float = 300.0) -> Summary:
+    """Run ``plan`` (family → number of cases) over ``settings.workers`` processes; ``progress``
+    sees the counts so far every ``every_s`` seconds."""
     started = time.monotonic()
     chunks: list[list[tuple[str, int, int]]] = [[] for _ in range(max(1, settings.workers))]
     for family, count in plan.items():
@@ -130,8 +132,14 @@ def run(plan: dict[str, int], settings: Settings, bank_path: Path) -> Summary:
     threads = [threading.Thread(target=_drive, args=(c, settings, bank_path, summary, lock)) for c in chunks if c]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    due = started + every_s
+    while any(t.is_alive() for t in threads):
+        time.sleep(0.2)
+        if progress and time.monotonic() >= due:
+            due += every_s
+            with lock:
+                summary.seconds = time.monotonic() - started
+                progress(summary)
     summary.seconds = time.monotonic() - started
     return summary
 
