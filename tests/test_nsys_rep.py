@@ -22,11 +22,12 @@ CORPUS = HERE.parent.parent / "shared" / "corpus"
 NEWER_REPORT = CORPUS / "nvFuser" / "report1.nsys-rep"
 
 
-RANGE_TOL_NS = 300_000
+RANGE_TOL_NS = 1_000_000
 """The workload times each range around its push and pop, nsys inside them: measured, its 20
 ranges are 0.2-35 µs shorter than the workload says and start 0.2-32 µs after the workload's
-epoch stamp (one loaded 2-core run). 300 µs is under 10x both; 2% or 0.5 ms (up to 1.1 ms here)
-and 5 ms were allowed."""
+epoch stamp. Wider than 10x of that because the capture is live: on this loaded 2-core machine
+the same two clock reads around a range came 0.8 ms apart (tests/test_nsys_two_paths.py's step 0).
+2% or 0.5 ms (up to 1.1 ms here) and 5 ms were allowed."""
 
 
 @pytest.fixture(scope="module")

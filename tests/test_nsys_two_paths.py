@@ -56,13 +56,15 @@ def test_same_durations_within_tolerance(both) -> None:
     kineto, nsys = both
     for k, n in zip(kineto.iter_rows(named=True), nsys.iter_rows(named=True), strict=True):
         # nsys' range encloses the record_function on both sides, by the profiler's overhead:
-        # measured 8-162 µs longer on the 8 ranges (one loaded 2-core run); 0.5 ms is 3x that
-        # (2% of the range, up to 1.9 ms here, was allowed too)
-        assert 0 <= n["dur"] - k["dur"] <= ENCLOSING_NS, (k, n)
+        # never shorter. How much longer is a live capture's scheduling: measured 8-162 µs on the
+        # 8 ranges of one run and 815 µs on step 0 of the next, on a loaded 2-core machine, so
+        # 2% or 0.5 ms stays
+        assert 0 <= n["dur"] - k["dur"] <= max(ENCLOSING_NS, k["dur"] // 50), (k, n)
 
 
 def test_same_epoch_clock(both) -> None:
     kineto, nsys = both
     offsets = (kineto["start"] - nsys["start"]).to_list()
-    # measured: the Kineto range starts 4-157 µs after the nsys one; 1 ms is 6x (2 ms was allowed)
-    assert all(abs(o) <= 1_000_000 for o in offsets), offsets
+    # measured: the Kineto range starts 4-157 µs after the nsys one in one run, 810 µs (step 0) in
+    # the next (the same scheduling delay as above), so 2 ms stays
+    assert all(abs(o) < 2_000_000 for o in offsets), offsets
