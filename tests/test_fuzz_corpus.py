@@ -119,3 +119,21 @@ def test_log_stages_do_not_depend_on_the_order_the_logs_are_given_in() -> None:
     state = json.loads(files[1].read_text())["log_history"]
     first = forward.log_steps.filter(pl.col("step") == 1).row(0, named=True)
     assert first["total_s"] == pytest.approx(state[0]["step_time"], abs=1e-9)
+
+
+def _normalised(run) -> dict:
+    """The JSON report with each table's rows as a set and the source list left out (both list
+    the files in the order given)."""
+    document = json.loads(json_report.render(run))
+    document.pop("sources", None)
+    return {k: sorted(json.dumps(r, sort_keys=True) for r in v) if isinstance(v, list) else v for k, v in document.items()}
+
+
+@pytest.mark.parametrize("folder", ["synthetic/disaggregated", *(f"runs/{r}/logs" for r in (
+    "trl_grpo", "openrlhf_ppo_disaggregated", "verl_grpo_colocated"))])
+def test_the_report_does_not_depend_on_the_order_of_the_files(folder: str) -> None:
+    files = sorted(p for p in (seeds.SAMPLES / folder).iterdir() if p.name != "truth.json")
+    assert len(files) >= 1
+    forward = _normalised(analyzer.load(files, use_cache=False))
+    backward = _normalised(analyzer.load(files[::-1], use_cache=False))
+    assert [k for k in forward if forward[k] != backward.get(k)] == []

@@ -20,6 +20,7 @@ from taxonomy import profiles
 from taxonomy.guidelines import Catalogue, Check
 
 from .. import intervals
+from .log_steps import one_per_key
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -229,16 +230,12 @@ class Evidence:
 
     def logged(self, quantity: str) -> tuple[str, pl.DataFrame] | None:
         """The first candidate key the run logs for ``quantity`` and its per-step values
-        (step, value; the last value of a step wins)."""
+        (step, value; one per step, whatever the order of the files: ``log_steps.one_per_key``)."""
         key = next((k for k in self.candidates(quantity) if k in self._metric_keys), None)
         if key is None:
             return None
-        values = (
-            self.run.metrics.filter((pl.col("key") == key) & pl.col("step").is_not_null() & pl.col("value").is_finite())
-            .select(pl.col("step").cast(pl.Int32), "value")
-            .unique("step", keep="last", maintain_order=True)
-            .sort("step")
-        )
+        stated = self.run.metrics.filter((pl.col("key") == key) & pl.col("step").is_not_null() & pl.col("value").is_finite())
+        values = one_per_key(stated, ["step"], "value").select(pl.col("step").cast(pl.Int32), "value").sort("step")
         return (key, values) if values.height else None
 
     def timer(self, name: str) -> tuple[str, pl.DataFrame] | None:

@@ -169,13 +169,13 @@ def compute(
 
 
 def _timer_rows(events: pl.DataFrame, classes: pl.DataFrame) -> pl.DataFrame:
-    """One row per step and timer key, with its classification (see :func:`_one_per_key`)."""
+    """One row per step and timer key, with its classification (see :func:`one_per_key`)."""
     duration = pl.col("end_ns") - pl.col("start_ns")
     rows = events.filter((pl.col("kind") == "log_stage") & pl.col("step").is_not_null()).select(
         pl.col("step").cast(pl.Int32), pl.col("name").cast(pl.String), "source",
-        (duration / 1e9).alias("seconds"), _digits(duration).alias("_digits"),
+        (duration / 1e9).alias("seconds"), duration.alias("_ns"),
     )
-    rows = _one_per_key(rows, ["step", "name"], "seconds")
+    rows = one_per_key(rows, ["step", "name"], "seconds", digits=_digits(pl.col("_ns"))).drop("_ns")
     known = classes.with_columns(pl.col("name").cast(pl.String), pl.col("relation").cast(pl.String))
     rows = rows.join(known, on="name", how="left").with_columns(
         pl.col("relation").fill_null("unknown"),
@@ -196,11 +196,13 @@ def _digits(value: pl.Expr) -> pl.Expr:
     return value.cast(pl.String).str.strip_chars_end("0").str.len_chars()
 
 
-def _one_per_key(rows: pl.DataFrame, keys: list[str], value: str) -> pl.DataFrame:
+def one_per_key(rows: pl.DataFrame, keys: list[str], value: str, digits: pl.Expr | None = None) -> pl.DataFrame:
     """One row per ``keys``: within a source its last statement; across sources (a console log
-    and ``trainer_state.json`` state the same timer, the console rounded) the one with the most
-    digits, then the larger — so the answer does not depend on the order files were given in."""
+    and ``trainer_state.json`` state the same timer, the console rounded) the one stated with the
+    most digits (``digits``, by default those of ``value``), then the larger — so the answer does
+    not depend on the order the files were given in."""
     last = rows.unique(subset=["source", *keys], keep="last", maintain_order=True)
+    last = last.with_columns((_digits(pl.col(value)) if digits is None else digits).alias("_digits"))
     ranked = last.sort([*keys, "_digits", value], descending=[False] * len(keys) + [True, True], nulls_last=True)
     return ranked.unique(subset=keys, keep="first", maintain_order=True).drop("_digits")
 
@@ -417,9 +419,8 @@ def _long_tail(metrics: pl.DataFrame, metric_keys: Mapping[str, Sequence[str]]) 
     if chosen["response_length_mean"] is None:
         return pl.DataFrame(schema=LONG_TAIL_SCHEMA), pl.DataFrame(schema=LONG_TAIL_SUMMARY_SCHEMA)
     used = {k: q for q, k in chosen.items() if k is not None}
-    stated = metrics.filter(pl.col("key").is_in(list(used))).with_columns(_digits(pl.col("value")).alias("_digits"))
     wide = (
-        _one_per_key(stated, ["step", "key"], "value")
+        one_per_key(metrics.filter(pl.col("key").is_in(list(used))), ["step", "key"], "value")
         .with_columns(pl.col("key").replace_strict(used).alias("q"))
         .pivot(on="q", index="step", values="value", aggregate_function="last")
     )
