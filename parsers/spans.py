@@ -206,13 +206,13 @@ def _events(path: Path, raws: list[msgspec.Raw], out: ParsedSource) -> list[_Eve
         out.warn(f"{long:,} events longer than {STRING_BYTES.what} limit ({limit:,}) dropped; set {STRING_BYTES.env} to raise it")
     try:
         return _EVENTS.decode(b"[" + b",".join(kept) + b"]")
-    except (msgspec.ValidationError, RecursionError):
+    except (msgspec.DecodeError, RecursionError):
         pass
     events: list[_Event] = []
     for raw in kept:
         try:
             events.append(_EVENT.decode(raw))
-        except (msgspec.ValidationError, RecursionError):
+        except (msgspec.DecodeError, RecursionError):
             continue
     if not events:
         raise InputError(path, "not a trace-event file (no element is a trace event)")

@@ -18,6 +18,7 @@ import pytest
 from fuzz import invariants, long_run, mutators, runner, seeds
 
 import analyzer
+import parsers
 from analyzer.report import json as json_report
 from analyzer.report import sections as sections_module
 
@@ -137,3 +138,14 @@ def test_the_report_does_not_depend_on_the_order_of_the_files(folder: str) -> No
     forward = _normalised(analyzer.load(files, use_cache=False))
     backward = _normalised(analyzer.load(files[::-1], use_cache=False))
     assert [k for k in forward if forward[k] != backward.get(k)] == []
+
+
+def test_a_span_event_with_invalid_utf8_is_dropped_and_counted(tmp_path: Path) -> None:
+    """Found by the fuzzer (a bit flip inside a name of a NeMo-RL trace): the decoder's UTF-8
+    error escaped the parser as a traceback."""
+    good = b'{"name": "step", "ph": "X", "ts": 1700000000000000, "dur": 5, "pid": 1, "tid": 1}'
+    path = tmp_path / "trace.json"
+    path.write_bytes(b'[{"name": "tracer_name", "ph": "M", "pid": 1}, ' + good + b', ' + good.replace(b"step", b"st\xffp") + b"]")
+    source = parsers.parse_file(path, "framework-spans")
+    assert source.events.filter(pl.col("kind") == "annotation")["name"].cast(pl.String).to_list() == ["step"]
+    assert source.meta["quality"]["dropped_unreadable_event"] == 1
