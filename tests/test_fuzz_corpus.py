@@ -26,8 +26,6 @@ CI_CASES = 20_400
 SEED = int(os.environ.get("RLPERF_FUZZ_SEED", "0"))
 TRL_LOGS = seeds.SAMPLES / "runs" / "trl_grpo" / "logs"
 
-pytestmark = pytest.mark.skipif(not seeds.CORPUS.exists(), reason="needs the shared corpus checkout")
-
 
 @pytest.fixture(scope="module")
 def bank(tmp_path_factory: pytest.TempPathFactory) -> Path:

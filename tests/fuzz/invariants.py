@@ -10,7 +10,6 @@ or infinity, and no analysis failed. Each check returns the problems it found as
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any
 
@@ -110,14 +109,3 @@ def _durations(frame: pl.DataFrame, name: str) -> list[str]:
             problems.append(f"{name}: {backwards} row(s) end before they start")
     return problems
 
-
-def non_finite(document: Any, where: str = "") -> list[str]:
-    """Paths of NaN or infinite floats in a report document before it is written (the JSON
-    writer turns them into null, which would hide a broken number)."""
-    if isinstance(document, float):
-        return [] if math.isfinite(document) else [where or "."]
-    if isinstance(document, dict):
-        return [p for k, v in document.items() for p in non_finite(v, f"{where}.{k}")]
-    if isinstance(document, list):
-        return [p for i, v in enumerate(document) for p in non_finite(v, f"{where}[{i}]")]
-    return []
