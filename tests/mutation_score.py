@@ -19,6 +19,7 @@ from pathlib import Path
 KILLED = {1, 3}
 TIMEOUT = {24, -24, 152, 255, 36}
 NO_TESTS = {5, 33}
+WIDTHS = (7, 6, 8, 5, 5, 6)
 MUTANT = re.compile(r"`([\w.ǁ]+__mutmut_\d+)`")
 
 
@@ -47,7 +48,11 @@ def results(mutants: Path, globs: list[str]) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for meta in sorted(mutants.rglob("*.py.meta")):
         codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
-        chosen = {k: status(v) for k, v in codes.items() if not globs or any(fnmatch.fnmatch(k, g) for g in globs)}
+        chosen = {
+            k: status(v)
+            for k, v in codes.items()
+            if not globs or any(fnmatch.fnmatch(k, g) for g in globs)
+        }
         if chosen:
             out[str(meta.relative_to(mutants))[: -len(".meta")]] = chosen
     return out
@@ -58,10 +63,17 @@ def main(argv: list[str]) -> int:
     equiv = equivalent(doc)
     survivors: list[str] = []
     total = Counter()
-    print(f"{'module':42} {'mutants':>7} {'killed':>6} {'survived':>8} {'equiv':>5} {'unrun':>5} {'score':>6}")
+    heads = ("mutants", "killed", "survived", "equiv", "unrun", "score")
+    print(f"{'module':42} " + " ".join(f"{h:>{w}}" for h, w in zip(heads, WIDTHS, strict=True)))
     for path, statuses in results(mutants, globs).items():
-        count = Counter("equivalent" if k in equiv and s != "killed" else s for k, s in statuses.items())
-        survivors += sorted(k for k, s in statuses.items() if s in ("survived", "no tests", "other") and k not in equiv)
+        count = Counter(
+            "equivalent" if k in equiv and s != "killed" else s for k, s in statuses.items()
+        )
+        survivors += sorted(
+            k
+            for k, s in statuses.items()
+            if s in ("survived", "no tests", "other") and k not in equiv
+        )
         total += count
         print(row(path, count))
     print(row("all", total))
@@ -75,8 +87,10 @@ def row(name: str, count: Counter) -> str:
     killed = count["killed"] + count["timeout"]
     alive = count["survived"] + count["no tests"] + count["other"]
     score = f"{100 * killed / (killed + alive):5.1f}%" if killed + alive else "   -"
-    return (f"{name:42} {sum(count.values()):7d} {killed:6d} {alive:8d} {count['equivalent']:5d} "
-            f"{count['not checked']:5d} {score:>6}")
+    return (
+        f"{name:42} {sum(count.values()):7d} {killed:6d} {alive:8d} {count['equivalent']:5d} "
+        f"{count['not checked']:5d} {score:>6}"
+    )
 
 
 if __name__ == "__main__":
