@@ -55,11 +55,11 @@ bench: $(VENV)/.installed-test
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
 
-# Mutation testing (docs/mutation.md); not part of `make test`. MODULES: the source files or
-# folders whose mutants to run; MAX_SECONDS: the wall-clock limit of the whole run (results so
-# far are kept in build/mutate/mutants/ and a rerun goes on where it stopped).
-MODULES     ?= parsers/kineto.py parsers/nsys*.py analyzer/analyses/ analyzer/assemble.py \
-               analyzer/classify.py analyzer/intervals.py taxonomy/collectives.py
+# Mutation testing (docs/mutation.md); not part of `make test`. MODULES: source files or folders
+# whose mutants to run, every one of them again (empty: all of [tool.mutmut] only_mutate, going on
+# where the last run stopped); MUTANTS: mutmut name globs instead; MAX_SECONDS: the wall-clock
+# limit of the whole run (results so far are kept in build/mutate/mutants/).
+MODULES     ?=
 MAX_SECONDS ?= 3600
 MUTATE_DIR   = build/mutate
 MUTANTS      = $(foreach m,$(MODULES),'$(subst /,.,$(patsubst %.py,%,$(m:/=))).*')
