@@ -11,7 +11,7 @@ traceback, ``--strict`` makes warnings errors.
 from __future__ import annotations
 
 import importlib
-import traceback
+import io
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,29 +119,58 @@ def conclude(runs: Iterable[Run]) -> None:
     found = []
     for run in runs:
         for warning in run.warnings:
-            typer.echo(f"rlperf: warning: {printable(warning)}", err=True)
+            say(f"rlperf: warning: {warning}")
         found += failures(run)
     for failure in found:
         if CONTRACT.debug:
-            typer.echo(failure.traceback.rstrip(), err=True)
-        typer.echo(internal_line(failure.what, failure.module, failure.error), err=True)
+            say_block(failure.traceback)
+        say(internal_line(failure.what, failure.module, failure.error))
     if found:
         raise typer.Exit(INTERNAL_ERROR)
+
+
+def say(line: str) -> None:
+    """``line`` on stderr as one line, escaped (:func:`printable`): every stderr message of the
+    CLI goes through here, so no name from an input or a rules file can break the line or drive
+    the terminal."""
+    typer.echo(printable(line), err=True)
+
+
+def say_block(text: str) -> None:
+    """A text of several lines (a traceback, Click's usage error) on stderr, each line escaped."""
+    for line in text.rstrip("\n").split("\n"):
+        say(line)
 
 
 def internal_line(what: str, module: str, error: str) -> str:
     named = f"{what} ({module})" if what != module else module
     hint = "" if CONTRACT.debug else "; rerun with --debug for the traceback"
-    return f"rlperf: internal error in {named}: {error}{hint}"
+    return printable(f"rlperf: internal error in {named}: {error}{hint}")
+
+
+def _shown(exc: typer.TyperException) -> str:
+    """What Click would print for a usage error (usage, hint, ``Error: …``), as text."""
+    show = getattr(exc, "show", None)
+    if show is None:
+        return f"Error: {exc.format_message()}"
+    shown = io.StringIO()
+    show(file=shown)
+    return shown.getvalue()
 
 
 def main() -> None:
     """Console entry point: bad input is one line and exit status 2, an unexpected error one
     line naming where it happened and exit status 3; ``--debug`` adds the traceback."""
     try:
-        app()
+        status = app(standalone_mode=False)
+    except typer.TyperException as exc:
+        say_block(_shown(exc))
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        say("Aborted!")
+        raise SystemExit(1) from None
     except Exception as exc:
-        from .report.sections import describe, user_errors
+        from .report.sections import describe, traceback_text, user_errors
 
         if isinstance(exc, user_errors()):
             line, status = f"rlperf: error: {exc}", BAD_INPUT
@@ -149,9 +178,10 @@ def main() -> None:
             failure = describe(exc)
             line, status = internal_line(failure.what, failure.module, failure.error), INTERNAL_ERROR
         if CONTRACT.debug:
-            traceback.print_exc()
-        typer.echo(line, err=True)
+            say_block(traceback_text(exc))
+        say(line)
         raise SystemExit(status) from None
+    raise SystemExit(status if isinstance(status, int) else 0)
 
 
 for _module in COMMANDS:

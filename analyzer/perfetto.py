@@ -67,13 +67,20 @@ def export(run, output: Path) -> dict[str, Any]:
         "rlperf": {"stage_tid": STAGE_TID, "bubble_tid": BUBBLE_TID, "ranks": run.ranks, **counts},
     }
     text = json.dumps(header)[:-1] + ',"traceEvents":[\n' + ",\n".join([*meta, *body.to_list()]) + "\n]}\n"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    if output.name.endswith(".gz"):
-        with gzip.open(output, "wt", encoding="utf-8", compresslevel=6) as fh:
-            fh.write(text)
-    else:
-        output.write_text(text, encoding="utf-8")
+    _write(output, text.encode())
     return {"path": str(output), "bytes": output.stat().st_size, **counts}
+
+
+def _write(output: Path, data: bytes) -> None:
+    """``data`` at ``output`` atomically (gzipped for ``.gz``): a failed write leaves no half trace."""
+    from .report.files import atomic_binary
+
+    with atomic_binary(output) as fh:
+        if not output.name.endswith(".gz"):
+            fh.write(data)
+            return
+        with gzip.GzipFile(filename=output.name, mode="wb", fileobj=fh, compresslevel=6) as packed:
+            packed.write(data)
 
 
 def _text(*parts: str | pl.Expr) -> pl.Expr:

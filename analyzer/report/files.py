@@ -7,13 +7,14 @@ write (a full disk) never leaves half a report where the last good one was.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from rich.console import Console
 
@@ -97,13 +98,20 @@ def write_report(run, fmt: str, output: Path | None, steps) -> list[Path]:
 def atomic_open(output: Path) -> Iterator[TextIO]:
     """A text file that appears at ``output`` only once it is completely written; any failure is
     one :class:`InputError` naming ``output``, with the old file (if any) left as it was."""
+    with atomic_binary(output) as raw, io.TextIOWrapper(raw, encoding="utf-8") as fh:
+        yield fh
+
+
+@contextmanager
+def atomic_binary(output: Path) -> Iterator[BinaryIO]:
+    """:func:`atomic_open` for bytes (PNG charts, gzipped traces)."""
     check_output(output)
     target = output.resolve() if output.is_symlink() else output
     tmp: str | None = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "wb") as fh:
             yield fh
         os.chmod(tmp, _file_mode(target))
         os.replace(tmp, target)
@@ -129,6 +137,13 @@ def write_text(output: Path, text: str) -> Path:
     """``text`` written atomically to ``output``."""
     with atomic_open(output) as fh:
         fh.write(text)
+    return output
+
+
+def write_bytes(output: Path, data: bytes) -> Path:
+    """``data`` written atomically to ``output``."""
+    with atomic_binary(output) as fh:
+        fh.write(data)
     return output
 
 

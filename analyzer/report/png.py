@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .charts import Figure, figures
+from .files import write_bytes
 
 SCALE = 2.0
 """Pixel density: 2 keeps text sharp on high-DPI screens and in zoomed tickets."""
@@ -30,7 +31,7 @@ def write(found: list[Figure], target: Path) -> list[Path]:
         if spec is None:
             continue
         path = folder / f"{stem}-{figure.key}.png"
-        path.write_bytes(vl_convert.vegalite_to_png(spec, scale=SCALE))
+        write_bytes(path, vl_convert.vegalite_to_png(spec, scale=SCALE))
         written.append(path)
     return written
 

@@ -97,7 +97,16 @@ def describe(exc: BaseException, what: str = "") -> Failure:
     module = next((m for m in reversed(_modules(exc)) if m.split(".")[0] in PACKAGES), "rlperf")
     message = printable(" ".join(str(exc).split()))
     error = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return Failure(what or module, module, error, "".join(traceback.format_exception(exc)))
+    return Failure(what or module, module, error, traceback_text(exc))
+
+
+def traceback_text(exc: BaseException) -> str:
+    """The traceback of ``exc`` with every exception message escaped onto one line
+    (:func:`printable`): only the frames' own line breaks remain, so a name in a message
+    cannot drive the terminal or pass for another line under ``--debug``."""
+    structural = ("Traceback", "  ", "\n")
+    chunks = traceback.TracebackException.from_exception(exc).format()
+    return "".join(c if c.startswith(structural) else printable(c.rstrip("\n")) + "\n" for c in chunks)
 
 
 def _modules(exc: BaseException) -> list[str]:

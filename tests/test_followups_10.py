@@ -1,0 +1,155 @@
+"""Follow-ups of issue 10: every stderr line escaped, atomic chart and trace writes, bounded
+selections, no NaN or infinity and no share over 100% in any report, deterministic reports,
+Markdown documents never taken for logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from parsers.errors import _UNPRINTABLE, InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+SAMPLE = ROOT / "sample_traces" / "runs" / "verl_ppo_colocated_nsys"
+RAW = {chr(c) for c in _UNPRINTABLE if c != 0x0A}
+"""Characters no stderr line may hold unescaped (a newline only ends a line)."""
+
+
+def rlperf(*args: str, cwd: Path = ROOT, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``rlperf ARGS`` in a fresh interpreter."""
+    return subprocess.run(
+        [sys.executable, "-c", "from analyzer.cli import main; main()", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        env={**os.environ, "RLPERF_NO_CACHE": "1", "COLUMNS": "200"},
+    )
+
+
+def assert_escaped(stderr: str) -> list[str]:
+    """Each stderr line free of raw control and bidi characters; returns the lines."""
+    lines = stderr.rstrip("\n").split("\n")
+    for line in lines:
+        assert not RAW & set(line), repr(line)
+    return lines
+
+
+# --- 1. every stderr line of the CLI through printable() ---------------------------------------
+
+RULES_NAME = "rules\n\x1b[31mred\u202e.toml"
+
+
+@pytest.fixture
+def bad_rules(tmp_path: Path) -> Path:
+    """A user rules file with a newline, an ANSI escape and a bidi override in its name, and a
+    rule that misses its relation (a ProfileError)."""
+    path = tmp_path / RULES_NAME
+    path.write_text('[[rules]]\nmatch = "a"\nstage = "rollout"\n')
+    return path
+
+
+def test_a_profile_error_is_one_escaped_line(bad_rules: Path):
+    done = rlperf("taxonomy", "--rules", str(bad_rules))
+    assert done.returncode == 2
+    lines = assert_escaped(done.stderr)
+    assert lines == [f"rlperf: error: {bad_rules.parent}/rules\\n\\x1b[31mred\\u202e.toml: rule 1: 'relation' is required"]
+
+
+def test_the_debug_traceback_is_escaped_too(bad_rules: Path):
+    done = rlperf("taxonomy", "--rules", str(bad_rules), "--debug")
+    assert done.returncode == 2
+    lines = assert_escaped(done.stderr)
+    assert lines[0].startswith("Traceback") and lines[-1].startswith("rlperf: error: ")
+    assert lines[-2] == lines[-1].replace("rlperf: error: ", "taxonomy.profiles.ProfileError: ")
+
+
+def test_failures_read_from_a_json_report_are_escaped(tmp_path: Path):
+    report = tmp_path / "report.json"
+    done = rlperf("analyze", str(SAMPLE), "-f", "json", "-o", str(report), "-q")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(report.read_text())
+    document["failures"] = [{"failed": "section \x1b[2Jbubbles", "module": "analyzer.x\u2066",
+                             "error": "KeyError: 'a\nb'"}]
+    report.write_text(json.dumps(document))
+    budget = tmp_path / "budget.toml"
+    budget.write_text('[[check]]\nmetric = "overview.step_time_ns"\nmax = 1e30\n')
+    done = rlperf("audit", str(report), "--budget", str(budget))
+    assert done.returncode == 3
+    lines = assert_escaped(done.stderr)
+    assert lines == ["rlperf: internal error in section \\x1b[2Jbubbles (analyzer.x\\u2066): KeyError: 'a\\nb'; "
+                     "rerun with --debug for the traceback"]
+
+
+def test_a_usage_error_keeps_clicks_text_and_status_with_the_name_escaped():
+    done = rlperf("analyze", "--no-such\u202eoption")
+    assert done.returncode == 2
+    lines = assert_escaped(done.stderr)
+    assert lines[0].startswith("Usage: ") and " analyze [OPTIONS]" in lines[0]
+    assert lines[-1] == "Error: No such option: --no-such\\u202eoption"
+    assert rlperf("--help").returncode == 0
+    assert rlperf().returncode == 2
+
+
+# --- 2. charts and Perfetto traces written atomically ------------------------------------------
+
+
+@contextmanager
+def file_size_cap(limit: int) -> Iterator[None]:
+    """Writes past ``limit`` bytes fail with EFBIG, as on a full disk (RLIMIT_FSIZE)."""
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old_limit[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+
+
+@pytest.fixture(scope="module")
+def sample_run():
+    import analyzer
+
+    return analyzer.load([SAMPLE], use_cache=False)
+
+
+@pytest.mark.parametrize("name", ["trace.json", "trace.json.gz"])
+def test_a_failed_trace_export_leaves_the_old_file_and_nothing_else(sample_run, tmp_path: Path, name: str):
+    from analyzer.perfetto import export
+
+    target = tmp_path / name
+    target.write_bytes(b"the last good export")
+    with file_size_cap(512), pytest.raises(InputError) as failed:
+        export(sample_run, target)
+    assert str(failed.value) == f"{target}: cannot write: File too large"
+    assert target.read_bytes() == b"the last good export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_failed_chart_write_leaves_no_half_png(sample_run, tmp_path: Path):
+    from analyzer.report import png
+
+    folder = tmp_path / "charts"
+    with file_size_cap(1024), pytest.raises(InputError) as failed:
+        png.render(sample_run, folder / "report.png")
+    assert str(failed.value) == f"{folder}/report-timeline.png: cannot write: File too large"
+    assert list(folder.iterdir()) == []
+
+
+def test_a_gzipped_export_still_names_its_trace_and_reads_back(tmp_path: Path):
+    import gzip
+
+    target = tmp_path / "trace.json.gz"
+    assert rlperf("export", str(SAMPLE), "--perfetto", str(target), "-q").returncode == 0
+    raw = target.read_bytes()
+    assert raw[3] & 0x08 and raw[10:20] == b"trace.json"
+    assert json.loads(gzip.decompress(raw))["traceName"] == "rlperf export"
+
