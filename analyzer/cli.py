@@ -179,7 +179,7 @@ def main() -> None:
             line, status = internal_line(failure.what, failure.module, failure.error), INTERNAL_ERROR
         if CONTRACT.debug:
             say_block(traceback_text(exc))
-        say(line)
+        (say_block if getattr(exc, "multiline", False) else say)(line)
         raise SystemExit(status) from None
     raise SystemExit(status if isinstance(status, int) else 0)
 

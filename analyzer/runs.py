@@ -84,6 +84,9 @@ class RunsError(InputError):
     """The input holds several runs and none was chosen: one line saying so, one per run, and
     how to choose (the CLI prints it as any :class:`InputError`, exit status 2)."""
 
+    multiline = True
+    """Its lines are escaped one by one, so the CLI prints them as lines instead of one line."""
+
     def __init__(self, where: str, runs: list[FoundRun], reasons: list[str]) -> None:
         self.runs, self.reasons = runs, reasons
         why = f" ({'; '.join(reasons)})" if reasons else ""
