@@ -147,3 +147,13 @@ def test_a_span_event_with_invalid_utf8_is_dropped_and_counted(tmp_path: Path) -
     source = parsers.parse_file(path, "framework-spans")
     assert source.events.filter(pl.col("kind") == "annotation")["name"].cast(pl.String).to_list() == ["step"]
     assert source.meta["quality"]["dropped_unreadable_event"] == 1
+
+
+def test_a_log_dict_naming_an_unknown_constant_is_not_a_literal() -> None:
+    """Found by the fuzzer (openrlhf-log, a metrics dict with nan and `Infinity`): the name reached
+    eval and escaped as a NameError."""
+    from parsers.logs.values import python_literal
+
+    assert python_literal("{'a': nan, 'b': 1}")["b"] == 1
+    with pytest.raises(ValueError, match="not a literal"):
+        python_literal("{'a': nan, 'b': Infinity}")

@@ -90,7 +90,7 @@ def _literal_with_floats(text: str) -> Any:
             )
             if not ok:
                 raise ValueError("not a literal")
-        elif not isinstance(
+        elif (isinstance(node, ast.Name) and node.id != "float") or not isinstance(
             node,
             (ast.Expression, ast.Constant, ast.Dict, ast.List, ast.Tuple, ast.Set, ast.UnaryOp,
              ast.USub, ast.UAdd, ast.Name, ast.Load),
