@@ -32,6 +32,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -331,7 +332,7 @@ def _spanning_offsets(edges: Iterable[dict[str, Any]]) -> dict[int, float]:
 
 
 def aligned_events(events: pl.DataFrame, clock: pl.DataFrame, unaligned_sources: list[int],
-                   ranks: list[int] | None = None) -> pl.DataFrame:
+                   ranks: Selection | None = None) -> pl.DataFrame:
     """``events`` with each rank's offset subtracted (synthetic-time and epoch-less sources stay),
     restricted to ``ranks`` (plus the driver and logs) when given."""
     offsets = clock.select("rank", "offset_ns")
@@ -342,27 +343,84 @@ def aligned_events(events: pl.DataFrame, clock: pl.DataFrame, unaligned_sources:
         pl.when(keep).then(pl.col("end_ns") - shift).otherwise(pl.col("end_ns")).alias("end_ns"),
     ).drop("offset_ns")
     if ranks is not None:
-        out = out.filter((pl.col("rank") < 0) | pl.col("rank").is_in(ranks))
+        out = out.filter((pl.col("rank") < 0) | ranks.expr("rank"))
     return out
 
 
 # --- steps -------------------------------------------------------------------------------------
 
 
-def parse_selection(text: str | None) -> list[int] | None:
-    """``"2-4,7"`` → [2, 3, 4, 7]; None or empty → no selection."""
+INT64 = (-(2**63), 2**63 - 1)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A ``--steps`` or ``--ranks`` selection as inclusive ranges, sorted and merged: ``0-10**10``
+    is one pair, not ten billion numbers (a list of them exhausted memory)."""
+
+    spans: tuple[tuple[int, int], ...]
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, int) and any(a <= value <= b for a, b in self.spans)
+
+    def count(self) -> int:
+        """How many values are selected (``len`` cannot say more than 2**63)."""
+        return sum(b - a + 1 for a, b in self.spans)
+
+    def __str__(self) -> str:
+        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.spans)
+
+    def expr(self, column: str) -> pl.Expr:
+        """Whether ``column`` lies in the selection (bounds past int64 cannot match a value)."""
+        inside = [pl.col(column).is_between(max(a, INT64[0]), min(b, INT64[1])) for a, b in self.spans]
+        return pl.any_horizontal(inside)
+
+    def within(self, values: Iterable[int]) -> list[int]:
+        """The ``values`` selected, sorted."""
+        return sorted({v for v in values if v in self})
+
+    def without(self, values: Iterable[int]) -> Selection:
+        """The selection less ``values``: what was asked for and is not there."""
+        return Selection(_merged(_cut(self.spans, sorted(set(values)))))
+
+
+def _cut(spans: Iterable[tuple[int, int]], holes: list[int]) -> list[tuple[int, int]]:
+    out = []
+    for a, b in spans:
+        for hole in holes:
+            if a <= hole <= b:
+                if a < hole:
+                    out.append((a, hole - 1))
+                a = hole + 1
+        if a <= b:
+            out.append((a, b))
+    return out
+
+
+def _merged(spans: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return tuple(out)
+
+
+def parse_selection(text: str | None) -> Selection | None:
+    """``"2-4,7"`` → the ranges 2-4 and 7; None or empty → no selection."""
     if text is None or not str(text).strip():
         return None
-    out: set[int] = set()
+    found = []
     for part in str(text).split(","):
         part = part.strip()
-        match = re.fullmatch(r"(-?\d+)(?:\s*(?:-|\.\.)\s*(-?\d+))?", part)
+        match = re.fullmatch(r"(-?\d{1,30})(?:\s*(?:-|\.\.)\s*(-?\d{1,30}))?", part)
         if not match:
             raise ValueError(f"bad selection {part!r} (use e.g. 2-4,7)")
         a = int(match.group(1))
         b = int(match.group(2)) if match.group(2) is not None else a
-        out.update(range(min(a, b), max(a, b) + 1))
-    return sorted(out)
+        found.append((min(a, b), max(a, b)))
+    return Selection(_merged(found))
 
 
 def step_markers(ranges: pl.DataFrame) -> tuple[pl.DataFrame, str]:
@@ -518,7 +576,7 @@ def _steps(run: Run) -> pl.DataFrame:
     table = step_table(run)
     selected = parse_selection(run.options.get("steps"))
     if selected is not None:
-        table = table.filter(pl.col("step").is_in(selected))
+        table = table.filter(selected.expr("step"))
     table = table.filter(~pl.col("step").is_in(excluded_steps(run)))
     return frames.check(table, frames.STEPS, "steps")
 

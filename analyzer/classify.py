@@ -271,7 +271,7 @@ def _select_steps(run: Run, frame: pl.DataFrame) -> pl.DataFrame:
     from .assemble import excluded_steps
 
     selected = parse_selection(run.options.get("steps"))
-    frame = frame if selected is None else frame.filter(pl.col("step").is_in(selected))
+    frame = frame if selected is None else frame.filter(selected.expr("step"))
     excluded = excluded_steps(run)
     return frame.filter(~pl.col("step").is_in(excluded).fill_null(False)) if excluded else frame
 
@@ -518,7 +518,7 @@ def collectives(run: Run) -> pl.DataFrame:
     )
     ranks = parse_selection(run.options.get("ranks"))
     if ranks is not None:
-        out = out.filter(pl.col("rank").is_in(ranks))
+        out = out.filter(ranks.expr("rank"))
     out = out.cast(frames.COLLECTIVE_INSTANCES).sort("rank", "start_ns")
     return _select_steps(run, out)
 

@@ -227,8 +227,8 @@ def test_step_and_rank_selection() -> None:
 
 
 def test_selection_syntax() -> None:
-    assert parse_selection("2-4,7") == [2, 3, 4, 7]
-    assert parse_selection(" 5 ") == [5]
+    assert parse_selection("2-4,7").spans == ((2, 4), (7, 7))
+    assert parse_selection(" 5 ").spans == ((5, 5),)
     assert parse_selection(None) is None
     with pytest.raises(ValueError, match="bad selection"):
         parse_selection("two")

@@ -153,3 +153,52 @@ def test_a_gzipped_export_still_names_its_trace_and_reads_back(tmp_path: Path):
     assert raw[3] & 0x08 and raw[10:20] == b"trace.json"
     assert json.loads(gzip.decompress(raw))["traceName"] == "rlperf export"
 
+
+# --- 3. selections as ranges -------------------------------------------------------------------
+
+
+def test_a_selection_is_ranges_merged_and_sorted():
+    from analyzer.assemble import parse_selection
+
+    merged = parse_selection("8, 1-3 ,2..5,7,-2--1,0")
+    assert merged.spans == ((-2, 5), (7, 8)) and str(merged) == "-2-5,7-8"
+    assert (4 in merged, 6 in merged, 9 in merged) == (True, False, False)
+    assert merged.within([6, 0, 8, 9, 8]) == [0, 8]
+    assert merged.without([0, 7, 8, 9]).spans == ((-2, -1), (1, 5))
+    assert parse_selection("5-2").spans == ((2, 5),) and merged.count() == 10
+    with pytest.raises(ValueError, match="bad selection"):
+        parse_selection("1" * 40)
+
+
+def test_a_selection_filters_a_frame_even_past_int64():
+    import polars as pl
+
+    from analyzer.assemble import parse_selection
+
+    frame = pl.DataFrame({"step": [-3, 0, 2, 6, 2**31 - 1]}, schema={"step": pl.Int32})
+    pick = parse_selection("-99999999999999999999-0,2,6-99999999999999999999")
+    assert frame.filter(pick.expr("step"))["step"].to_list() == [-3, 0, 2, 6, 2**31 - 1]
+    assert frame.filter(parse_selection("1-5").expr("step"))["step"].to_list() == [2]
+
+
+@pytest.mark.parametrize(("option", "value", "warning"), [
+    ("--steps", "0-10000000000", "--steps: steps 0,4-10000000000 are not in the run (the run has steps 1-3); analysing steps 1-3"),
+    ("--ranks", "0-99999999999", "--ranks: ranks 2-99999999999 are not in the run (the run has ranks 0-1); analysing ranks 0-1"),
+])
+def test_a_huge_selection_runs_in_bounded_memory(tmp_path: Path, option: str, value: str, warning: str):
+    """Under a 2 GiB address-space limit (a list of every number took all memory)."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-c", "from analyzer.cli import main; main()", "analyze", str(SAMPLE), option, value,
+         "-f", "json", "-o", str(report), "-q"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, preexec_fn=cap,
+        env={**os.environ, "RLPERF_NO_CACHE": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[1:] == [f"rlperf: warning: {warning}"]
+    assert warning in json.loads(report.read_text())["warnings"]
+

@@ -103,13 +103,13 @@ def selection_warnings(run) -> list[str]:
         if asked is None:
             continue
         present = sorted(set(have()))
-        inside = sorted(set(asked) & set(present))
+        inside = asked.within(present)
         has = f"the run has {noun} {spans(present)}" if present else f"the run has no {noun}"
         if not inside:
-            raise InputError(flag, f"asked for {noun} {spans(asked)}, but {has}")
-        if len(inside) < len(asked):
-            outside = sorted(set(asked) - set(inside))
-            out.append(f"{flag}: {noun} {spans(outside)} are not in the run ({has}); analysing {noun} {spans(inside)}")
+            raise InputError(flag, f"asked for {noun} {asked}, but {has}")
+        if len(inside) < asked.count():
+            outside = asked.without(inside)
+            out.append(f"{flag}: {noun} {outside} are not in the run ({has}); analysing {noun} {spans(inside)}")
     return out
 
 
