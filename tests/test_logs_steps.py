@@ -202,3 +202,18 @@ def test_shares_of_a_step_add_up(durations):
         assert step["wall_s"] == pytest.approx(gen + actor + untimed + outside, abs=1e-6)
         if step["wall_s"] > 0:
             assert result.stages.filter(pl.col("step") == i)["share"].sum() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_stage_rows_and_summary_have_one_order_whatever_the_grouping():
+    """DeepSpeed-Chat's 'Others' timer and the residual 'other' share step, stage and label; the
+    stage rows were sorted by those alone, so the two swapped between runs (the golden reports
+    caught it). Every key column now orders them, and ties in seconds are broken by name."""
+    ds = CORPUS / "logs" / "deepspeed-chat" / "step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"
+    result = analyze(parsers.parse_file(ds))
+    keys = ["step", "stage", "label", "composite", "in_step", "keys"]
+    ties = result.stages.group_by("step", "stage", "label").len().filter(pl.col("len") > 1)
+    assert ties.height > 0  # the case that made the order depend on group_by
+    assert result.stages.select(keys).equals(result.stages.select(keys).sort(keys))
+    order = ["seconds", "stage", "label"]
+    summary = result.stage_summary.select(order)
+    assert summary.equals(summary.sort(order, descending=[True, False, False]))

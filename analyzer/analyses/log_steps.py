@@ -327,9 +327,9 @@ def _shares(stage_rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]) -> 
     ).with_columns(
         pl.when(pl.col("wall_s") > 0).then(pl.col("seconds") / pl.col("wall_s")).otherwise(None).alias("share")
     )
-    stages = stages.sort("step", "stage", "label").select(list(STAGES_SCHEMA)).cast(STAGES_SCHEMA)
+    stages = stages.sort("step", "stage", "label", "composite", "in_step", "keys").select(list(STAGES_SCHEMA)).cast(STAGES_SCHEMA)
     dominant = (
-        stages.filter(pl.col("in_step")).sort("seconds", descending=True)
+        stages.filter(pl.col("in_step")).sort(["seconds", "stage", "label"], descending=[True, False, False])
         .group_by("step", maintain_order=True).agg(pl.col("stage").first().alias("dominant"))
     )
     steps = steps.join(dominant, on="step", how="left")
@@ -384,7 +384,7 @@ def _summary(stages: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     ).rename({"_total": "seconds"}).with_columns(
         (pl.col("seconds") / wall if wall > 0 else pl.lit(None, dtype=pl.Float64)).alias("share")
     )
-    return summary.sort("seconds", descending=True).select(list(STAGE_SUMMARY_SCHEMA)).cast(STAGE_SUMMARY_SCHEMA)
+    return summary.sort(["seconds", "stage", "label"], descending=[True, False, False]).select(list(STAGE_SUMMARY_SCHEMA)).cast(STAGE_SUMMARY_SCHEMA)
 
 
 def _dominant(summary: pl.DataFrame) -> pl.DataFrame:
