@@ -4,6 +4,7 @@ Markdown documents never taken for logs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -201,4 +202,52 @@ def test_a_huge_selection_runs_in_bounded_memory(tmp_path: Path, option: str, va
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[1:] == [f"rlperf: warning: {warning}"]
     assert warning in json.loads(report.read_text())["warnings"]
+
+
+# --- 4. no NaN or infinity from a zero denominator ---------------------------------------------
+
+
+def test_ratio_over_a_zero_denominator_is_no_value():
+    import polars as pl
+
+    from analyzer.analyses.guideline_evidence import ratio
+
+    whole = pl.DataFrame({"step": [1, 2, 3, 4], "den": [4.0, 0.0, 0.0, -1.0]})
+    part = pl.DataFrame({"step": [1, 2, 3, 4], "num": [1.0, 0.0, 5.0, 1.0]})
+    assert ratio(whole, part)["value"].to_list() == [0.25, None, None, None]
+
+
+def test_run_value_leaves_out_non_finite_values_and_zero_shares():
+    import polars as pl
+
+    from analyzer.analyses.guideline_evidence import run_value
+    from taxonomy.guidelines import Check
+
+    frame = pl.DataFrame({"value": [0.5, float("nan"), float("inf"), None, 0.25],
+                          "num": [1.0, 0.0, 5.0, 0.0, 1.0], "den": [2.0, 0.0, 0.0, 0.0, 4.0]})
+    check = Check(metric="m", formula="", unit="fraction", direction="above", thresholds={"warn": 0.1},
+                  heuristic=False, aggregate="mean", evaluated_from=("trace",), needs="")
+
+    def value(aggregate: str, of: pl.DataFrame = frame) -> float | None:
+        return run_value(of, dataclasses.replace(check, aggregate=aggregate))
+
+    assert [value(a) for a in ("mean", "median", "max", "last")] == [0.375, 0.375, 0.5, 0.25]
+    assert value("share") == 2 / 6
+    assert value("share", frame.with_columns(pl.lit(0.0).alias("den"))) is None
+    assert value("max", frame.filter(pl.col("den") == 0)) is None
+
+
+def test_a_zero_length_step_gives_no_infinite_weight_sync_share():
+    import polars as pl
+    from test_guidelines import MS, make_run, row, steps
+
+    from analyzer import frames
+
+    sync = pl.DataFrame([(1, 6 * MS, 0, None, None), (2, 3 * MS, 0, None, None)], schema=frames.WEIGHT_SYNC, orient="row")
+    got = row(make_run(steps=steps((0, 100), (100, 100)), weight_sync=sync), "G5")
+    assert (got["status"], got["value"], got["step"]) == ("violated", 0.06, 1)
+    only_empty = make_run(steps=steps((100, 100)), weight_sync=sync.filter(pl.col("step") == 1))
+    got = row(only_empty, "G5")
+    assert (got["status"], got["value"]) == ("not_evaluated", None)
+    assert "a step where it can be measured" in got["evidence"]
 

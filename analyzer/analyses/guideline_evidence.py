@@ -9,6 +9,7 @@ guideline logs can decide. Nothing here recomputes another module's product.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -78,20 +79,25 @@ def per_step(frame: pl.DataFrame) -> pl.DataFrame:
 
 def ratio(whole: pl.DataFrame, part: pl.DataFrame, on: Sequence[str] = ("step",)) -> pl.DataFrame:
     """``whole`` (``den`` per ``on``) with ``part``'s ``num`` joined in, 0 where ``part`` has
-    none, and ``value`` = num ÷ den."""
+    none, and ``value`` = num ÷ den; null where ``den`` is not positive (a 0/0 NaN or an x/0
+    infinity is no measurement: the check then says what it needs)."""
     return (
         whole.join(part, on=list(on), how="left")
         .with_columns(pl.col("num").fill_null(0))
-        .with_columns((pl.col("num") / pl.col("den")).alias("value"))
+        .with_columns(pl.when(pl.col("den") > 0).then(pl.col("num") / pl.col("den")).alias("value"))
     )
 
 
 def run_value(frame: pl.DataFrame, check: Check) -> float | None:
-    """The run's value from per-step values by the check's ``aggregate``."""
+    """The run's value from per-step values by the check's ``aggregate``; steps without a
+    positive denominator or a finite value add nothing (None when no step is left)."""
     values = frame["value"].drop_nulls()
+    values = values.filter(values.is_finite())
     if check.aggregate == "share":
-        den = frame["den"].sum()
-        return float(frame["num"].sum() / den) if den else None
+        measured = frame.filter(pl.col("den") > 0)
+        den = measured["den"].sum()
+        share = measured["num"].sum() / den if den > 0 else None
+        return float(share) if share is not None and math.isfinite(share) else None
     if values.len() == 0:
         return None
     match check.aggregate:
