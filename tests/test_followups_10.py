@@ -251,3 +251,83 @@ def test_a_zero_length_step_gives_no_infinite_weight_sync_share():
     assert (got["status"], got["value"]) == ("not_evaluated", None)
     assert "a step where it can be measured" in got["evidence"]
 
+
+# --- 6. documents are not logs -----------------------------------------------------------------
+
+LOGS: dict[str, str] = {
+    "tests/fixtures/logs/areal_stats.log": "areal-log",
+    "tests/fixtures/logs/deepspeed_chat_now.log": "deepspeed-chat-log",
+    "tests/fixtures/logs/nemo_rl_grpo_async.log": "nemo-rl-log",
+    "tests/fixtures/logs/nemo_rl_grpo_sync.log": "nemo-rl-log",
+    "tests/fixtures/logs/openrlhf_async.log": "openrlhf-log",
+    "tests/fixtures/logs/openrlhf_v0.10_sync.log": "openrlhf-log",
+    "tests/fixtures/logs/openrlhf_v0.5_episode.log": "openrlhf-log",
+    "tests/fixtures/logs/roll_rlvr.log": "roll-log",
+    "tests/fixtures/logs/slime_perf.log": "slime-log",
+    "tests/fixtures/logs/trl_grpo_console.log": "trl-log",
+    "tests/fixtures/logs/trl_grpo_trainer_state.json": "trl-log",
+    "sample_traces/runs/openrlhf_ppo_disaggregated/logs/openrlhf.log": "openrlhf-log",
+    "sample_traces/runs/trl_grpo/logs/torchrun.log": "trl-log",
+    "sample_traces/runs/trl_grpo/logs/trainer_state.json": "trl-log",
+    "sample_traces/runs/verl_grpo_colocated/logs/verl_console.log": "verl-log",
+    "sample_traces/runs/verl_grpo_one_step_off/logs/verl_console.log": "verl-log",
+    "sample_traces/runs/verl_ppo_colocated_nsys/logs/verl_console.log": "verl-log",
+    "sample_traces/runs/verl_ppo_disaggregated/logs/verl_console.log": "verl-log",
+    "../shared/corpus/VERL-Maze/verl_demo.log": "verl-log",
+    "../shared/corpus/logs/deepspeed-chat/step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log": "deepspeed-chat-log",
+    "../shared/corpus/logs/verl/dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log": "verl-log",
+    "../shared/corpus/logs/verl-tpu/chrisytz-verl_ppo_xla-tpu_verl_demo.log": "verl-log",
+}
+"""Every framework log of the fixtures, the samples and the corpus, with the format it is read as."""
+
+
+def log_files() -> list[Path]:
+    roots = [ROOT / "tests" / "fixtures", ROOT / "sample_traces", CORPUS / "logs", CORPUS / "VERL-Maze"]
+    return sorted(p for r in roots for p in r.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def test_every_real_log_is_still_read_as_its_framework():
+    from parsers import sniff
+
+    found = {}
+    for path in log_files():
+        fmt = sniff(path)
+        if fmt and fmt.endswith("-log") and path.name != "truth.json":
+            found[os.path.relpath(path, ROOT)] = fmt
+    assert found == LOGS
+
+
+@pytest.mark.parametrize("name", ["docs/logs.md", "docs/samples.md", "docs/analyses.md", "README.md"])
+def test_a_markdown_document_quoting_log_lines_is_no_log(name: str, tmp_path: Path):
+    from parsers import sniff
+    from parsers.discover import parser_modules, read_head
+
+    path = ROOT / name
+    head = read_head(path)
+    assert [m.FORMAT for m in parser_modules() if m.FORMAT.endswith("-log") and m.sniff(head, path)] == []
+    assert sniff(path) is None
+    renamed = tmp_path / "notes.txt"
+    renamed.write_bytes(path.read_bytes())
+    assert sniff(renamed) is None
+
+
+def test_the_corpus_notes_are_no_logs():
+    from parsers import sniff
+
+    notes = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix.lower() in (".md", ".txt", ""))
+    assert len(notes) >= 10
+    assert {str(p.relative_to(CORPUS)): sniff(p) for p in notes if sniff(p)} == {}
+
+
+def test_only_a_document_opening_with_a_heading_and_more_markup_is_refused():
+    from parsers.logs.lines import is_document
+
+    log = Path("run.log")
+    assert is_document(b"# Run notes\n\nsome text\n\n```\nstep:1 - a:1\n```\n", log)
+    assert is_document(b"---\ntitle: x\n---\n## Steps\n```\nstep:1 - a:1\n```\n", log)
+    assert is_document(b"print('step:1 - a:1')\n", Path("harness/logs.py"))
+    assert is_document(b"step:1 - a:1\n", Path("PROVENANCE.md"))
+    assert not is_document(b"# config comment\nstep:1 - actor/loss:0.1\n", log)
+    assert not is_document(b"step:1 - completions: ```python\n# a heading in a completion\n```\n", log)
+    assert not is_document(b"step:1 - a:1\n## not first\n```\n", log)
+

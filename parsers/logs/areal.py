@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from ..source import ParsedSource
-from .lines import LineIssues, note_ending, open_log, timestamps_ns
+from .lines import LineIssues, is_document, note_ending, open_log, timestamps_ns
 from .records import split_timers
 from .timers import finish
 from .values import MAX_STEP, header_step, numbers, step_number
@@ -32,6 +32,8 @@ _SNIFF = re.compile(br"Train step \d+/\d+ done\.")
 
 
 def sniff(head: bytes, path: Path) -> int:
+    if is_document(head, path):
+        return 0
     if _SNIFF.search(head):
         return 90 if "│".encode() in head or b"Stats (" in head else 70
     return 0

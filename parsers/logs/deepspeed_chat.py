@@ -23,7 +23,7 @@ from pathlib import Path
 import polars as pl
 
 from ..source import ParsedSource
-from .lines import LineIssues, note_ending, open_log, timestamps_ns
+from .lines import LineIssues, is_document, note_ending, open_log, timestamps_ns
 from .records import split_timers
 from .timers import finish
 from .values import MAX_STEP, header_step, numbers, step_number
@@ -43,6 +43,8 @@ _SNIFF = re.compile(rb"(?m)^(?:epoch: \d+\|step: \d+\|ppo_ep: \d|\|E2E latency=\
 
 
 def sniff(head: bytes, path: Path) -> int:
+    if is_document(head, path):
+        return 0
     return 90 if _SNIFF.search(head) else 0
 
 

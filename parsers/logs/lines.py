@@ -9,6 +9,7 @@ all of that with column expressions (no Python loop per line) and keeps what the
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import polars as pl
@@ -32,6 +33,22 @@ LINES_SCHEMA: dict[str, pl.DataType] = {
     "repeat": pl.Int32(),
 }
 """One row per printed line (a ``\\r`` redraw counts as its own row, with its file line number)."""
+
+DOCUMENT_SUFFIXES = (".md", ".markdown", ".rst", ".adoc", ".py")
+"""Documents and source code: they quote or format log lines, and are never a log."""
+_TITLE = re.compile(rb"\A\s*(?:#{1,6} \S|---\r?\n)")
+_MARKUP = re.compile(rb"(?m)^(?:#{1,6} \S|\s{0,3}(?:```|~~~))")
+
+
+def is_document(head: bytes, path: Path) -> bool:
+    """Whether the file is a document (a README, a PROVENANCE note, these docs, a script) rather
+    than a log: it may quote log lines, but a log never has a Markdown or source name, nor opens
+    with a heading (or front matter) followed by more headings or fenced code. Every log sniffer
+    refuses it."""
+    if Path(path).suffix.lower() in DOCUMENT_SUFFIXES:
+        return True
+    return _TITLE.match(head) is not None and len(_MARKUP.findall(head)) >= 2
+
 
 WARN_LISTED = 5
 """How many unreadable lines a warning names before it only counts the rest."""

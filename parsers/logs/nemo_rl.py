@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from ..source import ParsedSource
-from .lines import LineIssues, note_ending, open_log
+from .lines import LineIssues, is_document, note_ending, open_log
 from .timers import finish
 from .values import MAX_STEP, header_step, numbers, step_number
 
@@ -35,6 +35,8 @@ _TIMING = re.compile(rb"Timing:|Training Results:|Total step time:")
 
 
 def sniff(head: bytes, path: Path) -> int:
+    if is_document(head, path):
+        return 0
     if _SNIFF.search(head) and _TIMING.search(head):
         return 90
     return 50 if _SNIFF.search(head) else 0

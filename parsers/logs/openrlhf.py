@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from ..source import ParsedSource
-from .lines import LineIssues, open_log
+from .lines import LineIssues, is_document, open_log
 from .records import record_rows, split_timers
 from .timers import finish
 from .values import MAX_STEP, hms_seconds, numbers, step_number
@@ -44,6 +44,8 @@ _SNIFF = re.compile(rb"Global step \d+: \{|Experience making completed in|Episod
 
 
 def sniff(head: bytes, path: Path) -> int:
+    if is_document(head, path):
+        return 0
     return 90 if _SNIFF.search(head) else 0
 
 

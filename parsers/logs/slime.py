@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from ..source import ParsedSource
-from .lines import LineIssues, note_ending, open_log, timestamps_ns
+from .lines import LineIssues, is_document, note_ending, open_log, timestamps_ns
 from .records import record_rows, split_timers
 from .timers import finish
 from .values import MAX_STEP, header_step, step_number
@@ -32,6 +32,8 @@ _SNIFF = re.compile(rb"\bperf \d+: \{'(?:perf|rollout)/")
 
 
 def sniff(head: bytes, path: Path) -> int:
+    if is_document(head, path):
+        return 0
     return 90 if _SNIFF.search(head) else 0
 
 

@@ -18,7 +18,7 @@ import polars as pl
 
 from ..errors import InputError
 from ..source import ParsedSource
-from .lines import LineIssues, lines_frame, read_text
+from .lines import LineIssues, is_document, lines_frame, read_text
 from .records import ROWS_SCHEMA, record_rows, split_timers
 from .timers import finish
 from .values import MAX_STEP, flat_scalars, py_step, python_literal
@@ -37,6 +37,8 @@ CONSOLE_RECORD = r"^\{'[^']+': .*'epoch': '?[-\d.e]+'?\}\s*$"
 
 
 def sniff(head: bytes, path: Path) -> int:
+    if is_document(head, path):
+        return 0
     if head.lstrip().startswith(b"{") and _STATE.search(head):
         return 90
     if _CONSOLE.search(head) and (b"completions/" in head or b"profiling/Time taken" in head or b"'reward'" in head):

@@ -20,7 +20,7 @@ import polars as pl
 
 from ..source import ParsedSource
 from .config import dig, printed_dict
-from .lines import LineIssues, lines_frame, note_ending, read_text, timestamps_ns
+from .lines import LineIssues, is_document, lines_frame, note_ending, read_text, timestamps_ns
 from .records import split_timers
 from .timers import finish
 from .values import FIXED3, MAX_STEP, flat_scalars, numbers, py_step, step_number
@@ -40,6 +40,8 @@ _JSONL_STEP = re.compile(rb'^\s*\{"step":\s*\d+,\s*"data":\s*\{')
 
 def sniff(head: bytes, path: Path) -> int:
     """Step lines score 90; a printed verl config without steps (a crashed run) 60."""
+    if is_document(head, path):
+        return 0
     if _CONSOLE_STEP.search(head):
         return 90
     first = head.lstrip().split(b"\n", 1)[0]
