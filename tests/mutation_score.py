@@ -19,7 +19,7 @@ from pathlib import Path
 KILLED = {1, 3}
 TIMEOUT = {24, -24, 152, 255, 36}
 NO_TESTS = {5, 33}
-WIDTHS = (7, 6, 8, 5, 5, 6)
+WIDTHS = (7, 6, 7, 8, 5, 5, 6)
 MUTANT = re.compile(r"`([\w.ǁ]+__mutmut_\d+)`")
 
 
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
     equiv = equivalent(doc)
     survivors: list[str] = []
     total = Counter()
-    heads = ("mutants", "killed", "survived", "equiv", "unrun", "score")
+    heads = ("mutants", "killed", "timeout", "survived", "equiv", "unrun", "score")
     print(f"{'module':42} " + " ".join(f"{h:>{w}}" for h, w in zip(heads, WIDTHS, strict=True)))
     for path, statuses in results(mutants, globs).items():
         count = Counter(
@@ -84,13 +84,14 @@ def main(argv: list[str]) -> int:
 
 
 def row(name: str, count: Counter) -> str:
+    """One table line; a timeout counts as killed (mutmut's convention) but is shown apart, since
+    on a loaded machine a slow clean run can pass for one."""
     killed = count["killed"] + count["timeout"]
     alive = count["survived"] + count["no tests"] + count["other"]
-    score = f"{100 * killed / (killed + alive):5.1f}%" if killed + alive else "   -"
-    return (
-        f"{name:42} {sum(count.values()):7d} {killed:6d} {alive:8d} {count['equivalent']:5d} "
-        f"{count['not checked']:5d} {score:>6}"
-    )
+    score = f"{100 * killed / (killed + alive):5.1f}%" if killed + alive else "-"
+    cells = (sum(count.values()), count["killed"], count["timeout"], alive, count["equivalent"],
+             count["not checked"])
+    return f"{name:42} " + " ".join(f"{c:{w}d}" for c, w in zip(cells, WIDTHS, strict=False)) + f" {score:>6}"
 
 
 if __name__ == "__main__":

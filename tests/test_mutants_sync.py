@@ -6,9 +6,11 @@ a changed comparison, factor or sort order in the module changes a number the te
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 from product_frames import activity, collectives
 
+from analyzer import frames
 from analyzer.analyses.sync import compute_by_dim, compute_stragglers, compute_waits
 
 
@@ -107,3 +109,21 @@ def test_arrival_ties_go_to_the_lowest_rank_and_order_is_by_wait_then_rank() -> 
     ]
     got = compute_stragglers(compute_waits(collectives(calls), activity([])))
     assert got.rows() == [(0, 20, 1), (3, 20, 1)]
+
+
+def test_no_collectives_give_the_empty_table_with_its_columns() -> None:
+    waits = compute_waits(collectives([]), activity([]))
+    got = compute_by_dim(waits)
+    assert got.height == 0 and got.schema == pl.Schema(frames.COLLECTIVES_BY_DIM)
+
+
+def test_a_one_nanosecond_transfer_counts() -> None:
+    """send of 1000 B in 1 ns: factor 1, 1000 GB/s (the smallest transfer there is, not none)."""
+    got = by_dim([(-1, 0, "send", "pp", 2, 1000, 0, 1, None)]).row(0, named=True)
+    assert got["busbw_gbps"] == pytest.approx(1000.0, rel=1e-12)
+
+
+def test_a_single_byte_has_a_bus_bandwidth() -> None:
+    """broadcast of 1 B in 10 ns: 0.1 GB/s; one byte is weight enough."""
+    got = by_dim([(-1, 0, "broadcast", "tp", 2, 1, 0, 10, None)]).row(0, named=True)
+    assert got["busbw_gbps"] == pytest.approx(0.1, rel=1e-12)
