@@ -146,7 +146,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
 def _timed(frame: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
     """ns start and duration; a start outside 1970..2200 or a duration over a year is damage
     (dropped and counted), checked in float before the integer cast that would fail or wrap;
-    a negative duration of an ``X`` event is set to 0 later and counted."""
+    a negative duration (of any size: -2**63 µs too) is set to 0 before the cast and counted."""
     start = pl.col("ts") * 1000
     dur = pl.col("dur").fill_null(0) * 1000
     timed = pl.col("ph").is_in(["X", "B", "E", "i", "I", "C"])
@@ -167,7 +167,8 @@ def _timed(frame: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
         out.tally(kind, count)
     kept = frame.filter(~unread & ~bad_time & ~bad_dur)
     return kept.with_columns(
-        start.round(0).cast(pl.Int64).alias("start_ns"), dur.round(0).cast(pl.Int64).alias("dur_ns")
+        start.round(0).cast(pl.Int64).alias("start_ns"),
+        dur.clip(lower_bound=0.0).round(0).cast(pl.Int64).alias("dur_ns"),
     )
 
 

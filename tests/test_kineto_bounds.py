@@ -197,6 +197,16 @@ def test_spans_negative_duration_becomes_zero_and_both_are_counted(tmp_path: Pat
 # --- class 1 in span traces ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("dur", [-1e33, -9223372036854778, -(2**63)], ids=["-1e33", "-9.2e18ns", "-2**63"])
+def test_spans_huge_negative_duration_becomes_zero_and_is_counted(tmp_path: Path, dur):
+    events = [event(name="neg", ts=10, dur=dur), event(name="pos", ts=30, dur=2)]
+    parsed = spans.parse(write_spans(tmp_path, events))
+    validate(parsed.events)
+    spans_ns = dict(parsed.events.select(pl.col("name").cast(str), pl.col("end_ns") - pl.col("start_ns")).rows())
+    assert spans_ns == {"neg": 0, "pos": 2000}
+    assert quality(parsed) == {"negative_dur": 1}
+
+
 @pytest.mark.parametrize("ts", [1e30, 2**70, -1e16, "1e30"], ids=["1e30", "2**70", "-1e16", "text"])
 def test_spans_start_out_of_range_drops_the_event(tmp_path: Path, ts):
     parsed = spans.parse(write_spans(tmp_path, [event(name="good"), event(name="bad", ts=ts)]))
