@@ -16,7 +16,7 @@ in float before any integer arithmetic (which would wrap); every repair is count
 
 - an event whose absolute start is before 1970 or at/after 2200-01-01, whose duration is over
   a year, whose number JSON's doubles cannot hold (``1e999``), or a GPU row whose device (its
-  ``pid``) is outside 0..32767 is dropped; a negative duration becomes 0 (zero ones are counted);
+  ``pid``) is outside 0..32767 or no integer at all is dropped; a negative duration becomes 0 (zero ones are counted);
 - ``baseTimeNanoseconds`` or a file name's epoch outside 1970..2200 is ignored (the time base
   falls back as if it were missing); a rank outside 0..2**31-1 (from ``distributedInfo`` or
   the file name) is unknown (-1), a world size outside 1..2**31 unknown;
@@ -763,7 +763,8 @@ def _int_text(text: str) -> int | None:
 
 def _in_range(frame: pl.DataFrame, base: int, out: ParsedSource) -> pl.DataFrame:
     """The events whose numbers can be true, the rest dropped and counted (module docstring):
-    a start outside 1970..2200, a duration over a year, a GPU row on no possible device. Checked
+    a start outside 1970..2200, a duration over a year, a GPU row on no possible device (a
+    ``pid`` out of range, or unread: the contract has no GPU row off a device). Checked
     in float before any integer arithmetic, which would wrap. Negative durations are kept (set to
     0 later) and counted, as are zero durations of ranges."""
     start = pl.col("ts") * _US_TO_NS + float(base)
@@ -771,7 +772,7 @@ def _in_range(frame: pl.DataFrame, base: int, out: ParsedSource) -> pl.DataFrame
     bad_dur = ~(pl.col("dur") * _US_TO_NS <= float(DURATION_MAX_NS))
     lo, hi = BOUNDS["device"]
     pid = pl.col("pid")
-    bad_device = pl.col("kind").is_in(list(_DEVICE_KINDS)) & pid.is_not_null() & ~pid.is_between(lo, hi)
+    bad_device = pl.col("kind").is_in(list(_DEVICE_KINDS)) & ~pid.is_between(lo, hi).fill_null(False)
     kept = ~(bad_time | bad_dur | bad_device)
     counts = frame.select(
         dropped_time_out_of_range=bad_time.sum(),

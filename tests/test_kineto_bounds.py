@@ -133,6 +133,20 @@ def test_kineto_gpu_row_on_an_impossible_device_is_dropped(tmp_path: Path):
     assert quality(parsed) == {"dropped_device_out_of_range": 1, "out_of_range_stream": 1, "out_of_range_pid": 1}
 
 
+@pytest.mark.parametrize("pid", ["gpu", 2**70], ids=["text", "2**70"])
+def test_kineto_gpu_row_whose_pid_is_unread_is_dropped_and_counted(tmp_path: Path, pid):
+    events = [
+        event(cat="kernel", name="ok", pid=0, tid=7),
+        event(cat="kernel", name="no-pid", pid=pid, tid=7),
+        event(cat="gpu_memcpy", name="copy-no-pid", pid=pid, tid=7),
+        event(cat="cpu_op", name="host-no-pid", pid=pid, tid=3),
+    ]
+    parsed = kineto.parse(write_kineto(tmp_path, events, baseTimeNanoseconds=BASE))
+    validate(parsed.events)
+    assert sorted(parsed.events["name"].cast(str).to_list()) == ["host-no-pid", "ok"]
+    assert quality(parsed)["dropped_device_out_of_range"] == 2
+
+
 def nested(n: int, **fields) -> list[dict]:
     """n ranges on one thread, each inside the one before: depths 0..n-1."""
     return [event(ts=i, dur=2 * (n - i), **fields) for i in range(n)]
