@@ -35,7 +35,8 @@ import polars as pl
 from .discover import open_bytes
 from .errors import InputError
 from .events import BOUNDS, DURATION_MAX_NS, TIME_MAX_NS, bound, conform, nesting_depth
-from .kineto import cut_at, decode_bounded, decode_each, is_cut, salvage_prefix, warn_quality
+from .jsonbound import decode_bounded, decode_each
+from .kineto import cut_at, is_cut, salvage_prefix, warn_quality
 from .limits import EVENTS, STRING_BYTES
 from .source import METRICS_SCHEMA, ParsedSource
 

@@ -160,3 +160,23 @@ def test_stamps_outside_the_years_of_real_logs_are_no_time_base(tmp_path: Path) 
     assert checked(verl.parse(path)).events["start_ns"].to_list() == [0]
     path.write_text("2024-01-01 00:00:00 start\nstep:1 - timing_s/step:2.0\n")
     assert checked(verl.parse(path)).events["start_ns"].to_list() == [1704067200 * 10**9]
+
+
+@pytest.mark.parametrize("levels", [1_200, 40_000])
+def test_deep_json_in_a_trainer_state_is_one_error_naming_the_limit(tmp_path: Path, levels: int) -> None:
+    """msgspec recursed once per level: RecursionError escaped from trainer_state.json."""
+    path = tmp_path / "trainer_state.json"
+    deep = "[" * levels + "]" * levels
+    path.write_text(f'{{"log_history": [{{"step": 1, "loss": 1.0}}], "distributedInfo": {deep}}}')
+    with pytest.raises(parsers.InputError) as caught:
+        trl.parse(path)
+    message = str(caught.value)
+    assert "\n" not in message and path.name in message
+    assert f"JSON nesting depth is over rlperf's limit ({levels + 1:,} > 256)" in message
+
+
+def test_nesting_within_the_limit_in_a_trainer_state_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "trainer_state.json"
+    deep = "[" * 200 + "]" * 200
+    path.write_text(f'{{"log_history": [{{"step": 3, "loss": 1.0}}], "distributedInfo": {deep}}}')
+    assert steps_of(checked(trl.parse(path))) == [3]

@@ -17,6 +17,7 @@ import msgspec
 import polars as pl
 
 from ..errors import InputError
+from ..jsonbound import decode_bounded
 from ..source import ParsedSource
 from .lines import LineIssues, is_document, lines_frame, read_text
 from .records import ROWS_SCHEMA, record_rows, split_timers
@@ -66,9 +67,12 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     return out
 
 
+_ANY = msgspec.json.Decoder()
+
+
 def _state_rows(out: ParsedSource, path: Path, text: str) -> pl.DataFrame:
     try:
-        state = msgspec.json.decode(text)
+        state = decode_bounded(_ANY, text.encode(), path)
     except msgspec.DecodeError as exc:
         raise InputError(path, f"trainer_state.json is not valid JSON ({exc})") from None
     history = state.get("log_history") if isinstance(state, dict) else None
