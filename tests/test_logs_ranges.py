@@ -180,3 +180,18 @@ def test_nesting_within_the_limit_in_a_trainer_state_is_read(tmp_path: Path) -> 
     deep = "[" * 200 + "]" * 200
     path.write_text(f'{{"log_history": [{{"step": 3, "loss": 1.0}}], "distributedInfo": {deep}}}')
     assert steps_of(checked(trl.parse(path))) == [3]
+
+
+def test_an_areal_total_step_count_past_int64_is_left_out_and_counted(tmp_path: Path) -> None:
+    """``Train step 2/9223372036854775808``: the total read as null reached int() (TypeError)."""
+    path = tmp_path / "areal.log"
+    path.write_text(
+        "20240101-00:00:00.000 StatsLogger INFO: Epoch 1/1 Step 1/2 Train step 1/3 done.\n"
+        "│ timeperf/a │ 1.0000e+00 │ loss │ 2.0000e+00 │\n"
+        "20240101-00:00:05.000 StatsLogger INFO: Epoch 1/1 Step 2/2 Train step 2/9223372036854775808 done.\n"
+        "│ timeperf/a │ 3.0000e+00 │ loss │ 2.0000e+00 │\n"
+    )
+    source = checked(areal.parse(path))
+    assert steps_of(source) == [1, 2]
+    assert source.meta["total_steps"] == 3
+    assert source.meta["quality"] == {"dropped_out_of_range": 1}

@@ -69,6 +69,11 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
         .with_columns(pl.lit(f"step number past {MAX_STEP}; its table is left out").alias("problem")),
         kind="dropped_out_of_range",
     )
+    issues.add_frame(
+        lines.filter(pl.col("header_step").is_not_null() & pl.col("header_steps").is_null())
+        .with_columns(pl.lit(f"total step count past {MAX_STEP}; not used").alias("problem")),
+        kind="dropped_out_of_range",
+    )
     issues.add_frame(uneven.with_columns(pl.lit("table row without key/value pairs").alias("problem")))
     issues.add_frame(
         pairs.filter(pl.col("value").is_null()).with_columns(
@@ -82,8 +87,9 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     anchors = headers.select(
         pl.col("header_step").alias("step"), timestamps_ns(pl.col("text")).alias("end_ns")
     ).filter(pl.col("end_ns").is_not_null())
-    if headers.height:
-        out.meta["total_steps"] = int(headers["header_steps"][-1])
+    totals = headers["header_steps"].drop_nulls()
+    if totals.len():
+        out.meta["total_steps"] = int(totals[-1])
     out.meta["time_base"] = (
         "steps end at the stamp of their 'Train step … done' line (read as UTC); rows start at the step start"
         if anchors.height
