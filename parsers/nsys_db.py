@@ -41,6 +41,10 @@ class Db:
             rows = self.con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
         except sqlite3.DatabaseError as exc:
             raise InputError(path, sqlite_problem(exc)) from None
+        except UnicodeDecodeError:
+            # SQLite's "malformed database schema (<name>)" quotes the damaged bytes, which
+            # Python fails to decode into the message: the same damage, another exception.
+            raise InputError(path, "SQLite database is truncated or corrupt (a schema name is not UTF-8)") from None
         self.tables: frozenset[str] = frozenset(r[0] for r in rows)
         self._columns: dict[str, frozenset[str]] = {}
         self.wrong_types: dict[str, int] = {}

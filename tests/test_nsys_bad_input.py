@@ -215,6 +215,16 @@ def test_a_missing_kind_table_is_an_ordinary_export_without_that_kind(tmp_path: 
     assert "quality" not in source.meta
 
 
+def test_a_table_name_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    """SQLite refuses the schema with a message quoting the damaged name, which Python cannot
+    decode: UnicodeDecodeError (no sqlite3.Error) escaped."""
+    path = damaged(
+        tmp_path, PIPIT, "PRAGMA writable_schema=ON",
+        "UPDATE sqlite_master SET name = CAST(x'ac41' AS TEXT) WHERE name = 'CUPTI_ACTIVITY_KIND_MEMCPY'",
+    )
+    assert one_line_error(path, nsys.parse) == "SQLite database is truncated or corrupt (a schema name is not UTF-8)"
+
+
 def test_a_missing_string_table_is_not_an_export(tmp_path: Path) -> None:
     path = damaged(tmp_path, PIPIT, "DROP TABLE StringIds")
     assert "not an Nsight Systems export" in one_line_error(path, nsys.parse)
