@@ -64,6 +64,7 @@ def ingest(
     if not paths:
         raise InputError(".", "no input paths given")
     found = discover(paths)
+    _in_path_order(found)
     _explain_explicit_unknowns(paths, found.unknown)
     _refuse_overwrite(found.sources, _WRITES.get())
     use_cache = _cache_enabled() if use_cache is None else use_cache
@@ -90,6 +91,16 @@ def ingest(
         raise InputError(paths[0], f"no trace, Nsight Systems export or framework log rlperf can read was found{why}")
     notes = [*found.notes, *([note] if note else [])]
     return Ingested(sources=[results[i] for i in sorted(results)], unknown=found.unknown, notes=notes)
+
+
+def _in_path_order(found: Discovery) -> None:
+    """Sources, skipped files and notes sorted by path (part by part, as a folder is walked): the
+    run (source numbers, every list in the report) is the same whatever order the files were
+    named in."""
+    found.sources.sort()
+    found.skipped.sort()
+    found.unknown.sort()
+    found.notes.sort()
 
 
 def _skip_or_raise(found: Discovery, path: Path, error: InputError) -> None:

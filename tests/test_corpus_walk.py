@@ -1,7 +1,7 @@
 """Every file of the real corpus, and every corpus folder, through the real command line on its
 own: exit 0 with a JSON report (each stderr line a warning that the report also lists, no
-failed analysis), or exit 2 with one line naming the input — never a traceback, never another
-status (docs/errors.md).
+failed analysis, no NaN or infinity, every share and fraction in [0, 1]), or exit 2 with one
+line naming the input — never a traceback, never another status (docs/errors.md).
 
 A folder holding several separate runs is refused with exit 2 and a listing of the runs, one per
 line, then how to choose one: that is the one multi-line error. The runs go through a small pool
@@ -11,7 +11,6 @@ few files rather than their sum.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -21,6 +20,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from test_followups_10 import assert_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
@@ -72,7 +72,7 @@ def check_outcome(path: Path, done: subprocess.CompletedProcess, *, listing_allo
         assert len(lines) == 1, done.stderr
         assert lines[0].startswith(f"rlperf: error: {path}"), lines[0]  # the input, or a file inside it
         return
-    report = json.loads(done.stdout)
+    report = assert_bounded(done.stdout)
     assert report["failures"] == []
     warned = [line.removeprefix("rlperf: warning: ") for line in lines]
     assert all(line.startswith("rlperf: warning: ") for line in lines), done.stderr

@@ -7,12 +7,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -331,3 +334,133 @@ def test_only_a_document_opening_with_a_heading_and_more_markup_is_refused():
     assert not is_document(b"step:1 - completions: ```python\n# a heading in a completion\n```\n", log)
     assert not is_document(b"step:1 - a:1\n## not first\n```\n", log)
 
+
+# --- 7. an annotation's share is of the wall time it covers ------------------------------------
+
+HTA_RANK34 = CORPUS / "HolisticTraceAnalysis" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+
+
+def plain_union(spans: list[tuple[int, int]]) -> int:
+    total, end = 0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            total, end = total + b - a, b
+        elif b > end:
+            total, end = total + b - end, b
+    return total
+
+
+def test_overlapping_top_level_annotations_on_two_threads_count_once():
+    from analyzer.analyses.annotations import compute
+    from parsers.events import conform
+
+    rows = [  # (tid, name, start, end)
+        (1, "sync", 0, 60), (2, "sync", 40, 100), (1, "inner", 10, 20),
+        (1, "load", 100, 110), (2, "load", 100, 110), (3, "io", 150, 200),
+    ]
+    events = conform({
+        "tid": [r[0] for r in rows], "name": [r[1] for r in rows], "start_ns": [r[2] for r in rows],
+        "end_ns": [r[3] for r in rows], "kind": ["annotation"] * len(rows),
+    }, source=0, rank=0, pid=7)
+    got = compute(events).select("name", "count", "time_ns", "share").rows()
+    assert got == [("sync", 2, 100, 0.5), ("io", 1, 50, 0.25), ("load", 2, 10, 0.05)]
+
+
+def test_the_hta_trace_annotation_share_is_its_union_over_the_window():
+    import gzip
+    from decimal import Decimal
+
+    import polars as pl
+
+    import analyzer
+
+    trace = json.loads(gzip.decompress(HTA_RANK34.read_bytes()), parse_float=Decimal)
+    spans = [(int(e["ts"] * 1000), int((e["ts"] + e["dur"]) * 1000)) for e in trace["traceEvents"]
+             if e.get("name") == "gloo:all_reduce" and e.get("cat") == "user_annotation"]
+    assert len(spans) == 10
+    run = analyzer.load([HTA_RANK34], use_cache=False)
+    (row,) = run.annotations.filter(pl.col("name") == "gloo:all_reduce").rows(named=True)
+    window = int(run.events["end_ns"].max() - run.events["start_ns"].min())
+    assert row["count"] == 10
+    assert row["time_ns"] == plain_union(spans) == 1_102_980_645
+    assert sum(b - a for a, b in spans) == 2_135_455_918
+    assert row["share"] == row["time_ns"] / window and 0.85 < row["share"] < 0.87
+
+
+# --- 4, 5 and 7 over every report: bounded numbers, the same report whatever the file order ------
+
+SAMPLES = sorted(p for base in ("runs", "synthetic") for p in (ROOT / "sample_traces" / base).iterdir() if p.is_dir())
+BOUNDED = re.compile(r"(?:share|fraction)$")
+
+
+def _no_constant(token: str) -> float:
+    raise AssertionError(f"{token} in a JSON report")
+
+
+def assert_bounded(text: str) -> dict:
+    """A JSON report without NaN or Infinity, whose every ``…share`` / ``…fraction`` number lies
+    in [0, 1]; returns the report."""
+    report = json.loads(text, parse_constant=_no_constant)
+    outside = []
+
+    def walk(value: object, where: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                number = isinstance(item, (int, float)) and not isinstance(item, bool)
+                if BOUNDED.search(str(key)) and number and not 0 <= item <= 1:
+                    outside.append(f"{where}.{key} = {item}")
+                walk(item, f"{where}.{key}")
+        elif isinstance(value, list):
+            for item in value:
+                walk(item, f"{where}[]")
+
+    walk(report, "")
+    assert outside == []
+    return report
+
+
+def analyse(files: list[str], seed: int) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from analyzer.cli import main; main()", "analyze", *files, "-f", "json", "-q"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        env={**os.environ, "RLPERF_NO_CACHE": "1", "PYTHONHASHSEED": str(seed)},
+    )
+
+
+@cache
+def sample_reports() -> dict[Path, list[subprocess.CompletedProcess]]:
+    """Each sample's files analysed in name order, again under another hash seed, and in
+    reverse order (fresh interpreters: set and dict orders differ between them)."""
+
+    def three(sample: Path) -> list[subprocess.CompletedProcess]:
+        files = sorted(os.path.relpath(p, ROOT) for p in sample.rglob("*")
+                       if p.is_file() and p.suffix != ".md" and p.name != "truth.json")
+        assert len(files) >= 2
+        return [analyse(files, 1), analyse(files, 2), analyse(files[::-1], 3)]
+
+    with ThreadPoolExecutor(3) as pool:
+        return dict(zip(SAMPLES, pool.map(three, SAMPLES), strict=True))
+
+
+def test_quality_details_are_listed_by_source_and_rank():
+    import polars as pl
+
+    from analyzer.analyses.quality import _details
+
+    facts = pl.DataFrame({"source": [1, 0, 1, 1], "rank": [10, 3, 2, None]})
+    got = _details(facts, lambda r: f"rank {r['rank']}").sort("source").rows()
+    assert got == [(0, 1, "rank 3"), (1, 3, "rank None; rank 2; rank 10")]
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_sample_report_is_the_same_twice_and_whatever_the_file_order(sample: Path):
+    first, again, backwards = sample_reports()[sample]
+    assert first.returncode == 0, first.stderr
+    assert again.stdout == first.stdout
+    assert backwards.stdout == first.stdout
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_sample_report_holds_nan_or_a_share_outside_0_1(sample: Path):
+    report = assert_bounded(sample_reports()[sample][0].stdout)
+    assert report["schema"].startswith("rlperf-report/")

@@ -1,7 +1,10 @@
-"""Time by top-level user annotation, per rank: count, total time, share of the rank's trace window.
+"""Time by top-level user annotation, per rank: count, the wall time it covers, and that time's
+share of the rank's trace window.
 
 "Top-level" means not enclosed by another user annotation on the same thread, ignoring the
 profiler's own ``ProfilerStep#N`` ranges (they frame steps; the user's ranges sit inside them).
+The time is the union of the annotation's ranges: two threads running ``gloo:all_reduce`` at once
+cover the wall clock once (summed, a HolisticTraceAnalysis trace showed 166% of its window).
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import polars as pl
 
 from parsers.events import nesting_depth
+
+from .. import intervals
 
 PROVIDES = ("annotations",)
 OP_ID_SUFFIX = r", (?:op_id|seq) = \d+.*$"
@@ -27,16 +32,19 @@ def compute(events: pl.DataFrame) -> pl.DataFrame:
     top = ranges.filter(pl.col("outer_depth") == 0).with_columns(
         pl.col("name").cast(pl.String).str.replace(OP_ID_SUFFIX, "").alias("name")
     )
+    covered = intervals.union_length(top, ["rank", "name"], name="time_ns")
     return (
         top.group_by("rank", "name")
-        .agg(pl.len().alias("count"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("time_ns"))
+        .agg(pl.len().alias("count"))
+        .join(covered, on=["rank", "name"], how="left")
         .join(windows, on="rank")
         .with_columns(
             pl.col("name").cast(pl.String),
-            (pl.col("time_ns") / pl.col("window_ns")).alias("share"),
+            pl.col("time_ns").fill_null(0),
         )
+        .with_columns((pl.col("time_ns") / pl.col("window_ns")).alias("share"))
         .drop("window_ns")
-        .sort(["rank", "time_ns"], descending=[False, True])
+        .sort(["rank", "time_ns", "name"], descending=[False, True, False])
     )
 
 

@@ -217,6 +217,7 @@ def section(run):
     causes = table.group_by("rank", "cause").agg(pl.col("idle_ns").sum()).with_columns(pl.col("cause").cast(pl.String)).pivot(
         on="cause", index="rank", values="idle_ns"
     )
+    causes = causes.select("rank", *[c for c in IDLE_CAUSES if c in causes.columns])
     frame = per_device.join(causes, on="rank").with_columns(
         (pl.col("idle_ns") / pl.col("window_ns")).alias("idle_fraction"),
         pl.when(~pl.col("rank").is_in(host_only(run.activity)))

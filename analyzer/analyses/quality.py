@@ -304,7 +304,8 @@ def salvaged(run: Run) -> Per:
     starts = run.aligned.group_by("source").agg(pl.col("start_ns").min(), pl.len().alias("kept"))
     first = run.incomplete_steps.filter(pl.col("reason") == "cut").group_by("source").agg(pl.col("step").min())
     facts = (pl.DataFrame({"source": [s.index for s in cut]}, schema={"source": pl.UInt32})
-             .join(starts, on="source", how="left").join(ends, on="source", how="left").join(first, on="source", how="left"))
+             .join(starts, on="source", how="left").join(ends, on="source", how="left").join(first, on="source", how="left")
+             .with_columns(pl.col("kept").fill_null(0)))
     meta = {s.index: s.meta["salvaged"] for s in cut}
     stepped = _has_steps(run)
     return _details(facts, lambda r: _salvage_text(meta[r["source"]], r, stepped), count="kept")
@@ -363,8 +364,14 @@ def _frame(rows: list[tuple[int, int, str]]) -> Per:
 
 
 def _details(facts: pl.DataFrame, text: Callable[[dict[str, Any]], str], count: str | None = None) -> Per:
-    """One detail line per fact row (a few rows: ranks or files), joined per source."""
-    rows = [(r["source"], int(r[count]) if count else 1, text(r)) for r in facts.iter_rows(named=True)]
+    """One detail line per fact row (a few rows: ranks or files), joined per source in the order
+    of source, rank and step (a join's row order changes from run to run)."""
+    keys = [c for c in ("rank", "step") if c in facts.columns]
+
+    def order(r: dict[str, Any]) -> tuple:
+        return (r["source"], *((r[k] is not None, r[k]) for k in keys), text(r))
+
+    rows = [(r["source"], int(r[count]) if count else 1, text(r)) for r in sorted(facts.iter_rows(named=True), key=order)]
     return _frame(rows).group_by("source", maintain_order=True).agg(pl.col("count").sum(), pl.col("detail").str.join("; "))
 
 
