@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from report_truth import union_ns
 
 from parsers.errors import _UNPRINTABLE, InputError
 
@@ -340,16 +341,6 @@ def test_only_a_document_opening_with_a_heading_and_more_markup_is_refused():
 HTA_RANK34 = CORPUS / "HolisticTraceAnalysis" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
 
 
-def plain_union(spans: list[tuple[int, int]]) -> int:
-    total, end = 0, None
-    for a, b in sorted(spans):
-        if end is None or a > end:
-            total, end = total + b - a, b
-        elif b > end:
-            total, end = total + b - end, b
-    return total
-
-
 def test_overlapping_top_level_annotations_on_two_threads_count_once():
     from analyzer.analyses.annotations import compute
     from parsers.events import conform
@@ -382,7 +373,7 @@ def test_the_hta_trace_annotation_share_is_its_union_over_the_window():
     (row,) = run.annotations.filter(pl.col("name") == "gloo:all_reduce").rows(named=True)
     window = int(run.events["end_ns"].max() - run.events["start_ns"].min())
     assert row["count"] == 10
-    assert row["time_ns"] == plain_union(spans) == 1_102_980_645
+    assert row["time_ns"] == union_ns(spans) == 1_102_980_645
     assert sum(b - a for a, b in spans) == 2_135_455_918
     assert row["share"] == row["time_ns"] / window and 0.85 < row["share"] < 0.87
 
