@@ -294,3 +294,18 @@ def test_the_cpu_harness_keeps_idle_by_cause_but_no_gpu_idle():
 def test_gpu_ranks_keep_their_gpu_idle(problem_run: Run):
     section = next(s for s in sections(problem_run) if s.key == "bubbles")
     assert section.frame is not None and section.frame["gpu_idle_fraction"].null_count() == 0
+
+
+def test_a_cut_file_that_kept_no_event_is_listed_with_none_kept(tmp_path: Path):
+    """A salvaged file whose complete events are all of unknown kinds has no row in the run: its
+    kept count was null and reached int() (TypeError, the section failed)."""
+    full = write(tmp_path / "rank0.json", clean_events(), rank=0, world=2)
+    unknown = [x("mystery", f"thing_{i}", 10 * i, 5) for i in range(3)]
+    raw = write(tmp_path / "rank1.json", unknown, rank=1, world=2).read_text()
+    cut = tmp_path / "rank1.json"
+    cut.write_text(raw[: raw.index("thing_2")])
+    run = analyzer.load([full, cut], use_cache=False)
+    assert run.sources[1].meta.get("salvaged")
+    rows = {r["check"]: r for r in run.data_quality.filter(pl.col("file") == cut.name).iter_rows(named=True)}
+    assert rows["salvaged"]["count"] == 0
+    assert rows["salvaged"]["detail"].startswith("the last ")
