@@ -56,12 +56,17 @@ def replay(bank_path: Path, label: str, seed: int, folder: Path) -> int:
     family, index = label.split("#")
     bank = seeds.load(bank_path)
     case = mutators.make_case(bank, family, int(index), seed)
+    folder.mkdir(parents=True, exist_ok=True)
     path = folder / case.name
     path.write_bytes(case.data)
     print(f"{case.label()}\nwritten to {path} ({len(case.data):,} bytes)")
     import parsers
 
-    source = parsers.parse_file(path, runner.parser_format(family))
+    try:
+        source = parsers.parse_file(path, runner.parser_format(family))
+    except parsers.InputError as exc:
+        print(f"refused (the contract's one line): {exc}")
+        return 0
     print(f"parsed: {source.events.height} events, warnings {source.warnings[:5]}")
     return 0
 
