@@ -63,7 +63,8 @@ def render(page: Path, *, width: int = 1280, height: int = 2000) -> Rendered:
 def screenshot(page: Path, png: Path, *, width: int = 1280, height: int = 2000) -> Path:
     """A PNG of the first ``width`` × ``height`` pixels of ``page`` as drawn offline."""
     png.parent.mkdir(parents=True, exist_ok=True)
-    _run([f"--screenshot={png.resolve()}", f"--window-size={width},{height}", page.resolve().as_uri()])
+    _run(["--run-all-compositor-stages-before-draw", f"--screenshot={png.resolve()}",
+          f"--window-size={width},{height}", page.resolve().as_uri()])
     if not png.is_file():
         raise BrowserError(f"{page}: Chromium wrote no screenshot")
     return png
