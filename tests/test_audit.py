@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from lxml import etree
-from report_truth import RUNS, cli, load_truth, synthetic, synthetic_run
+from report_truth import RUNS, cli, load_truth, synthetic, synthetic_run, union_ns
 
 from analyzer import audit
 from analyzer.report import json as json_report
@@ -190,16 +190,6 @@ def test_regression_checks_cover_every_directed_summary_number(reports):
     worse = {"step_time_ns": "max_increase", "trainer_idle_fraction": "max_increase", "parallelism": "max_decrease"}
     assert {c.path.field: c.limits for c in checks if c.path.field in worse} == {
         name: {limit: audit.DEFAULT_REGRESSION} for name, limit in worse.items()}
-
-
-def union_ns(spans: list[tuple[int, int]]) -> int:
-    total, reach = 0, None
-    for a, b in sorted(spans):
-        if reach is None or a > reach:
-            total, reach = total + b - a, b
-        elif b > reach:
-            total, reach = total + b - reach, b
-    return total
 
 
 WEIGHT_SYNC_TOL = 0.003
