@@ -277,13 +277,7 @@ def _rows_that_fit(frame: pl.DataFrame, base: int, out: ParsedSource) -> pl.Data
         ("negative_dur", pl.col("end") < pl.col("start"), "ending before they start"),
         ("dropped_out_of_range", gpu & pl.col("device").is_null(), "of GPU work without a device id in 0…32767"),
     )
-    for kind, bad, why in rules:
-        n = int(frame.select(bad.fill_null(False).sum()).item())
-        if n:
-            out.warn(f"{n} rows {why} were left out")
-            out.tally(kind, n)
-            frame = frame.filter(~bad.fill_null(False))
-    return frame
+    return out.drop_counted(frame, rules)
 
 
 def _report_cells(db: Db, out: ParsedSource) -> None:

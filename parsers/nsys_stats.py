@@ -172,13 +172,7 @@ def _kept_rows(frame: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
         ("negative_dur", pl.col("end_ns") < pl.col("start_ns"), "ending before they start"),
         ("dropped_out_of_range", gpu & device.is_null(), "of GPU work without a device id in 0…32767"),
     )
-    for kind, bad, why in rules:
-        n = int(frame.select(bad.fill_null(False).sum()).item())
-        if n:
-            out.warn(f"{n} rows {why} were left out")
-            out.tally(kind, n)
-            frame = frame.filter(~bad.fill_null(False))
-    return frame
+    return out.drop_counted(frame, rules)
 
 
 def _ids(table: pl.DataFrame, columns: dict[str, pl.Expr], out: ParsedSource) -> dict[str, pl.Expr]:

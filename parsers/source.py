@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,17 @@ class ParsedSource:
 
     def warn(self, message: str) -> None:
         self.warnings.append(f"{self.path.name}: {message}")
+
+    def drop_counted(self, frame: pl.DataFrame, rules: Iterable[tuple[str, pl.Expr, str]]) -> pl.DataFrame:
+        """``frame`` without the rows each ``(kind, bad, why)`` rule selects, in order; each rule
+        that drops rows warns ``N rows {why} were left out`` and tallies them as ``kind``."""
+        for kind, bad, why in rules:
+            n = int(frame.select(bad.fill_null(False).sum()).item())
+            if n:
+                self.warn(f"{n} rows {why} were left out")
+                self.tally(kind, n)
+                frame = frame.filter(~bad.fill_null(False))
+        return frame
 
     def tally(self, kind: str, count: int = 1) -> None:
         """Count ``count`` values the parser dropped, clamped or repaired as ``kind`` (e.g.
