@@ -8,6 +8,7 @@ number a report shows can be checked against a number known independently of the
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,17 @@ def inject(run, made: dict[str, pl.DataFrame]):
     """Put ``made`` into ``run`` as its products (before first access)."""
     run._products.update(made)
     return run
+
+
+def one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
+    """The error contract's bad-input outcome: exit 2 and exactly one ``rlperf: error:`` line on
+    stderr holding every one of ``words``; returns that line."""
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rlperf: error: "), result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
 
 
 def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):

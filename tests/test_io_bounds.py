@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from isal import isal_zlib
+from report_truth import one_line_error
 
 import parsers
 from analyzer.ingest import ingest
@@ -33,15 +34,6 @@ def rlperf(*args: str, cache: Path, **env: str) -> subprocess.CompletedProcess:
         capture_output=True, text=True, timeout=120,
         env={"RLPERF_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin", "COLUMNS": "1000", **env},
     )
-
-
-def one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
-    assert result.returncode == 2, result.stdout[-2000:] + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("rlperf: error: "), result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
 
 
 def zeros_gzip(size: int, chunk: int = 16 * MB) -> bytes:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from report_truth import one_line_error
 
 from analyzer.report import files
 from parsers import InputError
@@ -26,15 +27,6 @@ def rlperf(*args: str, cache: Path) -> subprocess.CompletedProcess:
         capture_output=True, text=True, timeout=180,
         env={"RLPERF_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin", "COLUMNS": "1000"},
     )
-
-
-def one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
-    assert result.returncode == 2, result.stdout[-2000:] + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("rlperf: error: "), result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
 
 
 def digest(path: Path) -> str:
