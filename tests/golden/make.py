@@ -42,7 +42,10 @@ CORPUS_MAX_BYTES = 2_500_000
 2.7 MB Nsight export) took 40 of the walk's 180 worker-seconds on the loaded 2-core machine
 (``make test`` budget); the manifest lists them under ``left_out``."""
 PLACEHOLDERS = ((str(CORPUS), "<corpus>"), (str(REPO), "<repo>"))
-"""The only thing normalised: where the checkout and the corpus lie on this machine."""
+"""The only thing normalised: where the checkout and the corpus lie on this machine. Inputs are
+named relative to the checkout (``sample_traces/...``, ``../shared/corpus/...``, the same on every
+machine), so a report that names one wraps its lines the same way wherever the checkout lies; the
+placeholders catch a path rlperf makes absolute itself."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def render(path: Path) -> dict[str, Report]:
         os.environ.pop("RLPERF_NO_CACHE", None)
         for fmt, ext in FORMATS.items():
             target = Path(tmp) / f"report.{ext}"
-            status, err = _cli(["analyze", str(path), "--format", fmt, "--output", str(target),
+            status, err = _cli(["analyze", os.path.relpath(path, REPO), "--format", fmt, "--output", str(target),
                                 "--quiet", "--jobs", "1"])
             body = target.read_text(encoding="utf-8") if status == 0 else err
             out[fmt] = Report(status, normalise(body))
