@@ -58,11 +58,14 @@ clean:
 # Mutation testing (docs/mutation.md); not part of `make test`. MODULES: source files or folders
 # whose mutants to run, every one of them again (empty: all of [tool.mutmut] only_mutate, going on
 # where the last run stopped); MUTANTS: mutmut name globs instead; MAX_SECONDS: the wall-clock
-# limit of the whole run (results so far are kept in build/mutate/mutants/).
+# limit of the whole run (results so far are kept in build/mutate/mutants/); SAMPLE: run N mutants
+# drawn uniformly at random with SEED from all of them instead, listed in build/mutate/sample-SEED-N.txt.
 MODULES     ?=
 MAX_SECONDS ?= 3600
+SAMPLE      ?=
 MUTATE_DIR   = build/mutate
 MUTANTS      = $(foreach m,$(MODULES),'$(subst /,.,$(patsubst %.py,%,$(m:/=))).*')
+MUTATE_LIST  = sample-$(SEED)-$(SAMPLE).txt
 
 $(VENV)/.installed-mutate: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,mutate]'
@@ -71,9 +74,15 @@ $(VENV)/.installed-mutate: pyproject.toml | $(BIN)/python
 mutate: $(VENV)/.installed-mutate
 	mkdir -p $(MUTATE_DIR)
 	cd $(MUTATE_DIR) && for p in parsers taxonomy analyzer tests sample_traces docs pyproject.toml; do \
-	    ln -sfn $(CURDIR)/$$p $$p; done && ln -sfn ../../../shared shared
+	    [ -e $$p ] && [ ! -L $$p ] || ln -sfn $(CURDIR)/$$p $$p; done && ln -sfn ../../../shared shared
+ifeq ($(SAMPLE),)
 	-cd $(MUTATE_DIR) && timeout $(MAX_SECONDS) nice -n 15 $(abspath $(BIN))/mutmut run --max-children 2 $(MUTANTS)
 	cd $(MUTATE_DIR) && $(abspath $(BIN))/python $(CURDIR)/tests/mutation_score.py mutants $(CURDIR)/docs/mutation.md $(MUTANTS)
+else
+	cd $(MUTATE_DIR) && nice -n 15 $(abspath $(BIN))/python $(CURDIR)/tests/mutation_score.py sample $(SAMPLE) $(SEED) $(MUTATE_LIST)
+	-cd $(MUTATE_DIR) && timeout $(MAX_SECONDS) nice -n 15 $(abspath $(BIN))/mutmut run --max-children 2 $$(cat $(MUTATE_LIST))
+	cd $(MUTATE_DIR) && $(abspath $(BIN))/python $(CURDIR)/tests/mutation_score.py mutants $(CURDIR)/docs/mutation.md --names $(MUTATE_LIST)
+endif
 
 # The long fuzz run (docs/testing.md): CASES damaged corpus inputs from SEED, counts per parser
 # and outcome; `make test` runs a CI-sized one.
