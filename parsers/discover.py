@@ -222,7 +222,12 @@ def _drop_shadowed(found: Discovery) -> None:
     found.sources = kept
 
 
-GZIP_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError, zlib.error, isal_zlib.error)
+GZIP_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    EOFError,
+    zlib.error,
+    isal_zlib.error,  # type: ignore[assignment]  # isal's stub declares the class an instance
+)
 """What a cut (:class:`GzipCut`, an EOFError), mis-summed (OSError) or corrupt gzip stream raises in
 :func:`gunzip`."""
 

@@ -167,6 +167,14 @@ def describe(counts: Mapping[str, int]) -> str:
     return "; ".join(f"{n:,} {QUALITY_TEXT.get(k, k)}" for k, n in counts.items() if n)
 
 
+def as_int(value: object) -> int:
+    """An aggregate of a numeric column (``Series.max()`` and the like) as an int: polars types
+    such a result as any Python value, so the check turns it into the number it is."""
+    if isinstance(value, (int, float)):
+        return int(value)
+    raise TypeError(f"expected a number, got {value!r}")
+
+
 class SchemaError(ValueError):
     """An event table that breaks the contract (a parser bug, never user input)."""
 

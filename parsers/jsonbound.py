@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import msgspec
@@ -48,7 +50,7 @@ def decode_bounded(decoder: msgspec.json.Decoder, data: bytes, path: Path) -> An
     raise InputError(path, f"JSON nested deeper than this Python lets rlperf decode ({json_depth(data):,} levels)")
 
 
-def decode_each(decoder: msgspec.json.Decoder, items: list[bytes], path: Path) -> list[Any]:
+def decode_each(decoder: msgspec.json.Decoder, items: Sequence[bytes], path: Path) -> list[Any]:
     """Each item decoded as :func:`decode_bounded` would, the recursion limit set once for all
     (JSON lines, an event at a time); an item that fails is its exception, not raised."""
     allowed = min(NESTING.value, _NESTING_CEILING)
@@ -87,7 +89,8 @@ def _recursion_depth() -> int:
         m = _DEPTH_IN_MESSAGE.search(str(exc))
         if m:
             return int(m.group(1))
-    frame, depth = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    depth = 1
     while frame is not None:
         frame, depth = frame.f_back, depth + 1
     return depth

@@ -457,9 +457,9 @@ def _events(
     frame = pl.concat(frames, how="diagonal_relaxed", rechunk=False)
     del frames
     base = _time_base_ns(meta["base_time_ns"], frame["ts"], meta, out)
-    events = _finish(_in_range(frame, base, out), base, meta, source, out)
+    table = _finish(_in_range(frame, base, out), base, meta, source, out)
     warn_quality(out, _WARNED)
-    return events
+    return table
 
 
 def _typical_ts(ts: pl.Series) -> float:
@@ -757,8 +757,8 @@ def _finish(
             for c in ("pg", "pg_desc", "pg_ranks", "group_size", "seq")
         ]
     shaped, counts = bound(_with_depth(frame.select(columns), out))
-    for kind, count in counts.items():
-        out.tally(kind, count)
+    for problem, count in counts.items():
+        out.tally(problem, count)
     return conform(shaped, source=source, rank=meta.get("rank", -1), host=meta.get("host"))
 
 

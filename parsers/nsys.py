@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import TypeGuard
 
 import polars as pl
 
@@ -220,7 +221,7 @@ def _time_base(db: Db, export: dict[str, str], out: ParsedSource) -> int:
     return start
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -127,7 +127,7 @@ def assign_ranks(
     """Rank per process (see the module docstring for the order of evidence)."""
     out = Ranks(world_size=next((_int(env.get(v)) for v in WORLD_VARS if _int(env.get(v)) is not None), None))
     single = len(pids) == 1
-    env_rank = next(((v, _int(env[v])) for v in RANK_VARS if _int(env.get(v)) is not None), None)
+    env_rank = next(((v, n) for v in RANK_VARS if (n := _int(env.get(v))) is not None), None)
     if single and env_rank:
         out.by_pid[pids[0]] = env_rank[1]
         out.source[pids[0]] = f"environment variable {env_rank[0]}"

@@ -177,7 +177,7 @@ def _kept_rows(frame: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
 
 def _ids(table: pl.DataFrame, columns: dict[str, pl.Expr], out: ParsedSource) -> dict[str, pl.Expr]:
     """Integer id columns (``name → text expression``), null outside their range, counted."""
-    exprs = {}
+    exprs: dict[str, pl.Expr] = {}
     for name, raw in columns.items():
         value = raw.str.strip_chars().cast(pl.Int64, strict=False)
         exprs[name] = pl.when(value.is_between(0, INT_RANGES[name])).then(value)
@@ -279,11 +279,11 @@ def _gpu_trace(table: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
         .then(pl.format("Memset ({})", src))
         .otherwise(raw)
     )
-    bytes_col = next((c for c in table.columns if BYTES_COLUMN.match(c)), None)
+    bytes_col = next((m for c in table.columns if (m := BYTES_COLUMN.match(c))), None)
     nbytes = pl.lit(None, pl.Int64)
     if bytes_col:
-        factor = UNIT_BYTES[BYTES_COLUMN.match(bytes_col).group(1)]
-        scaled = pl.col(bytes_col).cast(pl.Float64, strict=False) * factor
+        factor = UNIT_BYTES[bytes_col.group(1)]
+        scaled = pl.col(bytes_col.string).cast(pl.Float64, strict=False) * factor
         nbytes = pl.when(scaled.is_between(0, 2**62)).then(scaled.round()).cast(pl.Int64)
     device = pl.col("Device").str.extract(r"(\d+)\)?\s*$", 1) if "Device" in table.columns else pl.lit(None, pl.String)
     corr = "CorrId" if "CorrId" in table.columns else "CorrID"

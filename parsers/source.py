@@ -12,12 +12,12 @@ import polars as pl
 
 from .events import empty_events
 
-METRICS_SCHEMA: dict[str, pl.DataType] = {
+METRICS_SCHEMA = pl.Schema({
     "source": pl.UInt32(),
     "step": pl.Int32(),
     "key": pl.String(),
     "value": pl.Float64(),
-}
+})
 """Per-step scalar metrics a log states (response lengths, memory, MFU, idle ratios, …)."""
 
 

@@ -34,7 +34,7 @@ import polars as pl
 
 from .discover import open_bytes
 from .errors import InputError
-from .events import BOUNDS, DURATION_MAX_NS, TIME_MAX_NS, bound, conform, nesting_depth
+from .events import BOUNDS, DURATION_MAX_NS, TIME_MAX_NS, as_int, bound, conform, nesting_depth
 from .jsonbound import decode_bounded, decode_each
 from .kineto import cut_at, is_cut, salvage_prefix, warn_quality
 from .limits import EVENTS, STRING_BYTES
@@ -132,7 +132,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     for kind, count in counts.items():
         out.tally(kind, count)
     warn_quality(out, _WARNED)
-    base = int(spans["start_ns"].min())
+    base = as_int(spans["start_ns"].min())
     if base < EPOCH_NS:
         out.meta["time_base"] = "relative: the trace clock starts at the tracer, not the epoch; align before merging"
     else:

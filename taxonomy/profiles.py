@@ -27,7 +27,7 @@ SOURCES: tuple[str, ...] = ("log", "trace", "any")
 RELATIONS: tuple[str, ...] = ("stage", "step", "part", "aux", "unknown")
 RELATION = pl.Enum(list(RELATIONS))
 
-CLASSES_SCHEMA: dict[str, pl.DataType] = {
+CLASSES_SCHEMA = pl.Schema({
     "name": pl.String(),
     "stage": STAGE,
     "role": ROLE,
@@ -37,7 +37,7 @@ CLASSES_SCHEMA: dict[str, pl.DataType] = {
     "covers": pl.List(pl.String()),
     "hides": pl.List(pl.String()),
     "rule": pl.String(),
-}
+})
 """What :func:`classify` returns: one row per unique name. ``covers`` lists the stages a
 composite timer spans without splitting them (``stage`` is the first of them); ``hides`` the
 stages that a version folds into this timer (verl weight sync inside ``gen``)."""

@@ -3,16 +3,17 @@ checking the regexes their rules hold."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:
+    import tomli as tomllib
 
 
 def read_toml(path: Path, error: Callable[[Path, str], Exception]) -> dict[str, Any]:

@@ -96,7 +96,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
         else "synthetic: steps laid end to end from 0"
     )
     finish(out, timers, scalars, source=source, anchors=anchors)
-    note_ending(out, lines, int(rows["line"].max()) if rows.height else None)
+    note_ending(out, lines, rows)
     if out.meta["n_steps"] == 0:
         out.warn("no stats table found")
     return out

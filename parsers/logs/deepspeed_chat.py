@@ -97,7 +97,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     )
     finish(out, timers, scalars, source=source, step_totals=STEP_TOTALS, base_ns=base)
     last = in_step.filter(pl.col("text").str.contains(r"latency=|=> Latency"))
-    note_ending(out, lines, int(last["line"].max()) if last.height else None)
+    note_ending(out, lines, last)
     if out.meta["n_steps"] == 0:
         out.warn("no step line found")
     logged = lines.filter(pl.col("s").is_not_null())["step"].n_unique()

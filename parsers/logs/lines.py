@@ -16,6 +16,7 @@ import polars as pl
 
 from ..discover import open_bytes
 from ..errors import InputError
+from ..events import as_int
 from ..source import ParsedSource
 
 ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
@@ -24,14 +25,14 @@ RAY_PREFIX = (
 )
 REPEATED = r"\s*(?:" + ANSI + r")*\s*\[repeated (?<repeat>\d+)x across cluster\](?:" + ANSI + r")*\s*$"
 
-LINES_SCHEMA: dict[str, pl.DataType] = {
+LINES_SCHEMA = pl.Schema({
     "line": pl.UInt32(),
     "text": pl.String(),
     "actor": pl.String(),
     "pid": pl.Int64(),
     "ip": pl.String(),
     "repeat": pl.Int32(),
-}
+})
 """One row per printed line (a ``\\r`` redraw counts as its own row, with its file line number)."""
 
 DOCUMENT_SUFFIXES = (".md", ".markdown", ".rst", ".adoc", ".py")
@@ -114,10 +115,10 @@ def lines_frame(text: str, out: ParsedSource | None = None) -> pl.DataFrame:
     where = _rows(texts.str.contains("\x1b", literal=True))
     if where.len():
         texts = texts.scatter(where, texts.gather(where).str.replace_all(ANSI, ""))
-    out = pl.DataFrame([frame["line"], texts.alias("text"), actor, pid, ip, repeat])
+    lines = pl.DataFrame([frame["line"], texts.alias("text"), actor, pid, ip, repeat])
     if "\r" in text:
-        out = out.with_columns(pl.col("actor", "pid", "ip").forward_fill().over("line"))
-    return out.cast(LINES_SCHEMA)
+        lines = lines.with_columns(pl.col("actor", "pid", "ip").forward_fill().over("line"))
+    return lines.cast(LINES_SCHEMA)
 
 
 def _count_unusable(out: ParsedSource | None, what: str, raw: pl.Series, value: pl.Series) -> None:
@@ -201,9 +202,11 @@ def timestamps_ns(texts: pl.Expr) -> pl.Expr:
 CRASH = r"^Traceback \(most recent call last\)|^Error executing job|RayTaskError|^\w*(?:Error|Exception): "
 
 
-def note_ending(out: ParsedSource, lines: pl.DataFrame, last_record_line: int | None) -> None:
-    """Say how the log ends: a traceback after the last step record means the run died in the
-    next step (which the log therefore does not contain); no record at all is worth a warning."""
+def note_ending(out: ParsedSource, lines: pl.DataFrame, records: pl.DataFrame) -> None:
+    """Say how the log ends: a traceback after the last step record (the last line of
+    ``records``) means the run died in the next step (which the log therefore does not contain);
+    no record at all is worth a warning."""
+    last_record_line = as_int(records["line"].max()) if records.height else None
     after = lines.filter(pl.col("line") > (last_record_line or 0))
     after = after.filter(pl.col("text").str.contains(CRASH))
     if last_record_line is None:

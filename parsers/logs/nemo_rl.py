@@ -95,7 +95,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
         out.meta["execution"] = "async"
     out.meta["time_base"] = "synthetic: steps laid end to end from 0 (the console records no time)"
     finish(out, timers, scalars, source=source, step_totals=STEP_TOTALS)
-    note_ending(out, lines, int(bullets["line"].max()) if bullets.height else None)
+    note_ending(out, lines, bullets)
     if out.meta["n_steps"] == 0:
         out.warn("no step block found")
     return out

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import polars as pl
 
+from ..events import as_int
 from ..source import ParsedSource
 from .lines import LineIssues, is_document, open_log
 from .records import record_rows, split_timers
@@ -83,14 +84,14 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
 def _duration_lines(lines: pl.DataFrame, dict_lines: pl.DataFrame) -> pl.DataFrame:
     """``Experience making`` (attached to the step it feeds: the next ``Global step`` line, or
     the count of such lines when the log has no step dicts) and ``Evaluation`` durations."""
-    schema = {"step": pl.Int32, "name": pl.String, "seconds": pl.Float64, "record": pl.UInt32}
+    schema = pl.Schema({"step": pl.Int32, "name": pl.String, "seconds": pl.Float64, "record": pl.UInt32})
     exp = lines.filter(pl.col("text").str.contains("Experience making completed in", literal=True))
     exp = exp.with_columns(pl.col("text").str.extract(EXPERIENCE, 1).alias("hms"))
     if exp.height:
         exp = exp.sort("line")
         steps = dict_lines.select("line", pl.col("step").cast(pl.Int32).alias("next")).sort("line")
         if steps.height:
-            after_last = int(steps["next"].max())
+            after_last = as_int(steps["next"].max())
             exp = exp.join_asof(steps, on="line", strategy="forward")
             beyond = exp["next"].is_null().cast(pl.Int32).cum_sum() + after_last
             exp = exp.with_columns(pl.coalesce(pl.col("next"), beyond).alias("step"))
@@ -118,7 +119,7 @@ def _duration_lines(lines: pl.DataFrame, dict_lines: pl.DataFrame) -> pl.DataFra
 def _episode_bars(lines: pl.DataFrame) -> pl.DataFrame:
     """Metrics from the last redraw of the ``Episode`` bar at each step: the postfix
     ``key=value`` pairs and tqdm's seconds per step."""
-    schema = {"step": pl.Int32, "key": pl.String, "value": pl.Float64, "record": pl.UInt32}
+    schema = pl.Schema({"step": pl.Int32, "key": pl.String, "value": pl.Float64, "record": pl.UInt32})
     bars = lines.filter(pl.col("text").str.contains("Episode [", literal=True)).with_columns(
         pl.col("text").str.extract_groups(EPISODE).alias("g")
     ).unnest("g").filter(pl.col("n").is_not_null())

@@ -92,7 +92,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
         else "synthetic: steps laid end to end from 0"
     )
     finish(out, timers, scalars, source=source, step_totals=(LAGGED_TOTAL,), anchors=anchors)
-    note_ending(out, lines, int(tags["line"].max()) if tags.height else None)
+    note_ending(out, lines, tags)
     if out.meta["n_steps"] == 0:
         out.warn("no metrics_tag record found")
     return out

@@ -77,7 +77,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     else:
         out.meta["time_base"] = "synthetic: steps laid end to end from 0"
     finish(out, timers, scalars, source=source, step_totals=STEP_TOTALS, anchors=anchors, unit="rollout")
-    note_ending(out, lines, int(found["line"].max()) if found.height else None)
+    note_ending(out, lines, found)
     if out.meta["n_steps"] == 0:
         out.warn("no perf record found")
     return out

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from ..events import as_int
 from ..source import ParsedSource
 from .config import dig, printed_dict
 from .lines import LineIssues, is_document, lines_frame, note_ending, read_text, timestamps_ns
@@ -110,11 +111,11 @@ def _parse_console(out: ParsedSource, text: str, ends_with_newline: bool, source
         pairs.with_columns(record="line"), pl.col("key").str.contains(TIMER_KEY), extra=("pid",)
     )
 
-    first_step_line = int(step_lines["line"].min()) if step_lines.height else None
+    first_step_line = as_int(step_lines["line"].min()) if step_lines.height else None
     _console_meta(out, lines, step_lines, pairs, first_step_line)
     base_ns = _base_time(out, lines, first_step_line)
     finish(out, timers, scalars, source=source, step_totals=STEP_TOTALS, base_ns=base_ns)
-    note_ending(out, lines, int(step_lines["line"].max()) if step_lines.height else None)
+    note_ending(out, lines, step_lines)
     if step_lines.height == 0 and "ended" not in out.meta:
         out.warn("no step line found")
     return out
@@ -159,7 +160,7 @@ def _console_meta(
         .drop_nulls()
     )
     if resumed.len():
-        meta["resumed_from_step"] = int(resumed.max())
+        meta["resumed_from_step"] = as_int(resumed.max())
 
 
 def config_facts(config: dict[str, Any]) -> dict[str, Any]:
