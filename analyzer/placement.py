@@ -1,5 +1,5 @@
 """Placement and execution mode of a run, inferred from which devices run which stages when
-(design/TAXONOMY.md §4), each decision with the evidence that made it.
+(docs/assembly.md, "Placement and execution mode"), each decision with the evidence that made it.
 
 Placement:
 

@@ -74,8 +74,7 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int32(),
     "synthetic_time": pl.Boolean(),
 }
-"""Column name → dtype, in order. ``seq`` (a collective's sequence number in its process group,
-where the source records it) extends ARCHITECTURE.md §3; everything else is as agreed there."""
+"""Column name → dtype, in order; docs/events.md says what each column holds."""
 
 NON_NULL: frozenset[str] = frozenset(
     {"source", "rank", "pid", "tid", "device", "stream", "kind", "name", "start_ns", "end_ns",

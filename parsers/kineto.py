@@ -1,6 +1,6 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON → the event table.
 
-Handles every writer version in design/FORMATS.md §1 (2021–2026): integer and float ``ts``,
+Handles every writer version of 2021–2026 (docs/formats-kineto.md): integer and float ``ts``,
 ``baseTimeNanoseconds`` (relative ``ts``) or epoch-µs ``ts``, the ``displayTimeUnit`` trap
 (always µs), capitalised 2021–22 categories, string or -1 pids, launches under
 ``cuda_driver``, big integers in args, ROCm traces with string-typed args, files cut short by a

@@ -1,4 +1,5 @@
-"""Collective → parallelism dimension: the rules of design/TAXONOMY.md §3.2 as data and mechanism.
+"""Collective → parallelism dimension: the rules of docs/taxonomy.md ("Collective →
+dimension") as data and mechanism.
 
 The rules live in ``taxonomy/collectives.toml`` (a user file with the same tables is put in
 front of them). Four ways to name a collective's dimension, tried in order by the classifier:

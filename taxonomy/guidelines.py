@@ -1,9 +1,9 @@
 """The guideline catalogue: loading, validation, a user file merged on top, and its rendering.
 
-The catalogue is data (``taxonomy/guidelines.toml``, design/TAXONOMY.md §6): what each guideline
-says, the metrics it is judged by with their thresholds, and what to do about a violation. The
-analyzer implements the metrics (``analyzer/analyses/guidelines.py``) and judges them here
-(:meth:`Check.judge`). Errors name the file and the place in it, in one line.
+The catalogue is data (``taxonomy/guidelines.toml``, described in docs/guidelines.md): what
+each guideline says, the metrics it is judged by with their thresholds, and what to do about a
+violation. The analyzer implements the metrics (``analyzer/analyses/guidelines.py``) and judges
+them here (:meth:`Check.judge`). Errors name the file and the place in it, in one line.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Logs of OpenRLHF, TRL, NeMo-RL, slime, AReaL, ROLL and DeepSpeed-Chat.
 
 DeepSpeed-Chat has a real log in the corpus; the others have small fixtures under
-``tests/fixtures/logs/`` written by us from the grammars in design/FRAMEWORKS.md, each carrying
+``tests/fixtures/logs/`` written by us from the grammars in docs/logs.md, each carrying
 its framework's version traps.
 """
 

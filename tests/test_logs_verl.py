@@ -1,5 +1,5 @@
 """verl logs: the real PPO console log of the corpus, the crashed run, and the version traps
-(written here from the grammar of design/FRAMEWORKS.md §1 and FORMATS.md §5.1)."""
+(written here from the verl grammar of docs/logs.md)."""
 
 from __future__ import annotations
 

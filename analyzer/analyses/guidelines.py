@@ -1,4 +1,4 @@
-"""Guidelines: the catalogue of design/TAXONOMY.md §6 judged against one run.
+"""Guidelines: the catalogue of docs/guidelines.md judged against one run.
 
 Product ``violations`` (schema ``frames.VIOLATIONS``, then ``metric`` and ``heuristic``): one row
 per enabled guideline of the catalogue (``taxonomy/guidelines.toml``, merged with the user file

@@ -1,6 +1,6 @@
 """Work–depth: how much parallel work each step held, and what three changes would buy.
 
-Definitions are docs/analyses.md §7 (after design/TAXONOMY.md §5). Per step: W = Σ over devices
+Definitions are docs/analyses.md §7. Per step: W = Σ over devices
 of productive busy time (from ``bubbles``), D = the critical path's length (from
 ``critical_path``), W/D = the parallelism the step exposed; and three what-if bounds:
 

@@ -37,7 +37,7 @@ def parts(profile: str | None = None, rules: Path | None = None, collective_rule
     from taxonomy import collectives, guidelines, profiles, vocab
 
     out: dict[str, tuple[str, pl.DataFrame]] = {
-        "stages": ("Stages of an RL step (design/TAXONOMY.md §2)", pl.DataFrame(
+        "stages": ("Stages of an RL step (docs/taxonomy.md)", pl.DataFrame(
             [{"id": s.id, "stage": s.name, "title": s.title, "what": s.description} for s in vocab.STAGES])),
         "roles": ("Roles", pl.DataFrame({"role": list(vocab.ROLES)})),
         "dimensions": ("Parallelism dimensions of collectives", pl.DataFrame({"dim": list(vocab.DIMENSIONS)})),
@@ -55,7 +55,7 @@ def parts(profile: str | None = None, rules: Path | None = None, collective_rule
         "profile", "rule", "source", "match", "stage", "role", "relation", "versions", "note"))
     out["collectives"] = ("Collective → dimension rules (description, then pools, layout, kernel name, pattern)",
                           collectives.rules_frame(collectives.load_rules(collective_rules)))
-    out["guidelines"] = ("Guideline catalogue (design/TAXONOMY.md §6)", guidelines.catalogue_frame())
+    out["guidelines"] = ("Guideline catalogue (docs/guidelines.md)", guidelines.catalogue_frame())
     return out
 
 

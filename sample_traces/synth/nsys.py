@@ -1,8 +1,8 @@
 """Write one rank's part of the timeline in the Nsight Systems SQLite export schema (SYNTHETIC).
 
-The tables and columns of design/FORMATS.md §2 as ``nsys export --type sqlite`` (2025.1, schema
-3.17) lays them out: ``StringIds``; ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``RUNTIME`` / ``MEMCPY`` /
-``MEMSET``; ``NVTX_EVENTS`` push/pop ranges (eventType 59) with the same names as the Kineto
+The tables and columns rlperf reads (docs/formats-nsys.md) as ``nsys export --type sqlite``
+(2025.1, schema 3.17) lays them out: ``StringIds``; ``CUPTI_ACTIVITY_KIND_KERNEL`` /
+``RUNTIME`` / ``MEMCPY`` / ``MEMSET``; ``NVTX_EVENTS`` push/pop ranges (eventType 59) with the same names as the Kineto
 annotations; ``TARGET_INFO_SESSION_START_TIME``, ``TARGET_INFO_GPU``, ``TARGET_INFO_SYSTEM_ENV``;
 ``META_DATA_EXPORT`` / ``META_DATA_CAPTURE`` (the rank's ``RANK`` environment variable);
 ``ThreadNames``, ``PROCESSES``. Times are ns since the session start on the rank's skewed clock.
