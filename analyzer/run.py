@@ -2,7 +2,7 @@
 
 ``Run`` is the Python API (``analyzer.load(paths)``) and what every report renders. Every
 product of assembly and analysis (``run.gpu_time``, ``run.steps``, ``run.bubbles``, …) is
-computed on first access by the module that provides it (``analyzer/analyses/REGISTRY``) and
+computed on first access by the module that provides it (``analyzer.analyses.REGISTRY``) and
 cached; frames follow the schemas in ``analyzer/frames.py``.
 """
 

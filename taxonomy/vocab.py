@@ -1,6 +1,6 @@
 """The vocabulary of RL post-training: stages, roles, parallelism dimensions, placements, modes.
 
-Ids and meanings follow design/TAXONOMY.md §2–§4; everything here is data that the classifier,
+Ids and meanings are those of docs/taxonomy.md; everything here is data that the classifier,
 the analyses and the reports share. Adding a value means adding it here and nowhere else.
 """
 
@@ -56,7 +56,7 @@ EXECUTION_MODES: tuple[str, ...] = ("sync", "one_step_off", "async", "stage_fuse
 IDLE_CAUSES: tuple[str, ...] = (
     "rollout_tail", "pool_wait", "stage_gap", "sync_wait", "host_bound", "weight_sync", "other",
 )
-"""Causes of device idle time (ARCHITECTURE.md §5)."""
+"""Causes of device idle time (docs/analyses.md §4)."""
 
 STAGE = pl.Enum(list(STAGE_NAMES))
 ROLE = pl.Enum(list(ROLES))
