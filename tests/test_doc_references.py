@@ -20,7 +20,8 @@ What is not a reference, by rule: URLs (removed from the line first); a path wit
 corpus beside the checkout); a path whose first part is no tracked top-level folder (``runs/x/``,
 ``build/``, ``.venv/``: a user's or a generated folder); a bare lowercase name (``report.md``: an
 output file). A glob (``tests/test_mutants_*.py``) must match at least one file. Trailing
-sentence punctuation is no part of a path.
+sentence punctuation is no part of a path. This file is not scanned: its cases are broken
+references on purpose.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def tracked_text_files() -> list[Path]:
     listed = subprocess.run(
         ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
     ).stdout.decode().split("\0")
-    return [ROOT / name for name in listed if name and Path(name).suffix in TEXT_SUFFIXES]
+    paths = (ROOT / name for name in listed if name and Path(name).suffix in TEXT_SUFFIXES)
+    return [p for p in paths if p != Path(__file__).resolve()]
 
 
 def top_folders() -> frozenset[str]:
