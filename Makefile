@@ -6,7 +6,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test lint bench samples docs-images clean mutate fuzz
+.PHONY: demo test lint typecheck bench samples docs-images clean mutate fuzz
+
+# The packages mypy checks ([tool.mypy] in pyproject.toml holds its settings).
+TYPED = parsers taxonomy
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +29,14 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	tests/install-tools.sh
 	$(BIN)/ruff check .
+	$(BIN)/python -m mypy $(TYPED)
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
+
+typecheck: $(VENV)/.installed-test
+	$(BIN)/python -m mypy $(TYPED)
 
 $(VENV)/.installed-samples: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[samples]'
