@@ -127,9 +127,17 @@ QUALITY_TEXT: dict[str, str] = {
     "dropped_unreadable_event": "events dropped: a field of the wrong type",
     "unreadable_arg": "args values unreadable or beyond 64-bit integers, left empty",
     "zero_dur": "ranges of zero duration (kept)",
-    **{f"out_of_range_{c}": f"{c} values outside {lo:,}..{hi:,}, set to unknown" for c, (lo, hi) in BOUNDS.items() if c != "depth"},
-    **{f"out_of_range_{c}": f"{c} values beyond 64-bit integers, set to unknown" for c in ("pid", "tid", "corr")},
-    "out_of_range_base_time": "time bases (baseTimeNanoseconds, file-name epoch) out of range, ignored",
+    **{
+        f"out_of_range_{c}": f"{c} values outside {lo:,}..{hi:,}, set to unknown"
+        for c, (lo, hi) in BOUNDS.items()
+        if c != "depth"
+    },
+    **{
+        f"out_of_range_{c}": f"{c} values beyond 64-bit integers, set to unknown"
+        for c in ("pid", "tid", "corr")
+    },
+    "out_of_range_base_time": "time bases (baseTimeNanoseconds, file-name epoch) out of range, "
+        "ignored",
     "out_of_range_world_size": "world sizes out of range, ignored",
     "out_of_range_pg_size": "process-group sizes out of range, ignored",
 }
@@ -148,7 +156,10 @@ def bound(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
     bad = [c for c in present if counts[c]]
     if bad:
         frame = frame.with_columns(
-            pl.when(valid[c]).then(pl.col(c)).otherwise(pl.lit(-1 if c in NON_NULL else None)).alias(c)
+            pl.when(valid[c])
+            .then(pl.col(c))
+            .otherwise(pl.lit(-1 if c in NON_NULL else None))
+            .alias(c)
             for c in bad
         )
     return frame, {f"out_of_range_{c}": int(counts[c]) for c in bad}
@@ -228,7 +239,10 @@ def validate(events: pl.DataFrame, *, where: str = "event table") -> pl.DataFram
     if list(events.columns) != list(EVENT_SCHEMA):
         missing = [c for c in EVENT_SCHEMA if c not in events.columns]
         extra = [c for c in events.columns if c not in EVENT_SCHEMA]
-        raise SchemaError(f"{where}: columns differ from the contract (missing {missing}, extra {extra}, or out of order)")
+        raise SchemaError(
+            f"{where}: columns differ from the contract (missing {missing}, extra {extra}, or out "
+            f"of order)"
+        )
     for name, dtype in EVENT_SCHEMA.items():
         have = events.schema[name]
         if have != dtype:
@@ -264,7 +278,8 @@ def concat(tables: list[pl.DataFrame]) -> pl.DataFrame:
 def nesting_depth(
     frame: pl.DataFrame, keys: list[str], clamped: Callable[[int], None] | None = None
 ) -> pl.Series:
-    """For every ``[start_ns, end_ns)`` interval, how many others sharing ``keys`` are open as it starts.
+    """For every ``[start_ns, end_ns)`` interval, how many others sharing ``keys`` are open as it
+    starts.
 
     A sweep over start (+1) and end (-1) boundaries per group. At one instant ends come before
     starts (a range ending as another begins does not enclose it); starts come in (start, longest
@@ -278,12 +293,20 @@ def nesting_depth(
     order = (
         frame.select(*keys, "start_ns", "end_ns")
         .with_row_index("_row")
-        .sort([*keys, "start_ns", "end_ns", "_row"], descending=[False] * (len(keys) + 1) + [True, False])
+        .sort(
+            [*keys, "start_ns", "end_ns", "_row"],
+            descending=[False] * (len(keys) + 1) + [True, False],
+        )
         .select("_row", "start_ns", "end_ns", _group=pl.struct(keys).rle_id())
         .with_row_index("_order")
     )
     opens = order.select(
-        "_group", "_row", t="start_ns", late=pl.lit(True), sub=pl.col("_order") * 2, delta=pl.lit(1, pl.Int32)
+        "_group",
+        "_row",
+        t="start_ns",
+        late=pl.lit(True),
+        sub=pl.col("_order") * 2,
+        delta=pl.lit(1, pl.Int32),
     )
     closes = order.select(
         "_group",
@@ -300,7 +323,9 @@ def nesting_depth(
         .with_columns(open=pl.col("delta").cum_sum())
         .filter(pl.col("delta") == 1)
     )
-    depth = pl.zeros(frame.height, dtype=pl.Int32, eager=True).scatter(sweep["_row"], sweep["open"] - 1)
+    depth = pl.zeros(frame.height, dtype=pl.Int32, eager=True).scatter(
+        sweep["_row"], sweep["open"] - 1
+    )
     deepest = BOUNDS["depth"][1]
     over = int((depth > deepest).sum())
     if over and clamped is not None:

@@ -47,7 +47,10 @@ def decode_bounded(decoder: msgspec.json.Decoder, data: bytes, path: Path) -> An
         pass
     finally:
         sys.setrecursionlimit(old)
-    raise InputError(path, f"JSON nested deeper than this Python lets rlperf decode ({json_depth(data):,} levels)")
+    raise InputError(
+        path,
+        f"JSON nested deeper than this Python lets rlperf decode ({json_depth(data):,} levels)",
+    )
 
 
 def decode_each(decoder: msgspec.json.Decoder, items: Sequence[bytes], path: Path) -> list[Any]:

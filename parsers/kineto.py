@@ -16,7 +16,8 @@ in float before any integer arithmetic (which would wrap); every repair is count
 
 - an event whose absolute start is before 1970 or at/after 2200-01-01, whose duration is over
   a year, whose number JSON's doubles cannot hold (``1e999``), or a GPU row whose device (its
-  ``pid``) is outside 0..32767 or no integer at all is dropped; a negative duration becomes 0 (zero ones are counted);
+  ``pid``) is outside 0..32767 or no integer at all is dropped; a negative duration becomes 0 (zero
+  ones are counted);
 - ``baseTimeNanoseconds`` or a file name's epoch outside 1970..2200 is ignored (the time base
   falls back as if it were missing); a rank outside 0..2**31-1 (from ``distributedInfo`` or
   the file name) is unknown (-1), a world size outside 1..2**31 unknown;
@@ -232,7 +233,9 @@ def _read(path: Path, out: ParsedSource) -> bytes:
     DECOMPRESSED_BYTES.check(path, len(data))
     if not data.strip():
         raise InputError(path, "gzip stream ends early (truncated file?) before any content")
-    out.warn(f"gzip stream ends early (truncated file?): read {len(data):,} bytes of JSON before the cut")
+    out.warn(
+        f"gzip stream ends early (truncated file?): read {len(data):,} bytes of JSON before the cut"
+    )
     out.meta["truncated_gzip"] = True
     return data
 
@@ -300,7 +303,12 @@ def is_cut(data: bytes, message: str) -> bool:
 
 
 def salvage_prefix(
-    decoder: msgspec.json.Decoder, data: bytes, start: int, stop: int, closings: tuple[bytes, ...], path: Path
+    decoder: msgspec.json.Decoder,
+    data: bytes,
+    start: int,
+    stop: int,
+    closings: tuple[bytes, ...],
+    path: Path,
 ) -> tuple[Any, int] | None:
     """The longest ``data[:k] + closing`` (``start < k <= stop``, k right after a ``}`` that ends
     a value) that decodes, and k; None when no such prefix does.
@@ -342,17 +350,23 @@ def _metadata(path: Path, trace: _Trace, out: ParsedSource) -> dict[str, Any]:
         except (msgspec.DecodeError, msgspec.ValidationError):
             out.warn("distributedInfo is not in the expected shape; ignored")
     rank_lo, rank_hi = BOUNDS["rank"]
-    rank = _meta_int(dist.rank if dist else None, rank_lo, rank_hi, "distributedInfo.rank", "rank", out)
+    rank = _meta_int(
+        dist.rank if dist else None, rank_lo, rank_hi, "distributedInfo.rank", "rank", out
+    )
     if rank is not None:
         meta["rank_from"] = "distributedInfo"
     else:
         m = RANK_IN_NAME.search(path.name)
-        rank = _meta_int(m.group(1) if m else None, rank_lo, rank_hi, "the rank in the file name", "rank", out)
+        rank = _meta_int(
+            m.group(1) if m else None, rank_lo, rank_hi, "the rank in the file name", "rank", out
+        )
         if rank is not None:
             meta["rank_from"] = "file name"
     meta["rank"] = rank if rank is not None else -1
     if dist:
-        meta["world_size"] = _meta_int(dist.world_size, 1, rank_hi + 1, "distributedInfo.world_size", "world_size", out)
+        meta["world_size"] = _meta_int(
+            dist.world_size, 1, rank_hi + 1, "distributedInfo.world_size", "world_size", out
+        )
         meta["backend"] = dist.backend
         meta["nccl_version"] = dist.nccl_version
         if dist.pg_config:
@@ -361,14 +375,20 @@ def _metadata(path: Path, trace: _Trace, out: ParsedSource) -> dict[str, Any]:
                     "pg_name": str(pg.get("pg_name", "")),
                     "pg_desc": pg.get("pg_desc", pg.get("uid")),
                     "ranks": canonical_ranks(pg.get("ranks")),
-                    "pg_size": _meta_int(pg.get("pg_size"), 0, rank_hi + 1, "a pg_config pg_size", "pg_size", out),
+                    "pg_size": _meta_int(
+                        pg.get("pg_size"), 0, rank_hi + 1, "a pg_config pg_size", "pg_size", out
+                    ),
                     "backend_config": pg.get("backend_config"),
                 }
                 for pg in dist.pg_config
                 if isinstance(pg, dict)
             ]
     tb = _TB_HANDLER_NAME.match(path.name)
-    host = _raw_value(trace.host_name) or _raw_value(trace.hostname) or (tb.group("host") if tb else None)
+    host = (
+        _raw_value(trace.host_name)
+        or _raw_value(trace.hostname)
+        or (tb.group("host") if tb else None)
+    )
     host = str(host) if host is not None else None
     meta["host"] = host
     meta["device_properties"] = _raw_value(trace.deviceProperties)
@@ -376,9 +396,13 @@ def _metadata(path: Path, trace: _Trace, out: ParsedSource) -> dict[str, Any]:
     meta["trace_name"] = _raw_value(trace.traceName)
     meta["display_time_unit"] = _raw_value(trace.displayTimeUnit)
     base = _raw_value(trace.baseTimeNanoseconds)
-    meta["base_time_ns"] = _meta_int(base, 0, TIME_MAX_NS - 1, "baseTimeNanoseconds", "base_time", out)
+    meta["base_time_ns"] = _meta_int(
+        base, 0, TIME_MAX_NS - 1, "baseTimeNanoseconds", "base_time", out
+    )
     ms_hi = (TIME_MAX_NS - 1) // 10**6
-    meta["tb_epoch_ms"] = _meta_int(tb.group("ms") if tb else None, 0, ms_hi, "the file name's epoch ms", "base_time", out)
+    meta["tb_epoch_ms"] = _meta_int(
+        tb.group("ms") if tb else None, 0, ms_hi, "the file name's epoch ms", "base_time", out
+    )
     return meta
 
 
@@ -398,7 +422,9 @@ def _meta_int(value: Any, lo: int, hi: int, what: str, kind: str, out: ParsedSou
     return None
 
 
-def _time_base_ns(trace_base: int | None, ts: pl.Series | None, meta: dict[str, Any], out: ParsedSource) -> int:
+def _time_base_ns(
+    trace_base: int | None, ts: pl.Series | None, meta: dict[str, Any], out: ParsedSource
+) -> int:
     """Nanoseconds to add to ``ts·1000`` for absolute epoch time."""
     if trace_base is not None:
         meta["time_base"] = "baseTimeNanoseconds"
@@ -410,7 +436,10 @@ def _time_base_ns(trace_base: int | None, ts: pl.Series | None, meta: dict[str, 
     if meta.get("tb_epoch_ms"):
         base = _quarter_start_ns(meta["tb_epoch_ms"])
         meta["time_base"] = "quarter start from the file name's epoch ms"
-        out.warn("baseTimeNanoseconds missing (file cut?): time base taken from the file name's timestamp")
+        out.warn(
+            "baseTimeNanoseconds missing (file cut?): time base taken from the file name's "
+            "timestamp"
+        )
         return base
     meta["time_base"] = "unknown (relative)"
     out.warn("timestamps are relative and baseTimeNanoseconds is missing: absolute time unknown")
@@ -431,7 +460,11 @@ def _events(
 ) -> pl.DataFrame:
     """Decode the events chunk by chunk (bounded memory) into one frame, then finish it; no event
     of a file within the string limit can be over it."""
-    raws = trace.traceEvents if size <= STRING_BYTES.value else _within_string_limit(trace.traceEvents, out)
+    raws = (
+        trace.traceEvents
+        if size <= STRING_BYTES.value
+        else _within_string_limit(trace.traceEvents, out)
+    )
     frames: list[pl.DataFrame] = []
     unknown: set[str] = set()
     for offset in range(0, len(raws), _CHUNK):
@@ -542,7 +575,9 @@ def _chunk_frame(picked: list[_Event], kinds: list[str], out: ParsedSource) -> p
             "ext_id": _opt_int(ext, out),
         }
     )
-    frame = frame.with_columns(_sparse(frame, args, "bytes", ("memcpy", "memset"), _copy_bytes, out))
+    frame = frame.with_columns(
+        _sparse(frame, args, "bytes", ("memcpy", "memset"), _copy_bytes, out)
+    )
     collectives = _collective_args(args, out)
     return frame.hstack(collectives) if collectives is not None else frame
 
@@ -552,7 +587,10 @@ def _id_column(values: list[int | str], name: str, out: ParsedSource) -> pl.Seri
     beyond 64 bits is damage, also null, and counted."""
     ids = pl.Series(values, dtype=pl.Int64, strict=False)
     if ids.null_count():
-        out.tally(f"out_of_range_{name}", sum(1 for v in values if type(v) is int and not _I64_MIN <= v <= _I64_MAX))
+        out.tally(
+            f"out_of_range_{name}",
+            sum(1 for v in values if type(v) is int and not _I64_MIN <= v <= _I64_MAX),
+        )
     return ids
 
 
@@ -573,7 +611,12 @@ _NOT_EVENTS = frozenset({"", "ac2g", "fwdbwd", "async_gpu", "async_cpu_to_gpu", 
 
 
 def _sparse(
-    frame: pl.DataFrame, args: list[_Args], column: str, kinds: tuple[str, ...], value, out: ParsedSource
+    frame: pl.DataFrame,
+    args: list[_Args],
+    column: str,
+    kinds: tuple[str, ...],
+    value,
+    out: ParsedSource,
 ) -> pl.Series:
     """A column that only a few kinds carry: touch only those events' args."""
     rows = frame.with_row_index("i").filter(pl.col("kind").is_in(list(kinds)))["i"].to_list()
@@ -588,12 +631,16 @@ def _copy_bytes(a: _Args) -> object:
 
 
 def _collective_args(args: list[_Args], out: ParsedSource) -> pl.DataFrame | None:
-    """Collective metadata from ``record_param_comms`` / NCCL kernel args, decoded for those only."""
+    """Collective metadata from ``record_param_comms`` / NCCL kernel args, decoded for those
+    only."""
     rows = list(compress(range(len(args)), map(_COLL, args)))
     if not rows:
         return None
     n = len(args)
-    cols: dict[str, list[Any]] = {k: [None] * n for k in ("coll_name", "pg", "pg_desc", "pg_ranks", "group_size", "seq", "coll_bytes")}
+    cols: dict[str, list[Any]] = {
+        k: [None] * n
+        for k in ("coll_name", "pg", "pg_desc", "pg_ranks", "group_size", "seq", "coll_bytes")
+    }
     for i in rows:
         a = args[i]
         name = _raw_value(a.coll_name)
@@ -606,7 +653,9 @@ def _collective_args(args: list[_Args], out: ParsedSource) -> pl.DataFrame | Non
         cols["group_size"][i] = _raw_value(a.group_size)
         cols["seq"][i] = _raw_value(a.seq)
         size = dtype_bytes(_str_or_none(_raw_value(a.dtype)))
-        nelems = max(_as_int(_raw_value(a.in_nelems), 0) or 0, _as_int(_raw_value(a.out_nelems), 0) or 0)
+        nelems = max(
+            _as_int(_raw_value(a.in_nelems), 0) or 0, _as_int(_raw_value(a.out_nelems), 0) or 0
+        )
         cols["coll_bytes"][i] = nelems * size if size and nelems else None
     return pl.DataFrame(
         {
@@ -643,7 +692,8 @@ _INT_TEXT_MAX = 40
 
 
 def _as_int(value: object, default: int | None = None) -> int | None:
-    """``value`` as a 64-bit integer (ints, finite floats, decimal or ``0x`` text), else ``default``."""
+    """``value`` as a 64-bit integer (ints, finite floats, decimal or ``0x`` text), else
+    ``default``."""
     if value is None:
         return default
     if isinstance(value, bool):
@@ -682,7 +732,9 @@ def _in_range(frame: pl.DataFrame, base: int, out: ParsedSource) -> pl.DataFrame
     bad_dur = ~(pl.col("dur") * _US_TO_NS <= float(DURATION_MAX_NS))
     lo, hi = BOUNDS["device"]
     pid = pl.col("pid")
-    bad_device = pl.col("kind").is_in(list(_DEVICE_KINDS)) & ~pid.is_between(lo, hi).fill_null(False)
+    bad_device = pl.col("kind").is_in(list(_DEVICE_KINDS)) & ~pid.is_between(lo, hi).fill_null(
+        False
+    )
     kept = ~(bad_time | bad_dur | bad_device)
     counts = frame.select(
         dropped_time_out_of_range=bad_time.sum(),
@@ -748,7 +800,10 @@ def _finish(
         pl.col("corr"),
         pl.col("ext_id"),
         coll.alias("coll"),
-        pl.when(collective).then(pl.col("coll_bytes") if has_args else None).otherwise(pl.col("bytes")).alias("bytes"),
+        pl.when(collective)
+        .then(pl.col("coll_bytes") if has_args else None)
+        .otherwise(pl.col("bytes"))
+        .alias("bytes"),
         facts["step"].alias("step"),
     ]
     if has_args:
@@ -782,7 +837,11 @@ def _name_facts(names: pl.Series) -> dict[str, pl.Expr]:
     for column, dtype in (("kernel_coll", pl.String), ("op_coll", pl.String), ("step", pl.Int32)):
         known = facts.filter(pl.col(column).is_not_null())
         mapping = dict(zip(known["name"].to_list(), known[column].to_list(), strict=True))
-        lookups[column] = name.replace_strict(mapping, default=None, return_dtype=dtype) if mapping else pl.lit(None, dtype=dtype)
+        lookups[column] = (
+            name.replace_strict(mapping, default=None, return_dtype=dtype)
+            if mapping
+            else pl.lit(None, dtype=dtype)
+        )
     return lookups
 
 

@@ -41,8 +41,12 @@ class Limit:
             )
 
 
-DECOMPRESSED_BYTES = Limit("decompressed_bytes", 16 * 2**30, "RLPERF_MAX_BYTES", "decompressed size in bytes")
-STRING_BYTES = Limit("string_bytes", 64 * 2**20, "RLPERF_MAX_STRING", "length of one string in bytes")
+DECOMPRESSED_BYTES = Limit(
+    "decompressed_bytes", 16 * 2**30, "RLPERF_MAX_BYTES", "decompressed size in bytes"
+)
+STRING_BYTES = Limit(
+    "string_bytes", 64 * 2**20, "RLPERF_MAX_STRING", "length of one string in bytes"
+)
 NESTING = Limit("nesting", 256, "RLPERF_MAX_NESTING", "JSON nesting depth")
 EVENTS = Limit("events", 200_000_000, "RLPERF_MAX_EVENTS", "number of events in one file")
 

@@ -84,7 +84,8 @@ DTYPE_BYTES: dict[str, int] = {
 
 
 def canonical_coll(name: str | None) -> str | None:
-    """``Collective name`` as PyTorch writes it (``allreduce``, ``_allgather_base``, …) → ``coll``."""
+    """``Collective name`` as PyTorch writes it (``allreduce``, ``_allgather_base``, …) →
+    ``coll``."""
     if not name:
         return None
     key = name.strip().lower()

@@ -38,13 +38,17 @@ class Db:
         uri = path.resolve().as_uri() + "?mode=ro&immutable=1"
         try:
             self.con = sqlite3.connect(uri, uri=True)
-            rows = self.con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+            rows = self.con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+            ).fetchall()
         except sqlite3.DatabaseError as exc:
             raise InputError(path, sqlite_problem(exc)) from None
         except UnicodeDecodeError:
             # SQLite's "malformed database schema (<name>)" quotes the damaged bytes, which
             # Python fails to decode into the message: the same damage, another exception.
-            raise InputError(path, "SQLite database is truncated or corrupt (a schema name is not UTF-8)") from None
+            raise InputError(
+                path, "SQLite database is truncated or corrupt (a schema name is not UTF-8)"
+            ) from None
         self.tables: frozenset[str] = frozenset(r[0] for r in rows)
         self._columns: dict[str, frozenset[str]] = {}
         self.wrong_types: dict[str, int] = {}
@@ -86,7 +90,9 @@ class Db:
         have = self.columns(table)
         present = {name: dtype for name, dtype in schema.items() if name in have}
         self._count_wrong_types(table, present, checked)
-        select = [_typed(name, present[name]) if name in present else f"NULL AS {name}" for name in schema]
+        select = [
+            _typed(name, present[name]) if name in present else f"NULL AS {name}" for name in schema
+        ]
         sql = f'SELECT {", ".join(select)} FROM "{table}" {where}'
         return self.query(sql, schema)
 
@@ -133,7 +139,10 @@ class Db:
         """The export's own metadata (``EXPORT_PRODUCT_VERSION``, …) from whichever table exists."""
         for table in META_TABLES:
             if self.has(table):
-                return {str(k): str(v) for k, v in self.con.execute(f'SELECT name, value FROM "{table}"')}
+                return {
+                    str(k): str(v)
+                    for k, v in self.con.execute(f'SELECT name, value FROM "{table}"')
+                }
         return {}
 
     def enum(self, table: str, fallback: Mapping[int, str]) -> dict[int, str]:

@@ -37,7 +37,9 @@ _ROWS = {
 }
 
 
-def read_nvtx(db: Db, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, str | None], pl.DataFrame, int]:
+def read_nvtx(
+    db: Db, strings: pl.DataFrame
+) -> tuple[pl.DataFrame, dict[int, str | None], pl.DataFrame, int]:
     """(events, domain id → name, thread names set through NVTX, ranges dropped as unclosed).
 
     ``events`` has ``globalTid, kind, name, start, end, depth``.
@@ -47,11 +49,15 @@ def read_nvtx(db: Db, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, st
     wanted = (*RANGE_TYPES, *MARK_TYPES, DOMAIN_CREATE, THREAD_NAME)
     where = f"WHERE eventType IN ({', '.join(map(str, wanted))})"
     rows = db.frame("NVTX_EVENTS", _ROWS, where=where, checked=("eventType",))
-    rows = rows.join(strings.rename({"id": "textId", "value": "_registered"}), on="textId", how="left")
+    rows = rows.join(
+        strings.rename({"id": "textId", "value": "_registered"}), on="textId", how="left"
+    )
     rows = rows.with_columns(name=pl.coalesce("text", "_registered")).drop("text", "_registered")
 
     created = rows.filter((pl.col("eventType") == DOMAIN_CREATE) & pl.col("domainId").is_not_null())
-    domains: dict[int, str | None] = {int(d): n for d, n in zip(created["domainId"], created["name"], strict=True)}
+    domains: dict[int, str | None] = {
+        int(d): n for d, n in zip(created["domainId"], created["name"], strict=True)
+    }
     for d in rows.filter(pl.col("eventType") != DOMAIN_CREATE)["domainId"].drop_nulls().unique():
         domains.setdefault(int(d), None if d else "default")
     threads = rows.filter((pl.col("eventType") == THREAD_NAME) & pl.col("globalTid").is_not_null())
@@ -66,7 +72,8 @@ def read_nvtx(db: Db, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, st
     ranges = ranges.filter(closed)
     spans = ranges.select("globalTid", start_ns="start", end_ns="end")
     ranges = pl.concat(
-        [ranges.with_columns(depth=nesting_depth(spans, ["globalTid"])), timeless], how="diagonal_relaxed"
+        [ranges.with_columns(depth=nesting_depth(spans, ["globalTid"])), timeless],
+        how="diagonal_relaxed",
     ).with_columns(kind=pl.lit("annotation"))
     marks = rows.filter(pl.col("eventType").is_in(list(MARK_TYPES))).with_columns(
         end=pl.col("start"), kind=pl.lit("marker"), depth=pl.lit(0, pl.Int64)

@@ -59,7 +59,9 @@ def hosts_by_vm(db: Db) -> dict[int, str]:
     if not db.has("TARGET_INFO_SYSTEM_ENV"):
         return {}
     rows = db.frame(
-        "TARGET_INFO_SYSTEM_ENV", {"globalVid": pl.Int64(), "value": pl.String()}, where="WHERE name = 'Hostname'"
+        "TARGET_INFO_SYSTEM_ENV",
+        {"globalVid": pl.Int64(), "value": pl.String()},
+        where="WHERE name = 'Hostname'",
     ).filter(pl.col("globalVid").is_not_null() & (pl.col("value").str.len_bytes() > 0))
     return dict(rows.select(vm_of(pl.col("globalVid")), "value").iter_rows())
 
@@ -125,16 +127,25 @@ def assign_ranks(
     command: list[str],
 ) -> Ranks:
     """Rank per process (see the module docstring for the order of evidence)."""
-    out = Ranks(world_size=next((_int(env.get(v)) for v in WORLD_VARS if _int(env.get(v)) is not None), None))
+    out = Ranks(
+        world_size=next(
+            (_int(env.get(v)) for v in WORLD_VARS if _int(env.get(v)) is not None), None
+        )
+    )
     single = len(pids) == 1
     env_rank = next(((v, n) for v in RANK_VARS if (n := _int(env.get(v))) is not None), None)
     if single and env_rank:
         out.by_pid[pids[0]] = env_rank[1]
         out.source[pids[0]] = f"environment variable {env_rank[0]}"
         return out
-    stated = [v for v in RANK_VARS + WORLD_VARS if env.get(v) not in (None, "") and _int(env[v]) is None]
+    stated = [
+        v for v in RANK_VARS + WORLD_VARS if env.get(v) not in (None, "") and _int(env[v]) is None
+    ]
     if stated:
-        out.warnings.append(f"{', '.join(stated)} in the captured environment is not a number in 0…{MAX_RANK}; ignored")
+        out.warnings.append(
+            f"{', '.join(stated)} in the captured environment is not a number in 0…{MAX_RANK}; "
+            f"ignored"
+        )
     for gtid, name in zip(thread_names["globalTid"], thread_names["name"], strict=True):
         m = THREAD_RANK.search(name or "")
         pid = (int(gtid) >> 24) & 0xFFFFFF

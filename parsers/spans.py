@@ -47,9 +47,23 @@ KINETO_MARKERS: tuple[bytes, ...] = (
     b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"', b'"baseTimeNanoseconds"',
     b'"cuda_runtime"', b'"ProfilerStep#', b'"displayTimeUnit"', b'"traceName"',
 )
-RAY_MARKERS: tuple[bytes, ...] = (b'"task:execute"', b'"worker_idle"', b'"task::', b'"cname"', b'"Node ', b'"worker:')
-AREAL_MARKERS: tuple[bytes, ...] = (b'"cat": "compute"', b'"cat": "comm"', b'"cat": "instr"', b'"cat": "io"',
-                                    b'"cat": "scheduler"', b'", Process"', b'"train.')
+RAY_MARKERS: tuple[bytes, ...] = (
+    b'"task:execute"',
+    b'"worker_idle"',
+    b'"task::',
+    b'"cname"',
+    b'"Node ',
+    b'"worker:',
+)
+AREAL_MARKERS: tuple[bytes, ...] = (
+    b'"cat": "compute"',
+    b'"cat": "comm"',
+    b'"cat": "instr"',
+    b'"cat": "io"',
+    b'"cat": "scheduler"',
+    b'", Process"',
+    b'"train.',
+)
 NEMO_MARKERS: tuple[bytes, ...] = (b'"tracer_name"',)
 
 KIND_OF_CATEGORY: dict[str, str] = {
@@ -116,17 +130,24 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     meta = frame.filter(pl.col("ph") == "M")
     procs, threads = _names(meta)
     frame = _timed(frame.filter(pl.col("ph") != "M"), out)
-    spans = pl.concat([_complete(frame), _paired(frame, out), _instants(frame)], how="diagonal_relaxed")
+    spans = pl.concat(
+        [_complete(frame), _paired(frame, out), _instants(frame)], how="diagonal_relaxed"
+    )
     ignored = frame.filter(~pl.col("ph").is_in(["X", "B", "E", "i", "I", "n", "C"]))
     if ignored.height:
         phases = ", ".join(sorted(set(ignored["ph"].drop_nulls().to_list())))
-        out.warn(f"{ignored.height} events of phases {phases} ignored (flows and async pairs carry no range)")
+        out.warn(
+            f"{ignored.height} events of phases {phases} ignored (flows and async pairs carry no "
+            f"range)"
+        )
     out.metrics = _counters(frame, source)
     if spans.height == 0:
         warn_quality(out, _WARNED)
         return out
     spans = _identities(spans, procs, threads)
-    spans = spans.with_columns(depth=nesting_depth(spans, ["pid", "tid"], lambda n: out.tally("clamped_depth", n)))
+    spans = spans.with_columns(
+        depth=nesting_depth(spans, ["pid", "tid"], lambda n: out.tally("clamped_depth", n))
+    )
     spans = _steps(spans)
     spans, counts = bound(spans)
     for kind, count in counts.items():
@@ -134,7 +155,9 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     warn_quality(out, _WARNED)
     base = as_int(spans["start_ns"].min())
     if base < EPOCH_NS:
-        out.meta["time_base"] = "relative: the trace clock starts at the tracer, not the epoch; align before merging"
+        out.meta["time_base"] = (
+            "relative: the trace clock starts at the tracer, not the epoch; align before merging"
+        )
     else:
         out.meta["time_base"] = "epoch µs from the trace"
     ranks = sorted(set(spans["rank"].drop_nulls().to_list()) - {-1})
@@ -163,7 +186,9 @@ def _timed(frame: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
         zero_dur=(complete & ~unread & ~bad_time & ~bad_dur & (dur == 0)).sum(),
     ).row(0, named=True)
     if counts.pop("unread"):
-        out.warn(f"{frame.filter(unread & timed).height} events without a readable timestamp skipped")
+        out.warn(
+            f"{frame.filter(unread & timed).height} events without a readable timestamp skipped"
+        )
     for kind, count in counts.items():
         out.tally(kind, count)
     kept = frame.filter(~unread & ~bad_time & ~bad_dur)
@@ -188,7 +213,11 @@ def _decode(path: Path, data: bytes, out: ParsedSource) -> list[_Event]:
         return _lines(path, data, out)
     array = text.startswith(b"[")
     try:
-        raws = decode_bounded(_RAWS, data, path) if array else decode_bounded(_DOC, data, path).traceEvents
+        raws = (
+            decode_bounded(_RAWS, data, path)
+            if array
+            else decode_bounded(_DOC, data, path).traceEvents
+        )
     except msgspec.ValidationError as exc:
         raise InputError(path, f"not a trace-event file ({exc})") from None
     except msgspec.DecodeError as exc:
@@ -205,7 +234,10 @@ def _events(path: Path, raws: list[msgspec.Raw], out: ParsedSource) -> list[_Eve
     if len(kept) < len(raws):
         long = len(raws) - len(kept)
         out.tally("dropped_oversized_event", long)
-        out.warn(f"{long:,} events longer than {STRING_BYTES.what} limit ({limit:,}) dropped; set {STRING_BYTES.env} to raise it")
+        out.warn(
+            f"{long:,} events longer than {STRING_BYTES.what} limit ({limit:,}) dropped; set "
+            f"{STRING_BYTES.env} to raise it"
+        )
     try:
         return _EVENTS.decode(b"[" + b",".join(kept) + b"]")
     except (msgspec.DecodeError, RecursionError):
@@ -224,7 +256,9 @@ def _events(path: Path, raws: list[msgspec.Raw], out: ParsedSource) -> list[_Eve
     return events
 
 
-def _salvage(path: Path, data: bytes, message: str, array: bool, out: ParsedSource) -> list[msgspec.Raw]:
+def _salvage(
+    path: Path, data: bytes, message: str, array: bool, out: ParsedSource
+) -> list[msgspec.Raw]:
     """A file cut short (a killed process) keeps its complete events before the cut; an array
     damaged inside keeps those before the damage."""
     at = cut_at(data, message)
@@ -247,10 +281,14 @@ def _lines(path: Path, data: bytes, out: ParsedSource) -> list[_Event]:
     lines = data.split(b"\n")
     EVENTS.check(path, len(lines) - lines.count(b""))
     limit = STRING_BYTES.value
-    numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip() and len(line) <= limit]
+    numbered = [
+        (n, line) for n, line in enumerate(lines, start=1) if line.strip() and len(line) <= limit
+    ]
     bad = [n for n, line in enumerate(lines, start=1) if len(line) > limit]
     events: list[_Event] = []
-    for (number, _), result in zip(numbered, decode_each(_EVENT, [line for _, line in numbered], path), strict=True):
+    for (number, _), result in zip(
+        numbered, decode_each(_EVENT, [line for _, line in numbered], path), strict=True
+    ):
         if isinstance(result, _Event):
             events.append(result)
         else:
@@ -259,7 +297,10 @@ def _lines(path: Path, data: bytes, out: ParsedSource) -> list[_Event]:
         bad.sort()
         shown = ", ".join(str(n) for n in bad[:5])
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        out.warn(f"{len(bad)} unreadable lines skipped (lines {shown}{more}: damaged, nested too deep or too long)")
+        out.warn(
+            f"{len(bad)} unreadable lines skipped (lines {shown}{more}: damaged, nested too deep "
+            f"or too long)"
+        )
     return events
 
 
@@ -269,9 +310,11 @@ def _arg(events: list[_Event], key: str) -> list[Any]:
 
 def _frame(events: list[_Event], out: ParsedSource) -> pl.DataFrame:
     def floats(values: list[Any]) -> pl.Series:
-        return pl.Series(values, dtype=pl.String, strict=False).cast(pl.Float64, strict=False) if any(
-            isinstance(v, str) for v in values
-        ) else pl.Series(values, dtype=pl.Float64, strict=False)
+        return (
+            pl.Series(values, dtype=pl.String, strict=False).cast(pl.Float64, strict=False)
+            if any(isinstance(v, str) for v in values)
+            else pl.Series(values, dtype=pl.Float64, strict=False)
+        )
 
     def ints(values: list[Any], column: str, lo: int = -(2**63), hi: int = 2**63 - 1) -> pl.Series:
         """The integers in ``lo..hi``; any other integer is damage: null, and counted unless it is
@@ -281,30 +324,49 @@ def _frame(events: list[_Event], out: ParsedSource) -> pl.DataFrame:
         out.tally(f"out_of_range_{column}", kept.count(None) - numbers.count(None))
         return pl.Series(kept, dtype=pl.Int64)
 
-    step = [a if a is not None else b for a, b in zip(_arg(events, STEP_ARGS[0]), _arg(events, STEP_ARGS[1]), strict=False)]
-    return pl.DataFrame({
-        "name": pl.Series([e.name for e in events], dtype=pl.String),
-        "ph": pl.Series([e.ph for e in events], dtype=pl.String),
-        "cat": pl.Series([e.cat for e in events], dtype=pl.String),
-        "ts": floats([e.ts for e in events]),
-        "dur": floats([e.dur for e in events]),
-        "pid_raw": pl.Series([None if e.pid is None else str(e.pid) for e in events], dtype=pl.String),
-        "tid_raw": pl.Series([None if e.tid is None else str(e.tid) for e in events], dtype=pl.String),
-        "arg_name": pl.Series([str(v) if v is not None else None for v in _arg(events, "name")], dtype=pl.String),
-        "arg_rank": ints(_arg(events, "rank"), "rank", *BOUNDS["rank"]),
-        "arg_step": ints(step, "step", *BOUNDS["step"]),
-        "arg_device": ints(_arg(events, "device"), "device", *BOUNDS["device"]),
-        "arg_stream": ints(_arg(events, "stream"), "stream", *BOUNDS["stream"]),
-        "arg_corr": ints(_arg(events, "correlation"), "corr"),
-        "arg_value": floats([v if isinstance(v, (int, float)) else None for v in _arg(events, "value")]),
-        "arg_tracer": pl.Series([str(v) if v is not None else None for v in _arg(events, "tracer_name")], dtype=pl.String),
-    })
+    step = [
+        a if a is not None else b
+        for a, b in zip(_arg(events, STEP_ARGS[0]), _arg(events, STEP_ARGS[1]), strict=False)
+    ]
+    return pl.DataFrame(
+        {
+            "name": pl.Series([e.name for e in events], dtype=pl.String),
+            "ph": pl.Series([e.ph for e in events], dtype=pl.String),
+            "cat": pl.Series([e.cat for e in events], dtype=pl.String),
+            "ts": floats([e.ts for e in events]),
+            "dur": floats([e.dur for e in events]),
+            "pid_raw": pl.Series(
+                [None if e.pid is None else str(e.pid) for e in events], dtype=pl.String
+            ),
+            "tid_raw": pl.Series(
+                [None if e.tid is None else str(e.tid) for e in events], dtype=pl.String
+            ),
+            "arg_name": pl.Series(
+                [str(v) if v is not None else None for v in _arg(events, "name")], dtype=pl.String
+            ),
+            "arg_rank": ints(_arg(events, "rank"), "rank", *BOUNDS["rank"]),
+            "arg_step": ints(step, "step", *BOUNDS["step"]),
+            "arg_device": ints(_arg(events, "device"), "device", *BOUNDS["device"]),
+            "arg_stream": ints(_arg(events, "stream"), "stream", *BOUNDS["stream"]),
+            "arg_corr": ints(_arg(events, "correlation"), "corr"),
+            "arg_value": floats(
+                [v if isinstance(v, (int, float)) else None for v in _arg(events, "value")]
+            ),
+            "arg_tracer": pl.Series(
+                [str(v) if v is not None else None for v in _arg(events, "tracer_name")],
+                dtype=pl.String,
+            ),
+        }
+    )
 
 
 def _producer(frame: pl.DataFrame) -> dict[str, Any]:
     names = frame["name"].drop_nulls()
     cats = set(frame["cat"].drop_nulls().unique().to_list())
-    if frame["arg_name"].is_not_null().any() and names.str.contains(r"^task(::|:execute)|^ray\.(get|put|wait)$").any():
+    if (
+        frame["arg_name"].is_not_null().any()
+        and names.str.contains(r"^task(::|:execute)|^ray\.(get|put|wait)$").any()
+    ):
         producer = "ray-timeline"
     elif cats & {"compute", "comm", "io", "sync", "scheduler", "instr"}:
         producer = "areal-perf-tracer"
@@ -320,9 +382,12 @@ def _producer(frame: pl.DataFrame) -> dict[str, Any]:
         framework = "verl"
     elif names.str.contains(r"^(load_states|offload_states)$|ActorWorker\.|pipeline_step").any():
         framework = "roll"
-    elif names.str.contains(r"_genertion|policy_worker/").any() or (producer == "chrome-trace" and names.str.contains(
-        r"^(generation|policy_training|policy_and_reference_logprobs)$"
-    ).any()):
+    elif names.str.contains(r"_genertion|policy_worker/").any() or (
+        producer == "chrome-trace"
+        and names.str.contains(
+            r"^(generation|policy_training|policy_and_reference_logprobs)$"
+        ).any()
+    ):
         framework = "nemo_rl"
     if framework:
         meta["framework"] = framework
@@ -341,7 +406,9 @@ def _names(meta: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def _complete(frame: pl.DataFrame) -> pl.DataFrame:
     x = frame.filter(pl.col("ph") == "X")
-    return x.with_columns((pl.col("start_ns") + pl.col("dur_ns").clip(lower_bound=0)).alias("end_ns"))
+    return x.with_columns(
+        (pl.col("start_ns") + pl.col("dur_ns").clip(lower_bound=0)).alias("end_ns")
+    )
 
 
 def _paired(frame: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
@@ -354,46 +421,66 @@ def _paired(frame: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
         pl.when(pl.col("ph") == "B").then(1).otherwise(-1).alias("_d")
     ).with_columns(pl.col("_d").cum_sum().over("pid_raw", "tid_raw").alias("_after"))
     be = be.with_columns(
-        pl.when(pl.col("ph") == "B").then(pl.col("_after")).otherwise(pl.col("_after") + 1).alias("_level")
+        pl.when(pl.col("ph") == "B")
+        .then(pl.col("_after"))
+        .otherwise(pl.col("_after") + 1)
+        .alias("_level")
     ).with_columns(pl.int_range(pl.len()).over("pid_raw", "tid_raw", "_level", "ph").alias("_k"))
     opens = be.filter(pl.col("ph") == "B")
-    closes = be.filter(pl.col("ph") == "E").select("pid_raw", "tid_raw", "_level", "_k", pl.col("start_ns").alias("end_ns"))
-    paired = opens.join(closes, on=["pid_raw", "tid_raw", "_level", "_k"], how="left", nulls_equal=True)
+    closes = be.filter(pl.col("ph") == "E").select(
+        "pid_raw", "tid_raw", "_level", "_k", pl.col("start_ns").alias("end_ns")
+    )
+    paired = opens.join(
+        closes, on=["pid_raw", "tid_raw", "_level", "_k"], how="left", nulls_equal=True
+    )
     unclosed = paired.filter(pl.col("end_ns").is_null())
     if unclosed.height:
         out.warn(f"{unclosed.height} ranges never closed (the trace ends inside them); dropped")
-    return paired.filter(pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))).drop(
-        "_order", "_d", "_after", "_level", "_k"
-    )
+    return paired.filter(
+        pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
+    ).drop("_order", "_d", "_after", "_level", "_k")
 
 
 def _instants(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame.filter(pl.col("ph").is_in(["i", "I", "n"])).with_columns(pl.col("start_ns").alias("end_ns"))
+    return frame.filter(pl.col("ph").is_in(["i", "I", "n"])).with_columns(
+        pl.col("start_ns").alias("end_ns")
+    )
 
 
 def _counters(frame: pl.DataFrame, source: int) -> pl.DataFrame:
-    counters = frame.filter((pl.col("ph") == "C") & pl.col("arg_value").is_not_null() & pl.col("arg_step").is_not_null())
+    counters = frame.filter(
+        (pl.col("ph") == "C") & pl.col("arg_value").is_not_null() & pl.col("arg_step").is_not_null()
+    )
     return counters.select(
-        pl.lit(source, dtype=pl.UInt32).alias("source"), pl.col("arg_step").cast(pl.Int32).alias("step"),
-        pl.col("name").alias("key"), pl.col("arg_value").alias("value"),
+        pl.lit(source, dtype=pl.UInt32).alias("source"),
+        pl.col("arg_step").cast(pl.Int32).alias("step"),
+        pl.col("name").alias("key"),
+        pl.col("arg_value").alias("value"),
     ).cast(METRICS_SCHEMA)
 
 
 def _identities(spans: pl.DataFrame, procs: pl.DataFrame, threads: pl.DataFrame) -> pl.DataFrame:
     """Numeric pid/tid (string ids get dense indexes), host and rank from the names."""
-    spans = spans.join(procs, on="pid_raw", how="left").join(threads, on=["pid_raw", "tid_raw"], how="left")
+    spans = spans.join(procs, on="pid_raw", how="left").join(
+        threads, on=["pid_raw", "tid_raw"], how="left"
+    )
     label = pl.coalesce(pl.col("process"), pl.col("pid_raw"))
     return spans.with_columns(
         pl.coalesce(
-            pl.col("pid_raw").cast(pl.Int64, strict=False), pl.col("pid_raw").rank("dense").cast(pl.Int64) - 1
+            pl.col("pid_raw").cast(pl.Int64, strict=False),
+            pl.col("pid_raw").rank("dense").cast(pl.Int64) - 1,
         ).alias("pid"),
         pl.coalesce(
-            pl.col("tid_raw").cast(pl.Int64, strict=False), pl.col("tid_raw").rank("dense").cast(pl.Int64) - 1
+            pl.col("tid_raw").cast(pl.Int64, strict=False),
+            pl.col("tid_raw").rank("dense").cast(pl.Int64) - 1,
         ).alias("tid"),
         label.str.extract(r"^Node (\S+)", 1).alias("host"),
         pl.coalesce(
-            pl.col("arg_rank"), label.str.extract(r"(?i)\brank[ _-]?(\d+)", 1).cast(pl.Int64, strict=False)
-        ).fill_null(-1).alias("rank"),
+            pl.col("arg_rank"),
+            label.str.extract(r"(?i)\brank[ _-]?(\d+)", 1).cast(pl.Int64, strict=False),
+        )
+        .fill_null(-1)
+        .alias("rank"),
         pl.when(pl.col("ph").is_in(["i", "I", "n"]))
         .then(pl.lit("marker"))
         .when(pl.col("cat").is_in(list(GPU_CATEGORIES)) & pl.col("arg_device").is_null())
@@ -412,23 +499,49 @@ def _steps(spans: pl.DataFrame) -> pl.DataFrame:
     """Step from the event's own args, else from the innermost range on the same thread that
     carries one, else from an enclosing ``step`` span anywhere (a driver's step range)."""
     spans = spans.sort("start_ns")
-    own = spans.filter(pl.col("arg_step").is_not_null() & (pl.col("end_ns") > pl.col("start_ns"))).select(
-        "pid", "tid", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), pl.col("arg_step").alias("_step")
-    ).sort("_s")
+    own = (
+        spans.filter(pl.col("arg_step").is_not_null() & (pl.col("end_ns") > pl.col("start_ns")))
+        .select(
+            "pid",
+            "tid",
+            pl.col("start_ns").alias("_s"),
+            pl.col("end_ns").alias("_e"),
+            pl.col("arg_step").alias("_step"),
+        )
+        .sort("_s")
+    )
     step = pl.col("arg_step")
     if own.height:
         spans = spans.join_asof(
-            own, left_on="start_ns", right_on="_s", by=["pid", "tid"], strategy="backward", check_sortedness=False
+            own,
+            left_on="start_ns",
+            right_on="_s",
+            by=["pid", "tid"],
+            strategy="backward",
+            check_sortedness=False,
         )
-        step = pl.coalesce(step, pl.when(pl.col("_e").is_not_null() & (pl.col("end_ns") <= pl.col("_e"))).then(pl.col("_step")))
+        step = pl.coalesce(
+            step,
+            pl.when(pl.col("_e").is_not_null() & (pl.col("end_ns") <= pl.col("_e"))).then(
+                pl.col("_step")
+            ),
+        )
         spans = spans.with_columns(step.alias("arg_step")).drop("_s", "_e", "_step")
-    marks = spans.filter(pl.col("name").is_in(list(STEP_SPANS)) & pl.col("arg_step").is_not_null()).select(
-        pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), pl.col("arg_step").alias("_step")
-    ).sort("_s")
+    marks = (
+        spans.filter(pl.col("name").is_in(list(STEP_SPANS)) & pl.col("arg_step").is_not_null())
+        .select(
+            pl.col("start_ns").alias("_s"),
+            pl.col("end_ns").alias("_e"),
+            pl.col("arg_step").alias("_step"),
+        )
+        .sort("_s")
+    )
     if marks.height == 0:
         return spans.with_columns(pl.col("arg_step").cast(pl.Int32).alias("step"))
     spans = spans.join_asof(marks, left_on="start_ns", right_on="_s", strategy="backward")
     inside = pl.col("_e").is_not_null() & (pl.col("start_ns") <= pl.col("_e"))
     return spans.with_columns(
-        pl.coalesce(pl.col("arg_step"), pl.when(inside).then(pl.col("_step"))).cast(pl.Int32).alias("step")
+        pl.coalesce(pl.col("arg_step"), pl.when(inside).then(pl.col("_step")))
+        .cast(pl.Int32)
+        .alias("step")
     ).drop("_s", "_e", "_step")

@@ -56,7 +56,11 @@ class DimRule:
 
     @property
     def id(self) -> str:
-        return f"{self.kind}:{self.index}" if self.origin == "builtin" else f"{self.origin}:{self.kind}:{self.index}"
+        return (
+            f"{self.kind}:{self.index}"
+            if self.origin == "builtin"
+            else f"{self.origin}:{self.kind}:{self.index}"
+        )
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,9 @@ def _read(path: Path) -> dict[str, Any]:
 
 def _rules(path: Path, data: dict[str, Any], origin: str) -> CollectiveRules:
     def table(kind: str) -> tuple[DimRule, ...]:
-        return tuple(_rule(path, kind, i, raw, origin) for i, raw in enumerate(data.get(kind, []), start=1))
+        return tuple(
+            _rule(path, kind, i, raw, origin) for i, raw in enumerate(data.get(kind, []), start=1)
+        )
 
     raw_layout = data.get("layout", {})
     layout = Layout()
@@ -116,8 +122,11 @@ def _rules(path: Path, data: dict[str, Any], origin: str) -> CollectiveRules:
             layout = parse_layout(str(raw_layout.get("order", "")) or "-".join(MEGATRON_ORDER))
         except CollectiveRulesError as exc:
             raise CollectiveRulesError(f"{path}: [layout]: {exc}") from None
-        layout = Layout(layout.order, {k: int(v) for k, v in raw_layout.items() if k in LAYOUT_DIMS},
-                        given=origin == "user")
+        layout = Layout(
+            layout.order,
+            {k: int(v) for k, v in raw_layout.items() if k in LAYOUT_DIMS},
+            given=origin == "user",
+        )
     return CollectiveRules(
         descriptions=table("description"), kernels=table("kernel"), patterns=table("pattern"),
         layout=layout, layout_note=str(raw_layout.get("note", "")), paths=(str(path),),
@@ -142,9 +151,15 @@ def _rule(path: Path, kind: str, index: int, raw: Any, origin: str) -> DimRule:
     if bad:
         raise CollectiveRulesError(f"{where}: unknown stage(s) {bad}")
     return DimRule(
-        kind=kind, index=index, dim=dim, match=None if match is None else str(match),
-        coll=tuple(str(c) for c in raw.get("coll", [])), stage=stages,
-        min_bytes=raw.get("min_bytes"), max_bytes=raw.get("max_bytes"), note=str(raw.get("note", "")),
+        kind=kind,
+        index=index,
+        dim=dim,
+        match=None if match is None else str(match),
+        coll=tuple(str(c) for c in raw.get("coll", [])),
+        stage=stages,
+        min_bytes=raw.get("min_bytes"),
+        max_bytes=raw.get("max_bytes"),
+        note=str(raw.get("note", "")),
         origin=origin,
     )
 
@@ -162,12 +177,18 @@ def parse_layout(text: str) -> Layout:
             key, _, value = part.partition("=")
             key = key.strip().lower()
             if key not in LAYOUT_DIMS or not value.strip().isdigit() or int(value) < 1:
-                raise CollectiveRulesError(f"bad layout degree {part!r} (use e.g. tp=2 with one of {', '.join(LAYOUT_DIMS)})")
+                raise CollectiveRulesError(
+                    f"bad layout degree {part!r} (use e.g. tp=2 with one of "
+                    f"{', '.join(LAYOUT_DIMS)})"
+                )
             degrees[key] = int(value)
         else:
             dims = tuple(d.strip().lower() for d in part.split("-"))
             if sorted(dims) != sorted(set(dims)) or not set(dims) <= set(LAYOUT_DIMS):
-                raise CollectiveRulesError(f"bad layout order {part!r} (a dash-separated order of {', '.join(LAYOUT_DIMS)})")
+                raise CollectiveRulesError(
+                    f"bad layout order {part!r} (a dash-separated order of "
+                    f"{', '.join(LAYOUT_DIMS)})"
+                )
             order = dims + tuple(d for d in MEGATRON_ORDER if d not in dims)
     return Layout(order, degrees, given=True)
 
@@ -250,7 +271,11 @@ def _along(positions: list[int], order: tuple[str, ...], degrees: dict[str, int]
     for dim in ("tp", "cp", "ep", "pp"):
         if varying == {dim} and size == degrees[dim]:
             return dim
-    if varying <= {"dp", "ep"} and "dp" in varying and size == degrees["dp"] * (degrees["ep"] if "ep" in varying else 1):
+    if (
+        varying <= {"dp", "ep"}
+        and "dp" in varying
+        and size == degrees["dp"] * (degrees["ep"] if "ep" in varying else 1)
+    ):
         return "dp"
     return None
 
@@ -263,7 +288,11 @@ def _first_match(values: pl.Series, rules: Sequence[DimRule]) -> pl.Series:
     frame = pl.DataFrame({"v": values.cast(pl.String)})
     pick = pl.lit(None, dtype=pl.String)
     for rule in reversed(rules):
-        pick = pl.when(pl.col("v").str.contains(rule.match or "")).then(pl.lit(rule.dim)).otherwise(pick)
+        pick = (
+            pl.when(pl.col("v").str.contains(rule.match or ""))
+            .then(pl.lit(rule.dim))
+            .otherwise(pick)
+        )
     return frame.select(pl.when(pl.col("v").is_not_null()).then(pick).alias("dim"))["dim"]
 
 
@@ -277,7 +306,9 @@ def kernel_dims(names: pl.Series, rules: CollectiveRules) -> pl.Series:
     return _first_match(names, rules.kernels)
 
 
-def pattern_dim(rules: CollectiveRules, coll: str = "coll", stage: str = "stage", nbytes: str = "bytes") -> pl.Expr:
+def pattern_dim(
+    rules: CollectiveRules, coll: str = "coll", stage: str = "stage", nbytes: str = "bytes"
+) -> pl.Expr:
     """Expression over a frame with the collective kind, the stage it ran in and its size: the
     dim of the first pattern rule that holds, else ``unknown``. A size condition never holds
     for a collective of unknown size."""
@@ -309,10 +340,30 @@ def rules_frame(rules: CollectiveRules | None = None) -> pl.DataFrame:
     """Every rule, for printing (``rlperf taxonomy``) and documentation."""
     rules = rules or load_rules()
     rows = [
-        {"rule": r.id, "kind": r.kind, "match": r.match, "coll": ", ".join(r.coll) or None,
-         "stage": ", ".join(r.stage) or None, "min_bytes": r.min_bytes, "max_bytes": r.max_bytes, "dim": r.dim, "note": r.note}
+        {
+            "rule": r.id,
+            "kind": r.kind,
+            "match": r.match,
+            "coll": ", ".join(r.coll) or None,
+            "stage": ", ".join(r.stage) or None,
+            "min_bytes": r.min_bytes,
+            "max_bytes": r.max_bytes,
+            "dim": r.dim,
+            "note": r.note,
+        }
         for r in (*rules.descriptions, *rules.kernels, *rules.patterns)
     ]
-    return pl.DataFrame(rows, schema={"rule": pl.String, "kind": pl.String, "match": pl.String,
-                                      "coll": pl.String, "stage": pl.String, "min_bytes": pl.Int64, "max_bytes": pl.Int64,
-                                      "dim": pl.String, "note": pl.String})
+    return pl.DataFrame(
+        rows,
+        schema={
+            "rule": pl.String,
+            "kind": pl.String,
+            "match": pl.String,
+            "coll": pl.String,
+            "stage": pl.String,
+            "min_bytes": pl.Int64,
+            "max_bytes": pl.Int64,
+            "dim": pl.String,
+            "note": pl.String,
+        },
+    )

@@ -28,16 +28,35 @@ DIRECTIONS: tuple[str, ...] = ("above", "below")
 UNITS: tuple[str, ...] = ("fraction", "ratio", "count", "steps")
 EVIDENCE_KINDS: tuple[str, ...] = ("trace", "log", "config")
 AGGREGATE_WORDS: dict[str, str] = {
-    "share": "Σ part ÷ Σ whole over steps", "mean": "mean over steps", "median": "median over steps",
-    "max": "worst step", "value": "one value for the run",
+    "share": "Σ part ÷ Σ whole over steps",
+    "mean": "mean over steps",
+    "median": "median over steps",
+    "max": "worst step",
+    "value": "one value for the run",
 }
 AGGREGATES: tuple[str, ...] = tuple(AGGREGATE_WORDS)
 TABLES: tuple[str, ...] = ("keys", "timers", "config")
 """Top-level tables that are not guidelines."""
 
-GUIDELINE_FIELDS: tuple[str, ...] = ("title", "evidence", "recommendation", "source", "checks", "enabled")
+GUIDELINE_FIELDS: tuple[str, ...] = (
+    "title",
+    "evidence",
+    "recommendation",
+    "source",
+    "checks",
+    "enabled",
+)
 CHECK_FIELDS: tuple[str, ...] = (
-    "formula", "unit", "direction", *SEVERITIES, "heuristic", "aggregate", "from", "needs", "params", "note",
+    "formula",
+    "unit",
+    "direction",
+    *SEVERITIES,
+    "heuristic",
+    "aggregate",
+    "from",
+    "needs",
+    "params",
+    "note",
 )
 REQUIRED_GUIDELINE: tuple[str, ...] = ("title", "evidence", "recommendation", "source", "checks")
 REQUIRED_CHECK: tuple[str, ...] = ("formula", "unit", "direction", "aggregate", "needs")
@@ -94,7 +113,11 @@ class Check:
     def limits(self) -> str:
         """``warn > 5%, error > 10%``: the thresholds as a reader wants them."""
         sign = ">" if self.direction == "above" else "<"
-        return ", ".join(f"{s} {sign} {format_value(self.thresholds[s], self.unit)}" for s in SEVERITIES if s in self.thresholds)
+        return ", ".join(
+            f"{s} {sign} {format_value(self.thresholds[s], self.unit)}"
+            for s in SEVERITIES
+            if s in self.thresholds
+        )
 
 
 @dataclass(frozen=True)
@@ -142,7 +165,11 @@ def load(user: str | Path | None = None, path: Path = CATALOGUE) -> Catalogue:
         extra = _read(user)
         _merge(data, extra, user, origins)
         paths.append(str(user))
-    disabled = [gid for gid, raw in data.items() if gid not in TABLES and isinstance(raw, dict) and raw.get("enabled") is False]
+    disabled = [
+        gid
+        for gid, raw in data.items()
+        if gid not in TABLES and isinstance(raw, dict) and raw.get("enabled") is False
+    ]
     guidelines = [
         _guideline(Path(origins[gid]), gid, raw)
         for gid, raw in data.items()
@@ -184,7 +211,10 @@ def _merge(base: dict[str, Any], user: dict[str, Any], path: Path, origins: dict
                 base[gid][key] = [*new, *(k for k in old if k not in new)]
             continue
         if not ID.fullmatch(gid):
-            raise GuidelineError(path, f"{gid!r} is not a guideline id (letters, digits, _ or -, starting with a letter)")
+            raise GuidelineError(
+                path,
+                f"{gid!r} is not a guideline id (letters, digits, _ or -, starting with a letter)",
+            )
         if not isinstance(raw, dict):
             raise GuidelineError(path, f"{gid} must be a table")
         if gid not in base:
@@ -195,7 +225,9 @@ def _merge(base: dict[str, Any], user: dict[str, Any], path: Path, origins: dict
         origins[gid] = str(path)
         for key, value in raw.items():
             if key not in GUIDELINE_FIELDS:
-                raise GuidelineError(path, f"{gid}: unknown field {key!r} (one of {', '.join(GUIDELINE_FIELDS)})")
+                raise GuidelineError(
+                    path, f"{gid}: unknown field {key!r} (one of {', '.join(GUIDELINE_FIELDS)})"
+                )
             if key != "checks":
                 target[key] = value
                 continue
@@ -250,13 +282,18 @@ def _check(path: Path, gid: str, metric: str, raw: Any) -> Check:
         if severity in raw:
             thresholds[severity] = _number(path, f"{where}.{severity}", raw[severity])
     if not thresholds:
-        raise GuidelineError(path, f"{where}: needs at least one threshold ({', '.join(SEVERITIES)})")
+        raise GuidelineError(
+            path, f"{where}: needs at least one threshold ({', '.join(SEVERITIES)})"
+        )
     levels = [s for s in SEVERITIES if s in thresholds]
     for lower, higher in itertools.pairwise(levels):
         a, b = thresholds[lower], thresholds[higher]
         if (raw["direction"] == "above" and b < a) or (raw["direction"] == "below" and b > a):
             word = "below" if raw["direction"] == "above" else "above"
-            raise GuidelineError(path, f"{where}: {higher} {b:g} is {word} {lower} {a:g} (direction {raw['direction']})")
+            raise GuidelineError(
+                path,
+                f"{where}: {higher} {b:g} is {word} {lower} {a:g} (direction {raw['direction']})",
+            )
     sources = raw.get("from", [])
     if not isinstance(sources, list) or any(s not in EVIDENCE_KINDS for s in sources):
         raise GuidelineError(path, f"{where}.from must list some of {', '.join(EVIDENCE_KINDS)}")
@@ -284,12 +321,16 @@ def _check(path: Path, gid: str, metric: str, raw: Any) -> Check:
     )
 
 
-def _fields(path: Path, where: str, raw: Any, allowed: tuple[str, ...], required: tuple[str, ...]) -> None:
+def _fields(
+    path: Path, where: str, raw: Any, allowed: tuple[str, ...], required: tuple[str, ...]
+) -> None:
     if not isinstance(raw, dict):
         raise GuidelineError(path, f"{where} must be a table")
     for key in raw:
         if key not in allowed:
-            raise GuidelineError(path, f"{where}: unknown field {key!r} (one of {', '.join(allowed)})")
+            raise GuidelineError(
+                path, f"{where}: unknown field {key!r} (one of {', '.join(allowed)})"
+            )
     for key in required:
         if key not in raw:
             raise GuidelineError(path, f"{where}: {key!r} is required")
@@ -297,7 +338,9 @@ def _fields(path: Path, where: str, raw: Any, allowed: tuple[str, ...], required
 
 def _one_of(path: Path, where: str, key: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise GuidelineError(path, f"{where}.{key} is {value!r}, expected one of {', '.join(allowed)}")
+        raise GuidelineError(
+            path, f"{where}.{key} is {value!r}, expected one of {', '.join(allowed)}"
+        )
 
 
 def _number(path: Path, where: str, value: Any) -> float:
@@ -339,9 +382,17 @@ def catalogue_frame(catalogue: Catalogue | None = None) -> pl.DataFrame:
     catalogue = catalogue or load()
     rows = [
         {
-            "id": g.id, "title": g.title, "metric": c.metric, "formula": c.formula, "unit": c.unit,
-            "thresholds": c.limits(), "heuristic": c.heuristic, "from": ", ".join(c.evaluated_from) or None,
-            "needs": c.needs, "recommendation": g.recommendation, "source": g.source,
+            "id": g.id,
+            "title": g.title,
+            "metric": c.metric,
+            "formula": c.formula,
+            "unit": c.unit,
+            "thresholds": c.limits(),
+            "heuristic": c.heuristic,
+            "from": ", ".join(c.evaluated_from) or None,
+            "needs": c.needs,
+            "recommendation": g.recommendation,
+            "source": g.source,
         }
         for g in catalogue.guidelines
         for c in g.checks
@@ -355,7 +406,8 @@ def markdown(catalogue: Catalogue | None = None) -> str:
     implemented = [g.id for g in catalogue.guidelines if g.implemented]
     lines = [
         f"{len(implemented)} of {len(catalogue.guidelines)} guidelines are evaluated "
-        f"({', '.join(implemented)}); the others are always reported as not evaluated, with what they need.",
+        f"({', '.join(implemented)}); the others are always reported as not evaluated, with what "
+        f"they need.",
         "",
         "| id | guideline | metric | thresholds | evaluated from |",
         "|---|---|---|---|---|",
@@ -364,7 +416,8 @@ def markdown(catalogue: Catalogue | None = None) -> str:
         for i, c in enumerate(g.checks):
             mark = " *(heuristic)*" if c.heuristic else ""
             lines.append(
-                f"| {g.id if i == 0 else ''} | {g.title if i == 0 else ''} | `{c.metric}` | {c.limits()}{mark} | "
+                f"| {g.id if i == 0 else ''} | {g.title if i == 0 else ''} | `{c.metric}` | "
+                f"{c.limits()}{mark} | "
                 f"{', '.join(c.evaluated_from) or 'not implemented'} |"
             )
     for g in catalogue.guidelines:
@@ -372,14 +425,21 @@ def markdown(catalogue: Catalogue | None = None) -> str:
         for c in g.checks:
             mark = " *(heuristic)*" if c.heuristic else ""
             state = f"from {', '.join(c.evaluated_from)}" if c.implemented else "not implemented"
-            lines.append(f"- **`{c.metric}`** ({c.unit}, {AGGREGATE_WORDS[c.aggregate]}; {state}): {c.formula}. "
-                         f"Thresholds: {c.limits()}{mark}." + (f" {c.note[0].upper()}{c.note[1:]}." if c.note else ""))
+            lines.append(
+                f"- **`{c.metric}`** ({c.unit}, {AGGREGATE_WORDS[c.aggregate]}; {state}): "
+                f"{c.formula}. "
+                f"Thresholds: {c.limits()}{mark}."
+                + (f" {c.note[0].upper()}{c.note[1:]}." if c.note else "")
+            )
             lines.append(f"  Needs: {c.needs}.")
         lines += [f"- **Recommendation**: {g.recommendation}", f"- **Source**: {g.source}"]
     return "\n".join(lines) + "\n"
 
 
-DOCS_BEGIN = "<!-- catalogue: generated from taxonomy/guidelines.toml by `python -m taxonomy.guidelines docs/guidelines.md` -->"
+DOCS_BEGIN = (
+    "<!-- catalogue: generated from taxonomy/guidelines.toml by `python -m "
+    "taxonomy.guidelines docs/guidelines.md` -->"
+)
 DOCS_END = "<!-- end of catalogue -->"
 
 

@@ -110,7 +110,9 @@ class Detection:
         return f"{self.profile.name} {shown}: {self.reason}"
 
 
-def load_profiles(user_rules: str | Path | None = None, directory: Path = PROFILE_DIR) -> dict[str, Profile]:
+def load_profiles(
+    user_rules: str | Path | None = None, directory: Path = PROFILE_DIR
+) -> dict[str, Profile]:
     """All profiles by name; a user rules file's rules are put first in the profile it names
     (``[profile] name = …``) or, without one, in every profile."""
     profiles = {}
@@ -140,7 +142,10 @@ def _profile(path: Path, data: dict[str, Any]) -> Profile:
         _check_regex(path, pattern, "detect")
     rules = tuple(_rule(path, name, i, r) for i, r in enumerate(data.get("rules", []), start=1))
     evidence = tuple(_evidence(path, e) for e in head.get("version_evidence", []))
-    metrics = {str(k): tuple(str(x) for x in (v if isinstance(v, list) else [v])) for k, v in data.get("metrics", {}).items()}
+    metrics = {
+        str(k): tuple(str(x) for x in (v if isinstance(v, list) else [v]))
+        for k, v in data.get("metrics", {}).items()
+    }
     return Profile(
         name=name,
         title=str(head.get("title", name)),
@@ -189,10 +194,19 @@ def _rule(path: Path, profile: str, index: int, raw: Any) -> Rule:
             raise ProfileError(f"{where}: {exc}") from None
     _check_regex(path, str(raw["match"]), f"rule {index}")
     return Rule(
-        profile=profile, index=index, match=str(raw["match"]), source=source, stage=stage,
-        relation=relation, role=role, parent=raw.get("parent"), in_step=bool(raw.get("in_step", True)),
+        profile=profile,
+        index=index,
+        match=str(raw["match"]),
+        source=source,
+        stage=stage,
+        relation=relation,
+        role=role,
+        parent=raw.get("parent"),
+        in_step=bool(raw.get("in_step", True)),
         versions=None if versions is None else str(versions),
-        covers=tuple(raw.get("covers", [])), hides=tuple(raw.get("hides", [])), note=str(raw.get("note", "")),
+        covers=tuple(raw.get("covers", [])),
+        hides=tuple(raw.get("hides", [])),
+        note=str(raw.get("note", "")),
     )
 
 
@@ -218,7 +232,10 @@ def _merge_user(profiles: dict[str, Profile], path: Path) -> dict[str, Profile]:
     data = _read(path)
     target = data.get("profile", {}).get("name") if isinstance(data.get("profile"), dict) else None
     if target is not None and target not in profiles:
-        raise ProfileError(f"{path}: names profile {target!r}, which does not exist ({', '.join(sorted(profiles))})")
+        raise ProfileError(
+            f"{path}: names profile {target!r}, which does not exist "
+            f"({', '.join(sorted(profiles))})"
+        )
     user = tuple(_rule(path, "user", i, r) for i, r in enumerate(data.get("rules", []), start=1))
     if not user:
         raise ProfileError(f"{path}: no [[rules]] in the user rules file")
@@ -234,7 +251,13 @@ def _merge_user(profiles: dict[str, Profile], path: Path) -> dict[str, Profile]:
 
 
 COMPARE: dict[str, Callable[[Any, Any], bool]] = {
-    ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq, "=": operator.eq}
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+    "==": operator.eq,
+    "=": operator.eq,
+}
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -299,7 +322,9 @@ def detect(
     hint = framework or meta.get("framework")
     chosen = None
     if hint:
-        chosen = next((p for p in profiles.values() if hint in p.frameworks or hint == p.name), None)
+        chosen = next(
+            (p for p in profiles.values() if hint in p.frameworks or hint == p.name), None
+        )
     if chosen is None:
         best = max(scores.items(), key=lambda kv: kv[1], default=(GENERIC, 0))
         chosen = profiles[best[0]] if best[1] > 0 else profiles[GENERIC]
@@ -307,7 +332,9 @@ def detect(
     return Detection(profile=chosen, version=version, reason=reason, scores=scores)
 
 
-def assume_version(profile: Profile, names: Iterable[str] | pl.Series, meta: Mapping[str, Any] | None = None) -> tuple[str | None, str]:
+def assume_version(
+    profile: Profile, names: Iterable[str] | pl.Series, meta: Mapping[str, Any] | None = None
+) -> tuple[str | None, str]:
     """The framework version to apply version-dependent rules with: ``meta["framework_version"]``
     when the source states it, else the first ``version_evidence`` entry the names and meta
     satisfy, else the profile's ``default_version``. Returns (version, reason)."""
@@ -325,14 +352,21 @@ def assume_version(profile: Profile, names: Iterable[str] | pl.Series, meta: Map
             continue
         return item.version, item.reason or "matched version evidence"
     if profile.default_version:
-        return str(profile.default_version), "no version evidence in the source; the profile's default"
+        return str(
+            profile.default_version
+        ), "no version evidence in the source; the profile's default"
     return None, "the profile has no version-dependent rules"
 
 
 # --- classification ------------------------------------------------------------------------
 
 
-def rules_for(profile: Profile, source: str, version: str | None, profiles: Mapping[str, Profile] | None = None) -> list[Rule]:
+def rules_for(
+    profile: Profile,
+    source: str,
+    version: str | None,
+    profiles: Mapping[str, Profile] | None = None,
+) -> list[Rule]:
     """The rules that apply, in priority order: the profile's (user rules first), then the
     ``generic`` fallback's."""
     if source not in ("log", "trace"):
@@ -342,7 +376,9 @@ def rules_for(profile: Profile, source: str, version: str | None, profiles: Mapp
         generic = (profiles or load_profiles()).get(GENERIC)
         if generic is not None:
             chain += [r for r in generic.rules if r.profile != "user"]
-    return [r for r in chain if r.source in (source, "any") and version_matches(r.versions, version)]
+    return [
+        r for r in chain if r.source in (source, "any") and version_matches(r.versions, version)
+    ]
 
 
 def classify(
@@ -364,7 +400,11 @@ def classify(
         return pl.DataFrame(schema=CLASSES_SCHEMA)
     pick = pl.lit(None, dtype=pl.Int32)
     for i, rule in reversed(list(enumerate(rules))):
-        pick = pl.when(pl.col("name").str.contains(rule.match)).then(pl.lit(i, dtype=pl.Int32)).otherwise(pick)
+        pick = (
+            pl.when(pl.col("name").str.contains(rule.match))
+            .then(pl.lit(i, dtype=pl.Int32))
+            .otherwise(pick)
+        )
     frame = frame.with_columns(pick.alias("_rule"))
     table = pl.DataFrame(
         {

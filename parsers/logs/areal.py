@@ -25,7 +25,10 @@ from .values import MAX_STEP, header_step, numbers, step_number
 FORMAT = "areal-log"
 EXTENSIONS: tuple[str, ...] = (".log", ".txt", ".out")
 
-HEADER = r"Epoch (?<epoch>\d+)/(?<epochs>\d+) Step (?<s>\d+)/(?<S>\d+) Train step (?<step>\d+)/(?<steps>\d+) done\."
+HEADER = (
+    r"Epoch (?<epoch>\d+)/(?<epochs>\d+) Step (?<s>\d+)/(?<S>\d+) Train step "
+    r"(?<step>\d+)/(?<steps>\d+) done\."
+)
 TIMER_KEY = r"^timeperf/"
 
 _SNIFF = re.compile(br"Train step \d+/\d+ done\.")
@@ -52,7 +55,12 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     )
     rows = lines.filter(pl.col("text").str.starts_with("│") & pl.col("step").is_not_null())
     cells = (
-        rows.select("line", "step", "record", pl.col("text").str.strip_chars("│ ").str.split("│").alias("cell"))
+        rows.select(
+            "line",
+            "step",
+            "record",
+            pl.col("text").str.strip_chars("│ ").str.split("│").alias("cell"),
+        )
         .with_columns(pl.col("cell").list.eval(pl.element().str.strip_chars()))
         .with_columns(
             pl.col("cell").list.gather_every(2).alias("key"),
@@ -65,8 +73,9 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     pairs = pairs.with_columns(numbers(pairs["raw"]).alias("value"))
     issues = LineIssues()
     issues.add_frame(
-        lines.filter(pl.col("_header") & pl.col("header_step").is_null())
-        .with_columns(pl.lit(f"step number past {MAX_STEP}; its table is left out").alias("problem")),
+        lines.filter(pl.col("_header") & pl.col("header_step").is_null()).with_columns(
+            pl.lit(f"step number past {MAX_STEP}; its table is left out").alias("problem")
+        ),
         kind="dropped_out_of_range",
     )
     issues.add_frame(
@@ -74,7 +83,9 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
         .with_columns(pl.lit(f"total step count past {MAX_STEP}; not used").alias("problem")),
         kind="dropped_out_of_range",
     )
-    issues.add_frame(uneven.with_columns(pl.lit("table row without key/value pairs").alias("problem")))
+    issues.add_frame(
+        uneven.with_columns(pl.lit("table row without key/value pairs").alias("problem"))
+    )
     issues.add_frame(
         pairs.filter(pl.col("value").is_null()).with_columns(
             pl.format("value of '{}' is not a number", "key").alias("problem")
@@ -91,7 +102,8 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     if totals.len():
         out.meta["total_steps"] = int(totals[-1])
     out.meta["time_base"] = (
-        "steps end at the stamp of their 'Train step … done' line (read as UTC); rows start at the step start"
+        "steps end at the stamp of their 'Train step … done' line (read as UTC); rows start at the "
+        "step start"
         if anchors.height
         else "synthetic: steps laid end to end from 0"
     )

@@ -11,7 +11,9 @@ from .values import python_literal
 MAX_CONFIG_LINES = 5000
 
 
-def printed_dict(lines: pl.DataFrame, start_marker: str = "{'") -> tuple[dict[str, Any] | None, int | None]:
+def printed_dict(
+    lines: pl.DataFrame, start_marker: str = "{'"
+) -> tuple[dict[str, Any] | None, int | None]:
     """The first multi-line dict repr printed by one process, and the line it starts on.
 
     Lines of other processes interleaved with it are skipped (same Ray actor and pid only).

@@ -2,7 +2,8 @@
 
 2023 (``training_log_output/*.log``): ``epoch: e|step: s|ppo_ep: p|act_loss: …|cri_loss: …|
 unsuper_loss: …``, ``average reward score: …`` and
-``|E2E latency=…s |Gather latency=…s (x%) |Generate time=…s (x%) |Training time=…s (x%) |Others=… (x%)|CurSamplesPerSec=… |AvgSamplesPerSec=…``.
+``|E2E latency=…s |Gather latency=…s (x%) |Generate time=…s (x%) |Training time=…s (x%) |Others=…
+(x%)|CurSamplesPerSec=… |AvgSamplesPerSec=…``.
 
 Current (``dschat/utils/perf.py::print_throughput_step3``): ``Epoch: e | Step: s | PPO Epoch: p |
 Actor Loss: … | Critic Loss: … | Unsupervised Loss: …``, then ``End-to-End => Latency: …s,
@@ -39,7 +40,10 @@ NOW_ITEM = r"(?<key>[A-Za-z/. -]+?)(?::\s*|\s+)(?<raw>-?[\d.]+)\s*(?<unit>s|ms|G
 STEP_TOTALS: tuple[str, ...] = ("E2E latency", "End-to-End => Latency")
 TIMERS_2023 = ("E2E latency", "Gather latency", "Generate time", "Training time", "Others")
 
-_SNIFF = re.compile(rb"(?m)^(?:epoch: \d+\|step: \d+\|ppo_ep: \d|\|E2E latency=\d|End-to-End => Latency: \d|Epoch: \d+ \| Step: \d+ \| PPO Epoch: \d)")
+_SNIFF = re.compile(
+    rb"(?m)^(?:epoch: \d+\|step: \d+\|ppo_ep: \d|\|E2E latency=\d|End-to-End => Latency: \d|Epoch: "
+    rb"\d+ \| Step: \d+ \| PPO Epoch: \d)"
+)
 
 
 def sniff(head: bytes, path: Path) -> int:
@@ -50,9 +54,13 @@ def sniff(head: bytes, path: Path) -> int:
 
 def parse(path: Path, source: int = 0) -> ParsedSource:
     out, lines = open_log(path, FORMAT, "deepspeed_chat")
-    old, now = pl.col("text").str.extract_groups(HEADER_2023), pl.col("text").str.extract_groups(HEADER_NOW)
+    old, now = (
+        pl.col("text").str.extract_groups(HEADER_2023),
+        pl.col("text").str.extract_groups(HEADER_NOW),
+    )
     lines = lines.with_columns(
-        pl.coalesce(old.struct.field(f), now.struct.field(f)).alias(f) for f in ("epoch", "s", "ppo", "losses")
+        pl.coalesce(old.struct.field(f), now.struct.field(f)).alias(f)
+        for f in ("epoch", "s", "ppo", "losses")
     ).with_columns(
         pl.col("s").is_not_null().alias("_header"),
         *(step_number(pl.col(c)).cast(pl.Int64).alias(c) for c in ("epoch", "s", "ppo")),
@@ -68,31 +76,53 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     issues = LineIssues()
     issues.add_frame(
         lines.filter(pl.col("_header") & pl.col("step").is_null()).with_columns(
-            pl.lit(f"epoch or step past {MAX_STEP} (numbered on across epochs); its step is left out").alias("problem")
+            pl.lit(
+                f"epoch or step past {MAX_STEP} (numbered on across epochs); its step is left out"
+            ).alias("problem")
         ),
         kind="dropped_out_of_range",
     )
     in_step = lines.filter(pl.col("step").is_not_null())
 
     items = [_losses(in_step), _latency_2023(in_step), _latency_now(in_step), _rewards(in_step)]
-    rows = pl.concat([i for i in items if i.height], how="vertical") if any(i.height for i in items) else None
+    rows = (
+        pl.concat([i for i in items if i.height], how="vertical")
+        if any(i.height for i in items)
+        else None
+    )
     if rows is None:
-        rows = pl.DataFrame(schema={"step": pl.Int32, "line": pl.UInt32, "record": pl.UInt32, "key": pl.String,
-                                    "raw": pl.String, "unit": pl.String})
+        rows = pl.DataFrame(
+            schema={
+                "step": pl.Int32,
+                "line": pl.UInt32,
+                "record": pl.UInt32,
+                "key": pl.String,
+                "raw": pl.String,
+                "unit": pl.String,
+            }
+        )
     rows = rows.with_columns(numbers(rows["raw"]).alias("value"))
     issues.add_frame(rows.filter(pl.col("value").is_null()).with_columns(
         pl.format("'{}' is not a number", "raw").alias("problem")))
     rows = rows.filter(pl.col("value").is_not_null()).with_columns(
-        pl.when(pl.col("unit") == "ms").then(pl.col("value") / 1000).otherwise(pl.col("value")).alias("value")
+        pl.when(pl.col("unit") == "ms")
+        .then(pl.col("value") / 1000)
+        .otherwise(pl.col("value"))
+        .alias("value")
     )
     issues.report(out)
     is_timer = pl.col("key").is_in(list(TIMERS_2023)) | pl.col("key").str.ends_with("=> Latency")
     timers, scalars = split_timers(rows, is_timer)
     _meta(out, lines)
-    stamps = lines.filter(pl.col("text").str.starts_with("[20")).select(timestamps_ns(pl.col("text")).alias("ns")).drop_nulls()
+    stamps = (
+        lines.filter(pl.col("text").str.starts_with("[20"))
+        .select(timestamps_ns(pl.col("text")).alias("ns"))
+        .drop_nulls()
+    )
     base = int(stamps["ns"][0]) if stamps.height else 0
     out.meta["time_base"] = (
-        "synthetic: steps laid end to end from the first DeepSpeed stamp (read as UTC)" if stamps.height
+        "synthetic: steps laid end to end from the first DeepSpeed stamp (read as UTC)"
+        if stamps.height
         else "synthetic: steps laid end to end from 0"
     )
     finish(out, timers, scalars, source=source, step_totals=STEP_TOTALS, base_ns=base)
@@ -128,7 +158,9 @@ def _named_values(found: pl.DataFrame, text: pl.Expr, lower: bool = False) -> pl
 def _latency_2023(frame: pl.DataFrame) -> pl.DataFrame:
     found = frame.filter(pl.col("text").str.starts_with("|E2E latency="))
     return (
-        found.select("step", "line", "record", pl.col("text").str.extract_all(LATENCY_2023).alias("item"))
+        found.select(
+            "step", "line", "record", pl.col("text").str.extract_all(LATENCY_2023).alias("item")
+        )
         .explode("item")
         .with_columns(pl.col("item").str.extract_groups(LATENCY_2023).alias("g"))
         .unnest("g")
@@ -138,9 +170,17 @@ def _latency_2023(frame: pl.DataFrame) -> pl.DataFrame:
 
 def _latency_now(frame: pl.DataFrame) -> pl.DataFrame:
     found = frame.filter(pl.col("text").str.contains(r"^(?:End-to-End|Generation|Training)\s+=>"))
-    found = found.with_columns(pl.col("text").str.extract_groups(LATENCY_NOW).alias("g")).unnest("g")
+    found = found.with_columns(pl.col("text").str.extract_groups(LATENCY_NOW).alias("g")).unnest(
+        "g"
+    )
     items = (
-        found.select("step", "line", "record", "phase", pl.col("rest").str.extract_all(NOW_ITEM).alias("item"))
+        found.select(
+            "step",
+            "line",
+            "record",
+            "phase",
+            pl.col("rest").str.extract_all(NOW_ITEM).alias("item"),
+        )
         .explode("item")
         .with_columns(pl.col("item").str.extract_groups(NOW_ITEM).alias("g"))
         .unnest("g")
@@ -179,11 +219,17 @@ def _meta(out: ParsedSource, lines: pl.DataFrame) -> None:
         out.meta["hybrid_engine"] = bool(flags.get("enable_hybrid_engine"))
         if out.meta["hybrid_engine"]:
             out.meta["placement"] = "colocated"
-        for flag, fact in (("max_answer_seq_len", "max_response_length"), ("max_prompt_seq_len", "max_prompt_length"),
-                           ("actor_model_name_or_path", "actor_model"), ("critic_model_name_or_path", "critic_model")):
+        for flag, fact in (
+            ("max_answer_seq_len", "max_response_length"),
+            ("max_prompt_seq_len", "max_prompt_length"),
+            ("actor_model_name_or_path", "actor_model"),
+            ("critic_model_name_or_path", "critic_model"),
+        ):
             if flag in flags:
                 out.meta[fact] = flags[flag]
         out.meta["algorithm"] = "ppo"
-    exits = lines.filter(pl.col("text").str.contains(r"launch\.py:\d+:main\] Process \d+ exits successfully"))
+    exits = lines.filter(
+        pl.col("text").str.contains(r"launch\.py:\d+:main\] Process \d+ exits successfully")
+    )
     if exits.height:
         out.meta["world_size"] = exits.height

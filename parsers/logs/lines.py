@@ -21,9 +21,15 @@ from ..source import ParsedSource
 
 ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
 RAY_PREFIX = (
-    r"^(?<prefix>(?:" + ANSI + r")*\((?<actor>[^()\s]+) pid=(?<pid>\d+)(?:, ip=(?<ip>[^)\s]+))?\)(?:" + ANSI + r")* ?)"
+    r"^(?<prefix>(?:"
+    + ANSI
+    + r")*\((?<actor>[^()\s]+) pid=(?<pid>\d+)(?:, ip=(?<ip>[^)\s]+))?\)(?:"
+    + ANSI
+    + r")* ?)"
 )
-REPEATED = r"\s*(?:" + ANSI + r")*\s*\[repeated (?<repeat>\d+)x across cluster\](?:" + ANSI + r")*\s*$"
+REPEATED = (
+    r"\s*(?:" + ANSI + r")*\s*\[repeated (?<repeat>\d+)x across cluster\](?:" + ANSI + r")*\s*$"
+)
 
 LINES_SCHEMA = pl.Schema({
     "line": pl.UInt32(),
@@ -56,7 +62,8 @@ WARN_LISTED = 5
 
 
 def read_text(path: Path) -> tuple[str, bool]:
-    """The file's text (gunzipped, undecodable bytes replaced) and whether it ends with a newline."""
+    """The file's text (gunzipped, undecodable bytes replaced) and whether it ends with a
+    newline."""
     raw = open_bytes(path)
     if b"\x00" in raw[:4096]:
         raise InputError(path, "binary content, not a text log")
@@ -108,7 +115,9 @@ def lines_frame(text: str, out: ParsedSource | None = None) -> pl.DataFrame:
         sub = texts.gather(where)
         raw = sub.str.extract(REPEATED, 1)
         counts = raw.cast(pl.Int64, strict=False)
-        counts = pl.select(pl.when(pl.lit(counts).is_between(0, 2**31 - 1)).then(pl.lit(counts))).to_series()
+        counts = pl.select(
+            pl.when(pl.lit(counts).is_between(0, 2**31 - 1)).then(pl.lit(counts))
+        ).to_series()
         _count_unusable(out, "Ray repeat count", raw, counts)
         repeat = repeat.scatter(where, counts.cast(pl.Int32))
         texts = texts.scatter(where, sub.str.replace(REPEATED, ""))
@@ -147,7 +156,9 @@ class LineIssues:
         if len(self.listed) < WARN_LISTED:
             self.listed.append(f"line {line}: {problem}")
 
-    def add_frame(self, bad: pl.DataFrame, problem_col: str = "problem", kind: str = "unreadable_line") -> None:
+    def add_frame(
+        self, bad: pl.DataFrame, problem_col: str = "problem", kind: str = "unreadable_line"
+    ) -> None:
         """Record every row of ``bad`` (columns ``line`` and ``problem_col``)."""
         if bad.height == 0:
             return
@@ -196,10 +207,15 @@ def timestamps_ns(texts: pl.Expr) -> pl.Expr:
         "%Y%m%d-%H:%M:%S%.f", strict=False, time_unit="us", time_zone="UTC"
     )
     stamp = pl.coalesce(iso, areal)
-    return pl.when(stamp.dt.year().is_between(STAMP_YEARS[0], STAMP_YEARS[1] - 1)).then(stamp.dt.epoch("ns"))
+    return pl.when(stamp.dt.year().is_between(STAMP_YEARS[0], STAMP_YEARS[1] - 1)).then(
+        stamp.dt.epoch("ns")
+    )
 
 
-CRASH = r"^Traceback \(most recent call last\)|^Error executing job|RayTaskError|^\w*(?:Error|Exception): "
+CRASH = (
+    r"^Traceback \(most recent call last\)|^Error executing "
+    r"job|RayTaskError|^\w*(?:Error|Exception): "
+)
 
 
 def note_ending(out: ParsedSource, lines: pl.DataFrame, records: pl.DataFrame) -> None:
@@ -212,7 +228,10 @@ def note_ending(out: ParsedSource, lines: pl.DataFrame, records: pl.DataFrame) -
     if last_record_line is None:
         if after.height:
             out.meta["ended"] = "crashed"
-            out.warn(f"no step record: the run failed before its first step (traceback at line {after['line'][0]})")
+            out.warn(
+                f"no step record: the run failed before its first step (traceback at line "
+                f"{after['line'][0]})"
+            )
         return
     if after.height:
         out.meta["ended"] = "crashed"

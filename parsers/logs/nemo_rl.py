@@ -50,24 +50,34 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
         header.struct.field("step").is_not_null().alias("_header"),
         step_number(header.struct.field("step")).alias("header_step"),
         step_number(header.struct.field("steps")).alias("header_steps"),
-        pl.when(pl.col("text").str.contains("•", literal=True)).then(None).otherwise(block).alias("block"),
+        pl.when(pl.col("text").str.contains("•", literal=True))
+        .then(None)
+        .otherwise(block)
+        .alias("block"),
     ).with_columns(
         header_step(pl.col("_header"), pl.col("header_step")).alias("step"),
         pl.col("_header").cum_sum().alias("_record"),
-        pl.when(pl.col("header_step").is_not_null()).then(pl.lit("")).otherwise(pl.col("block"))
+        pl.when(pl.col("header_step").is_not_null())
+        .then(pl.lit(""))
+        .otherwise(pl.col("block"))
         .forward_fill()
         .alias("block"),
     )
-    bullets = lines.filter(pl.col("text").str.contains("•", literal=True) & pl.col("step").is_not_null())
+    bullets = lines.filter(
+        pl.col("text").str.contains("•", literal=True) & pl.col("step").is_not_null()
+    )
     bullets = bullets.with_columns(pl.col("text").str.extract_groups(BULLET).alias("b")).unnest("b")
     issues = LineIssues()
     issues.add_frame(
-        lines.filter(pl.col("_header") & pl.col("header_step").is_null())
-        .with_columns(pl.lit(f"step number past {MAX_STEP}; its block is left out").alias("problem")),
+        lines.filter(pl.col("_header") & pl.col("header_step").is_null()).with_columns(
+            pl.lit(f"step number past {MAX_STEP}; its block is left out").alias("problem")
+        ),
         kind="dropped_out_of_range",
     )
     issues.add_frame(
-        bullets.filter(pl.col("label").is_null()).with_columns(pl.lit("unreadable bullet").alias("problem"))
+        bullets.filter(pl.col("label").is_null()).with_columns(
+            pl.lit("unreadable bullet").alias("problem")
+        )
     )
     bullets = bullets.filter(pl.col("label").is_not_null()).with_columns(
         pl.col("raw").str.extract_groups(TIMED).alias("t")
@@ -80,10 +90,15 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     others = bullets.filter(~in_timing)
     values = numbers(others["raw"].str.replace(r"\s*(?:s|%|tokens?|GB|TFLOPS?)\s*$", ""))
     scalars = others.with_columns(values.alias("value")).select(
-        "step", pl.col("label").alias("key"), "value", pl.col("_record").cast(pl.UInt32).alias("record")
+        "step",
+        pl.col("label").alias("key"),
+        "value",
+        pl.col("_record").cast(pl.UInt32).alias("record"),
     )
     issues.add_frame(
-        others.filter(values.is_null()).with_columns(pl.lit("bullet value is not a number").alias("problem"))
+        others.filter(values.is_null()).with_columns(
+            pl.lit("bullet value is not a number").alias("problem")
+        )
     )
     scalars = scalars.filter(pl.col("value").is_not_null())
     issues.report(out)

@@ -41,7 +41,10 @@ STEP_TOTALS: tuple[str, ...] = ("timing/step_total",)
 EXPERIENCE_NAME = "Experience making"
 EVALUATION_NAME = "Evaluation"
 
-_SNIFF = re.compile(rb"Global step \d+: \{|Experience making completed in|Episode \[\d+/\d+\]:.*(?:policy_loss|act_loss)=")
+_SNIFF = re.compile(
+    rb"Global step \d+: \{|Experience making completed in|Episode "
+    rb"\[\d+/\d+\]:.*(?:policy_loss|act_loss)="
+)
 
 
 def sniff(head: bytes, path: Path) -> int:
@@ -54,10 +57,15 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     out, lines = open_log(path, FORMAT, "openrlhf")
     issues = LineIssues()
 
-    dict_lines = lines.filter(pl.col("text").str.contains("Global step ", literal=True)).with_columns(
-        pl.col("text").str.extract_groups(GLOBAL_STEP).alias("g")
-    ).unnest("g").filter(pl.col("payload").is_not_null())
-    dict_lines = _numbered(out, issues, dict_lines.with_columns(step_number(pl.col("step")).alias("_step")))
+    dict_lines = (
+        lines.filter(pl.col("text").str.contains("Global step ", literal=True))
+        .with_columns(pl.col("text").str.extract_groups(GLOBAL_STEP).alias("g"))
+        .unnest("g")
+        .filter(pl.col("payload").is_not_null())
+    )
+    dict_lines = _numbered(
+        out, issues, dict_lines.with_columns(step_number(pl.col("step")).alias("_step"))
+    )
     records = dict_lines.select("line", "step", "payload")
     rows = record_rows(records, issues)
     timers, scalars = split_timers(rows, pl.col("key").str.contains(TIMER_KEY))
@@ -84,7 +92,9 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
 def _duration_lines(lines: pl.DataFrame, dict_lines: pl.DataFrame) -> pl.DataFrame:
     """``Experience making`` (attached to the step it feeds: the next ``Global step`` line, or
     the count of such lines when the log has no step dicts) and ``Evaluation`` durations."""
-    schema = pl.Schema({"step": pl.Int32, "name": pl.String, "seconds": pl.Float64, "record": pl.UInt32})
+    schema = pl.Schema(
+        {"step": pl.Int32, "name": pl.String, "seconds": pl.Float64, "record": pl.UInt32}
+    )
     exp = lines.filter(pl.col("text").str.contains("Experience making completed in", literal=True))
     exp = exp.with_columns(pl.col("text").str.extract(EXPERIENCE, 1).alias("hms"))
     if exp.height:
@@ -97,9 +107,12 @@ def _duration_lines(lines: pl.DataFrame, dict_lines: pl.DataFrame) -> pl.DataFra
             exp = exp.with_columns(pl.coalesce(pl.col("next"), beyond).alias("step"))
         else:
             exp = exp.with_row_index("step", offset=1)
-    ev = lines.filter(pl.col("text").str.contains("Evaluation completed in", literal=True)).with_columns(
-        pl.col("text").str.extract_groups(EVALUATION).alias("g")
-    ).unnest("g").with_columns(step_number(pl.col("step")))
+    ev = (
+        lines.filter(pl.col("text").str.contains("Evaluation completed in", literal=True))
+        .with_columns(pl.col("text").str.extract_groups(EVALUATION).alias("g"))
+        .unnest("g")
+        .with_columns(step_number(pl.col("step")))
+    )
     parts = []
     for frame, name in ((exp, EXPERIENCE_NAME), (ev, EVALUATION_NAME)):
         if frame.height == 0:
@@ -119,7 +132,9 @@ def _duration_lines(lines: pl.DataFrame, dict_lines: pl.DataFrame) -> pl.DataFra
 def _episode_bars(lines: pl.DataFrame) -> pl.DataFrame:
     """Metrics from the last redraw of the ``Episode`` bar at each step: the postfix
     ``key=value`` pairs and tqdm's seconds per step."""
-    schema = pl.Schema({"step": pl.Int32, "key": pl.String, "value": pl.Float64, "record": pl.UInt32})
+    schema = pl.Schema(
+        {"step": pl.Int32, "key": pl.String, "value": pl.Float64, "record": pl.UInt32}
+    )
     bars = lines.filter(pl.col("text").str.contains("Episode [", literal=True)).with_columns(
         pl.col("text").str.extract_groups(EPISODE).alias("g")
     ).unnest("g").filter(pl.col("n").is_not_null())
@@ -155,7 +170,11 @@ def _numbered(out: ParsedSource, issues: LineIssues, lines: pl.DataFrame) -> pl.
     bad = lines.filter(pl.col("_step").is_null())
     problem = pl.format(f"step {{}} is past {MAX_STEP}", pl.col("step").str.slice(0, 24))
     issues.add_frame(bad.with_columns(problem.alias("problem")), kind="dropped_out_of_range")
-    return lines.filter(pl.col("_step").is_not_null()).with_columns(pl.col("_step").alias("step")).drop("_step")
+    return (
+        lines.filter(pl.col("_step").is_not_null())
+        .with_columns(pl.col("_step").alias("step"))
+        .drop("_step")
+    )
 
 
 def _meta(out: ParsedSource, lines: pl.DataFrame) -> None:

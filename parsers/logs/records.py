@@ -54,16 +54,23 @@ def record_rows(
             issues.add(line, "record without a step number")
             continue
         if py_step(step) is None:
-            issues.add(line, f"step {str(step)[:24]} is no number in 0…{MAX_STEP}", kind="dropped_out_of_range")
+            issues.add(
+                line,
+                f"step {str(step)[:24]} is no number in 0…{MAX_STEP}",
+                kind="dropped_out_of_range",
+            )
             continue
-        rows.extend((int(step), key, value, line, line) for key, value in flat_scalars(data).items())
+        rows.extend(
+            (int(step), key, value, line, line) for key, value in flat_scalars(data).items()
+        )
     return pl.DataFrame(rows, schema=ROWS_SCHEMA, orient="row")
 
 
 def split_timers(
     rows: pl.DataFrame, is_timer: pl.Expr, extra: tuple[str, ...] = ()
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(timers ``step, name, seconds, record`` + ``extra``, scalars ``step, key, value, record``)."""
+    """(timers ``step, name, seconds, record`` + ``extra``, scalars ``step, key, value,
+    record``)."""
     timers = rows.filter(is_timer).select(
         "step", pl.col("key").alias("name"), pl.col("value").alias("seconds"), "record", *extra
     )

@@ -57,37 +57,54 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
         pl.lit(None, dtype=pl.Int32).alias("step"),
     )
     issues = LineIssues()
-    issues.add_frame(tags.filter(pl.col("payload").is_null()).with_columns(pl.lit("no JSON after metrics_tag").alias("problem")))
+    issues.add_frame(
+        tags.filter(pl.col("payload").is_null()).with_columns(
+            pl.lit("no JSON after metrics_tag").alias("problem")
+        )
+    )
     tags = tags.filter(pl.col("payload").is_not_null())
-    rows = record_rows(tags.select("line", "step", "payload"), issues, decode=decode_json, unwrap=_unwrap)
+    rows = record_rows(
+        tags.select("line", "step", "payload"), issues, decode=decode_json, unwrap=_unwrap
+    )
     issues.report(out)
     is_timer = pl.col("key").str.contains(TIMER_KEY) & ~pl.col("key").str.contains(NOT_TIMERS)
     timers, scalars = split_timers(rows, is_timer)
     lagged = timers.filter(pl.col("name") == LAGGED_TOTAL)
     if lagged.height:
         logged = set(timers["step"].to_list())
-        moved = lagged.with_columns((pl.col("step") - 1).alias("step")).filter(pl.col("step").is_in(list(logged)))
+        moved = lagged.with_columns((pl.col("step") - 1).alias("step")).filter(
+            pl.col("step").is_in(list(logged))
+        )
         timers = pl.concat([timers.filter(pl.col("name") != LAGGED_TOTAL), moved])
-        out.meta["step_total_shifted"] = f"{LAGGED_TOTAL} is logged one step late; moved back one step"
+        out.meta["step_total_shifted"] = (
+            f"{LAGGED_TOTAL} is logged one step late; moved back one step"
+        )
 
-    workers = lines.select(pl.col("text").str.extract_groups(PREFIX).alias("w")).unnest("w").drop_nulls()
+    workers = (
+        lines.select(pl.col("text").str.extract_groups(PREFIX).alias("w")).unnest("w").drop_nulls()
+    )
     if workers.height:
         out.meta["workers"] = sorted(set(workers["worker"].to_list()))
         world = workers.group_by("worker").agg(step_number(pl.col("world")).max())
         out.meta["worker_world_sizes"] = dict(world.iter_rows())
 
-    finished = lines.filter(pl.col("text").str.contains("pipeline step ", literal=True)).with_columns(
-        step_number(pl.col("text").str.extract(FINISHED, 1)).alias("step"),
-        timestamps_ns(pl.col("text")).alias("end_ns"),
-    ).filter(pl.col("step").is_not_null() & pl.col("end_ns").is_not_null())
+    finished = (
+        lines.filter(pl.col("text").str.contains("pipeline step ", literal=True))
+        .with_columns(
+            step_number(pl.col("text").str.extract(FINISHED, 1)).alias("step"),
+            timestamps_ns(pl.col("text")).alias("end_ns"),
+        )
+        .filter(pl.col("step").is_not_null() & pl.col("end_ns").is_not_null())
+    )
     tagged = tags.with_columns(timestamps_ns(pl.col("text")).alias("end_ns")).join(
         rows.select("line", "step").unique(), on="line", how="inner", suffix="_r"
     ).select(pl.col("step_r").alias("step"), "end_ns").drop_nulls()
-    anchors = pl.concat([finished.select("step", "end_ns"), tagged.select("step", "end_ns")]).unique(
-        subset=["step"], keep="first", maintain_order=True
-    )
+    anchors = pl.concat(
+        [finished.select("step", "end_ns"), tagged.select("step", "end_ns")]
+    ).unique(subset=["step"], keep="first", maintain_order=True)
     out.meta["time_base"] = (
-        "steps end at their 'pipeline step N finished' or metrics_tag stamp (read as UTC); rows start at the step start"
+        "steps end at their 'pipeline step N finished' or metrics_tag stamp (read as UTC); rows "
+        "start at the step start"
         if anchors.height
         else "synthetic: steps laid end to end from 0"
     )

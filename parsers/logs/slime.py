@@ -39,16 +39,22 @@ def sniff(head: bytes, path: Path) -> int:
 
 def parse(path: Path, source: int = 0) -> ParsedSource:
     out, lines = open_log(path, FORMAT, "slime")
-    found = lines.filter(pl.col("text").str.contains(r"\b(?:perf|rollout|step) \d+: ")).with_columns(
-        pl.col("text").str.extract_groups(RECORD).alias("r")
-    ).unnest("r").filter(pl.col("payload").is_not_null())
+    found = (
+        lines.filter(pl.col("text").str.contains(r"\b(?:perf|rollout|step) \d+: "))
+        .with_columns(pl.col("text").str.extract_groups(RECORD).alias("r"))
+        .unnest("r")
+        .filter(pl.col("payload").is_not_null())
+    )
     found = found.with_columns(step_number(pl.col("id")).alias("_id")).with_columns(
         header_step(pl.col("kind") != "step", pl.col("_id")).alias("step")
     )
     issues = LineIssues()
     issues.add_frame(
-        found.filter(pl.col("_id").is_null())
-        .with_columns(pl.format(f"{{}} number {{}} is past {MAX_STEP}", "kind", pl.col("id").str.slice(0, 24)).alias("problem")),
+        found.filter(pl.col("_id").is_null()).with_columns(
+            pl.format(
+                f"{{}} number {{}} is past {MAX_STEP}", "kind", pl.col("id").str.slice(0, 24)
+            ).alias("problem")
+        ),
         kind="dropped_out_of_range",
     )
     found = found.filter(pl.col("_id").is_not_null()).with_columns(pl.col("_id").alias("id"))
@@ -56,13 +62,17 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     rows = record_rows(rollouts.select("line", "step", "payload"), issues)
     train = found.filter((pl.col("kind") == "step") & pl.col("step").is_not_null())
     train_rows = record_rows(train.select("line", "step", "payload"), issues)
-    train_rows = train_rows.unique(subset=["step", "key"], keep="last", maintain_order=True).with_columns(
-        pl.lit(0, dtype=pl.UInt32).alias("record")
-    )
+    train_rows = train_rows.unique(
+        subset=["step", "key"], keep="last", maintain_order=True
+    ).with_columns(pl.lit(0, dtype=pl.UInt32).alias("record"))
     issues.report(out)
-    timers, scalars = split_timers(pl.concat([rows, train_rows]), pl.col("key").str.contains(TIMER_KEY))
+    timers, scalars = split_timers(
+        pl.concat([rows, train_rows]), pl.col("key").str.contains(TIMER_KEY)
+    )
     if train.height:
-        out.meta["train_steps_per_rollout"] = round(train.height / max(train["step"].n_unique(), 1), 2)
+        out.meta["train_steps_per_rollout"] = round(
+            train.height / max(train["step"].n_unique(), 1), 2
+        )
 
     anchor_lines = rows.filter(pl.col("key").is_in(list(STEP_TOTALS))).select("step", "line")
     anchors = (
@@ -73,10 +83,21 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
         .select("step", "end_ns")
     )
     if anchors.height:
-        out.meta["time_base"] = "steps end at the stamp of their trainer perf line (read as UTC); rows start at the step start"
+        out.meta["time_base"] = (
+            "steps end at the stamp of their trainer perf line (read as UTC); rows start at the "
+            "step start"
+        )
     else:
         out.meta["time_base"] = "synthetic: steps laid end to end from 0"
-    finish(out, timers, scalars, source=source, step_totals=STEP_TOTALS, anchors=anchors, unit="rollout")
+    finish(
+        out,
+        timers,
+        scalars,
+        source=source,
+        step_totals=STEP_TOTALS,
+        anchors=anchors,
+        unit="rollout",
+    )
     note_ending(out, lines, found)
     if out.meta["n_steps"] == 0:
         out.warn("no perf record found")

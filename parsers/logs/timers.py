@@ -29,7 +29,9 @@ MAX_END_NS = 2**62
 running sum of step times never wraps int64."""
 
 
-def latest_records(timers: pl.DataFrame, scalars: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, list[int]]:
+def latest_records(
+    timers: pl.DataFrame, scalars: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, list[int]]:
     """For a step logged more than once (a resumed run re-logs the steps after its checkpoint),
     keep each key's last value. A step counts as repeated when one of its keys comes from two
     different records.
@@ -52,7 +54,9 @@ def latest_records(timers: pl.DataFrame, scalars: pl.DataFrame) -> tuple[pl.Data
         twice = mine.group_by("step", key).agg(pl.col("record").n_unique().alias("_n"))
         repeated.update(twice.filter(pl.col("_n") > 1)["step"].to_list())
         rest = frame.filter(~pl.col("step").is_in(several.implode()))
-        kept.append(pl.concat([rest, mine.unique(subset=["step", key], keep="last", maintain_order=True)]))
+        kept.append(
+            pl.concat([rest, mine.unique(subset=["step", key], keep="last", maintain_order=True)])
+        )
     return kept[0], kept[1], sorted(repeated)
 
 
@@ -82,20 +86,23 @@ def step_spans(
     )
     dur_ns = (pl.col("total_s") * NS).round(0).cast(pl.Int64)
     steps = steps.with_columns(
-        (pl.lit(base_ns, dtype=pl.Int64) + dur_ns.cum_sum().shift(1, fill_value=0)).alias("start_ns")
+        (pl.lit(base_ns, dtype=pl.Int64) + dur_ns.cum_sum().shift(1, fill_value=0)).alias(
+            "start_ns"
+        )
     )
     if anchors is not None and anchors.height:
-        steps = (
-            steps.join(anchors.select("step", pl.col("end_ns").alias("_anchor")), on="step", how="left")
-            .with_columns(
-                pl.when(pl.col("_anchor").is_not_null())
-                .then(pl.col("_anchor") - dur_ns)
-                .otherwise(None)
-                .alias("_anchored")
-            )
+        steps = steps.join(
+            anchors.select("step", pl.col("end_ns").alias("_anchor")), on="step", how="left"
+        ).with_columns(
+            pl.when(pl.col("_anchor").is_not_null())
+            .then(pl.col("_anchor") - dur_ns)
+            .otherwise(None)
+            .alias("_anchored")
         )
         # Unanchored steps follow the previous step's end, so a run stays ordered and gap-free.
-        offset = (pl.col("_anchored") - pl.col("start_ns")).forward_fill().backward_fill().fill_null(0)
+        offset = (
+            (pl.col("_anchored") - pl.col("start_ns")).forward_fill().backward_fill().fill_null(0)
+        )
         steps = steps.with_columns(
             pl.coalesce("_anchored", pl.col("start_ns") + offset).alias("start_ns")
         ).drop("_anchor", "_anchored")
@@ -218,7 +225,10 @@ def finish(
     timers, bad = checked_timers(timers)
     if bad.height:
         names = ", ".join(sorted(set(bad["name"].to_list()))[:5])
-        out.warn(f"{bad.height} timer values dropped: not a finite, non-negative duration under a year ({names})")
+        out.warn(
+            f"{bad.height} timer values dropped: not a finite, non-negative duration under a year "
+            f"({names})"
+        )
         out.tally("dropped_timer", bad.height)
     timers = _steps_that_fit(out, timers, step_totals, base_ns, anchors, unit)
     out.events = stage_events(
@@ -233,7 +243,8 @@ def finish(
         scalars = scalars.filter(finite)
     out.metrics = metrics_frame(scalars, source=source)
     steps = sorted(
-        set(out.events["step"].drop_nulls().to_list()) | set(out.metrics["step"].drop_nulls().to_list())
+        set(out.events["step"].drop_nulls().to_list())
+        | set(out.metrics["step"].drop_nulls().to_list())
     )
     out.meta["n_steps"] = len(steps)
     if steps:

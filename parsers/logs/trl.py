@@ -28,12 +28,20 @@ FORMAT = "trl-log"
 EXTENSIONS: tuple[str, ...] = (".json", ".log", ".txt", ".out")
 
 TIMER_KEY = r"^profiling/Time taken: |(?:^|/)\w+_time_s$|^step_time$"
-RUN_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss")
+RUN_KEYS = (
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "total_flos",
+    "train_loss",
+)
 STATE_KEYS = ("global_step", "max_steps", "logging_steps", "eval_steps", "save_steps",
               "num_train_epochs", "train_batch_size", "epoch")
 
 _STATE = re.compile(rb'"log_history"\s*:\s*\[')
-_CONSOLE = re.compile(rb"(?m)^\{'(?:loss|train_loss|reward|completions/mean_length)'[^\n]*'epoch': '?[\d.e-]+'?\}\s*$")
+_CONSOLE = re.compile(
+    rb"(?m)^\{'(?:loss|train_loss|reward|completions/mean_length)'[^\n]*'epoch': '?[\d.e-]+'?\}\s*$"
+)
 CONSOLE_RECORD = r"^\{'[^']+': .*'epoch': '?[-\d.e]+'?\}\s*$"
 
 
@@ -42,7 +50,9 @@ def sniff(head: bytes, path: Path) -> int:
         return 0
     if head.lstrip().startswith(b"{") and _STATE.search(head):
         return 90
-    if _CONSOLE.search(head) and (b"completions/" in head or b"profiling/Time taken" in head or b"'reward'" in head):
+    if _CONSOLE.search(head) and (
+        b"completions/" in head or b"profiling/Time taken" in head or b"'reward'" in head
+    ):
         return 70
     return 0
 
@@ -60,7 +70,9 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
         out.meta[key] = value
     rows = rows.filter(~pl.col("key").is_in(list(RUN_KEYS)))
     timers, scalars = split_timers(rows, pl.col("key").str.contains(TIMER_KEY))
-    out.meta["time_base"] = "synthetic: logging steps laid end to end from 0 (the log records no time)"
+    out.meta["time_base"] = (
+        "synthetic: logging steps laid end to end from 0 (the log records no time)"
+    )
     finish(out, timers, scalars, source=source, unit="logging step")
     if out.meta["n_steps"] == 0:
         out.warn("no logged step found")
@@ -104,8 +116,10 @@ def _console_rows(out: ParsedSource, text: str) -> pl.DataFrame:
     lines = lines_frame(text, out)
     dicts = lines.filter(pl.col("text").str.contains(CONSOLE_RECORD))
     final = dicts.filter(pl.col("text").str.contains("'train_runtime'", literal=True))
-    records = dicts.filter(~pl.col("line").is_in(final["line"].implode())).with_row_index("step", offset=1).select(
-        "line", pl.col("step").cast(pl.Int32), pl.col("text").alias("payload")
+    records = (
+        dicts.filter(~pl.col("line").is_in(final["line"].implode()))
+        .with_row_index("step", offset=1)
+        .select("line", pl.col("step").cast(pl.Int32), pl.col("text").alias("payload"))
     )
     issues = LineIssues()
     cut = lines.filter(
@@ -116,8 +130,11 @@ def _console_rows(out: ParsedSource, text: str) -> pl.DataFrame:
     issues.add_frame(cut.with_columns(pl.lit("log dict cut short").alias("problem")))
     rows = record_rows(records, issues, decode=_numbers_in_strings)
     run_level = record_rows(
-        final.select("line", pl.lit(0, dtype=pl.Int32).alias("step"), pl.col("text").alias("payload")),
-        issues, decode=_numbers_in_strings,
+        final.select(
+            "line", pl.lit(0, dtype=pl.Int32).alias("step"), pl.col("text").alias("payload")
+        ),
+        issues,
+        decode=_numbers_in_strings,
     )
     issues.report(out)
     out.meta["step_numbering"] = "ordinal (the console prints no step; multiply by logging_steps)"

@@ -9,8 +9,12 @@ from typing import Any
 
 import polars as pl
 
-NUMPY_WRAPPER = r"^(?:np|numpy|torch)?\.?(?:float|int|uint|bool_?)(?:\d+)?\((.*)\)$|^tensor\((.*)\)$"
-_NUMPY_IN_TEXT = re.compile(r"\b(?:np|numpy)\.(?:float|int|uint|bool_?)\d*\(([^()]*)\)|\btensor\(([^()]*)\)")
+NUMPY_WRAPPER = (
+    r"^(?:np|numpy|torch)?\.?(?:float|int|uint|bool_?)(?:\d+)?\((.*)\)$|^tensor\((.*)\)$"
+)
+_NUMPY_IN_TEXT = re.compile(
+    r"\b(?:np|numpy)\.(?:float|int|uint|bool_?)\d*\(([^()]*)\)|\btensor\(([^()]*)\)"
+)
 _BARE_SPECIAL = re.compile(r"(?<![\w'\".])(nan|inf)(?![\w'\"])")
 
 MAX_STEP = 2**31 - 1
@@ -69,7 +73,9 @@ def python_literal(text: str) -> Any:
 
     Raises ValueError (or SyntaxError) when the text is not a literal.
     """
-    cleaned = _NUMPY_IN_TEXT.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
+    cleaned = _NUMPY_IN_TEXT.sub(
+        lambda m: m.group(1) if m.group(1) is not None else m.group(2), text
+    )
     cleaned = _BARE_SPECIAL.sub(lambda m: f"float('{m.group(1)}')", cleaned)
     if "float(" in cleaned:
         return _literal_with_floats(cleaned)

@@ -62,7 +62,9 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     return _parse_console(out, text, ends_with_newline, source)
 
 
-def _parse_console(out: ParsedSource, text: str, ends_with_newline: bool, source: int) -> ParsedSource:
+def _parse_console(
+    out: ParsedSource, text: str, ends_with_newline: bool, source: int
+) -> ParsedSource:
     lines = lines_frame(text, out)
     issues = LineIssues("key:value pair")
     raw_step = pl.col("text").str.extract(r"^step:(\d+)(?:\s|$)", 1)
@@ -71,15 +73,25 @@ def _parse_console(out: ParsedSource, text: str, ends_with_newline: bool, source
     )
     bad_steps = step_lines.filter(pl.col("step").is_null())
     issues.add_frame(
-        bad_steps.filter("_numbered").with_columns(pl.lit(f"step number past {MAX_STEP}").alias("problem")),
+        bad_steps.filter("_numbered").with_columns(
+            pl.lit(f"step number past {MAX_STEP}").alias("problem")
+        ),
         kind="dropped_out_of_range",
     )
-    issues.add_frame(bad_steps.filter(~pl.col("_numbered")).with_columns(pl.lit("no step number").alias("problem")))
+    issues.add_frame(
+        bad_steps.filter(~pl.col("_numbered")).with_columns(
+            pl.lit("no step number").alias("problem")
+        )
+    )
     step_lines = step_lines.filter(pl.col("step").is_not_null())
 
     pairs = (
         step_lines.select(
-            "line", "step", "pid", "actor", pl.col("text").str.split(" - ").list.slice(1).alias("pair"),
+            "line",
+            "step",
+            "pid",
+            "actor",
+            pl.col("text").str.split(" - ").list.slice(1).alias("pair"),
         )
         .explode("pair")
         .filter(pl.col("pair").str.len_bytes() > 0)
@@ -88,7 +100,9 @@ def _parse_console(out: ParsedSource, text: str, ends_with_newline: bool, source
         cut = int(step_lines["line"][-1])
         if pairs.height and pairs["line"][-1] == cut:
             pairs = pairs.slice(0, pairs.height - 1)
-        out.warn(f"line {cut}: the file ends inside this step line; its last key:value pair was dropped")
+        out.warn(
+            f"line {cut}: the file ends inside this step line; its last key:value pair was dropped"
+        )
         out.meta["ended"] = "cut"
 
     pairs = pairs.with_columns(
@@ -135,7 +149,9 @@ def _console_meta(
     pids = sorted(set(step_lines["pid"].drop_nulls().to_list()))
     if len(pids) > 1:
         meta["driver_pids"] = pids
-        out.warn(f"step lines come from {len(pids)} driver processes (pids {', '.join(map(str, pids))})")
+        out.warn(
+            f"step lines come from {len(pids)} driver processes (pids {', '.join(map(str, pids))})"
+        )
     if pairs.height:
         fixed = pairs.select(pl.col("raw").str.contains(FIXED3).all()).item()
         meta["number_format"] = "fixed3" if fixed else "full"
@@ -154,7 +170,9 @@ def _console_meta(
                 meta["driver_actor"] = actor[0]
     before = lines if first_step_line is None else lines.filter(pl.col("line") < first_step_line)
     resumed = (
-        before.filter(pl.col("text").str.contains(r"(?i)load|resum") & pl.col("text").str.contains(RESUME))
+        before.filter(
+            pl.col("text").str.contains(r"(?i)load|resum") & pl.col("text").str.contains(RESUME)
+        )
         .select(pl.col("text").str.extract(RESUME, 1).cast(pl.Int64, strict=False))
         .to_series()
         .drop_nulls()
@@ -192,7 +210,9 @@ def config_facts(config: dict[str, Any]) -> dict[str, Any]:
     strategy = dig(config, "actor_rollout_ref", "actor", "strategy")
     if strategy:
         facts["train_strategy"] = strategy
-    use_kl = dig(config, "actor_rollout_ref", "actor", "use_kl_loss") or dig(config, "algorithm", "use_kl_in_reward")
+    use_kl = dig(config, "actor_rollout_ref", "actor", "use_kl_loss") or dig(
+        config, "algorithm", "use_kl_in_reward"
+    )
     if use_kl is not None:
         facts["uses_ref"] = bool(use_kl)
     if adv is not None:
@@ -210,9 +230,14 @@ def _base_time(out: ParsedSource, lines: pl.DataFrame, first_step_line: int | No
     stamps = before.filter(pl.col("text").str.contains(r"^\d{4}-\d{2}-\d{2}|^\[\d{4}-\d{2}-\d{2}"))
     stamped = stamps.select(timestamps_ns(pl.col("text")).alias("ns")).drop_nulls()
     if stamped.height:
-        out.meta["time_base"] = "synthetic: steps laid end to end from the last timestamp before the first step (read as UTC)"
+        out.meta["time_base"] = (
+            "synthetic: steps laid end to end from the last timestamp before the first step (read "
+            "as UTC)"
+        )
         return int(stamped["ns"][-1])
-    out.meta["time_base"] = "synthetic: steps laid end to end from 0 (the log has no wall-clock time)"
+    out.meta["time_base"] = (
+        "synthetic: steps laid end to end from 0 (the log has no wall-clock time)"
+    )
     return 0
 
 
@@ -240,16 +265,20 @@ def _parse_jsonl(out: ParsedSource, text: str, source: int) -> ParsedSource:
             (timer_rows if timer.match(key) else scalar_rows).append((step, key, value, number_))
     issues.report(out)
     timers = pl.DataFrame(
-        timer_rows, schema={"step": pl.Int32, "name": pl.String, "seconds": pl.Float64, "record": pl.UInt32},
+        timer_rows,
+        schema={"step": pl.Int32, "name": pl.String, "seconds": pl.Float64, "record": pl.UInt32},
         orient="row",
     )
     scalars = pl.DataFrame(
-        scalar_rows, schema={"step": pl.Int32, "key": pl.String, "value": pl.Float64, "record": pl.UInt32},
+        scalar_rows,
+        schema={"step": pl.Int32, "key": pl.String, "value": pl.Float64, "record": pl.UInt32},
         orient="row",
     )
     out.meta["number_format"] = "full"
     out.meta["logger"] = "file"
-    out.meta["time_base"] = "synthetic: steps laid end to end from 0 (the file logger records no time)"
+    out.meta["time_base"] = (
+        "synthetic: steps laid end to end from 0 (the file logger records no time)"
+    )
     finish(out, timers, scalars, source=source, step_totals=STEP_TOTALS)
     if out.meta["n_steps"] == 0:
         out.warn("no step record found")
