@@ -31,7 +31,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from ingest import _env  # noqa: E402  (the same environment as the ingest benchmark: no cache)
 
 INPUTS = ("aligned", "steps", "stage_ranges", "stage_timeline", "pools", "activity", "collectives")
-"""Assembly and classification products the analyses read, computed before the analyses are timed."""
+"""Assembly and classification products the analyses read, computed before the analyses are
+timed."""
 ANALYSES = (
     "breakdown", "critical_path", "collective_waits", "device_states", "bubbles", "largest_bubbles",
     "collectives_by_dim", "weight_sync", "stragglers", "workdepth", "violations",
@@ -39,7 +40,10 @@ ANALYSES = (
 SECTIONS = ("breakdown", "bubbles", "sync", "workdepth", "guidelines")
 """Report sections the analyses contribute; each must hold rows for the run to count."""
 
-INGEST = "import sys; from analyzer.ingest import ingest; ingest([sys.argv[1]], jobs=int(sys.argv[2]), use_cache=False)"
+INGEST = (
+    "import sys; from analyzer.ingest import ingest; ingest([sys.argv[1]], "
+    "jobs=int(sys.argv[2]), use_cache=False)"
+)
 
 PRODUCTS = r"""
 import json, sys, time
@@ -64,17 +68,23 @@ def timed(argv: list[str]) -> dict[str, float]:
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     if status != 0:
-        raise RuntimeError(f"{' '.join(argv[:4])}… failed (status {status}): {proc.stderr.read().decode()[-2000:]}")
+        raise RuntimeError(
+            f"{' '.join(argv[:4])}… failed (status {status}): {proc.stderr.read().decode()[-2000:]}"
+        )
     return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--scenario", default="colocated")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--goal", type=float, default=60.0, help="seconds the whole command may take")
+    parser.add_argument(
+        "--goal", type=float, default=60.0, help="seconds the whole command may take"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
@@ -93,22 +103,56 @@ def main() -> int:
                        "--no-cache", "--quiet", "--jobs", str(args.jobs)])
         document = json.loads(report.read_text())
         products = json.loads(
-            subprocess.run([sys.executable, "-c", PRODUCTS, str(run_dir), str(args.jobs), ",".join(INPUTS), ",".join(ANALYSES)],
-                           env=_env(), capture_output=True, text=True, check=True, timeout=900).stdout.splitlines()[-1]
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    PRODUCTS,
+                    str(run_dir),
+                    str(args.jobs),
+                    ",".join(INPUTS),
+                    ",".join(ANALYSES),
+                ],
+                env=_env(),
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=900,
+            ).stdout.splitlines()[-1]
         )
     missing = [s for s in SECTIONS if not document.get(s)]
     row = {
-        "scenario": args.scenario, "ranks": args.ranks, "steps": args.steps, "jobs": args.jobs,
-        "trace_mb": size / 1e6, "generate_s": generated, "ingest": ingest, "analyze": whole,
-        "ratio": whole["seconds"] / ingest["seconds"], "products_s": products, "empty_sections": missing,
+        "scenario": args.scenario,
+        "ranks": args.ranks,
+        "steps": args.steps,
+        "jobs": args.jobs,
+        "trace_mb": size / 1e6,
+        "generate_s": generated,
+        "ingest": ingest,
+        "analyze": whole,
+        "ratio": whole["seconds"] / ingest["seconds"],
+        "products_s": products,
+        "empty_sections": missing,
     }
-    print(f"synthetic {args.scenario}: {args.ranks} ranks × {args.steps} steps, {size / 1e6:.1f} MB of traces "
-          f"(generated in {generated:.1f} s), {args.jobs} jobs")
-    print(f"  reference: parse every trace    {ingest['seconds']:6.2f} s   {ingest['peak_rss_mib']:5.0f} MiB")
-    print(f"  rlperf analyze --format json    {whole['seconds']:6.2f} s   {whole['peak_rss_mib']:5.0f} MiB   "
-          f"= {row['ratio']:.2f}× the parse")
-    print(f"  in process: load {products.pop('load'):.2f} s; assembly and classification {products.pop('inputs'):.2f} s; analyses "
-          + ", ".join(f"{k} {v:.3f} s" for k, v in products.items()))
+    print(
+        f"synthetic {args.scenario}: {args.ranks} ranks × {args.steps} steps, {size / 1e6:.1f} MB "
+        f"of traces "
+        f"(generated in {generated:.1f} s), {args.jobs} jobs"
+    )
+    print(
+        f"  reference: parse every trace    {ingest['seconds']:6.2f} s   "
+        f"{ingest['peak_rss_mib']:5.0f} MiB"
+    )
+    print(
+        f"  rlperf analyze --format json    {whole['seconds']:6.2f} s   "
+        f"{whole['peak_rss_mib']:5.0f} MiB   "
+        f"= {row['ratio']:.2f}× the parse"
+    )
+    print(
+        f"  in process: load {products.pop('load'):.2f} s; assembly and classification "
+        f"{products.pop('inputs'):.2f} s; analyses "
+        + ", ".join(f"{k} {v:.3f} s" for k, v in products.items())
+    )
     if missing:
         print(f"  sections without rows: {', '.join(missing)} (their inputs were not computed)")
     verdict = whole["seconds"] <= args.goal

@@ -1,4 +1,5 @@
-"""Ingest speed and memory: rlperf's Kineto parser against HTA's TraceAnalysis, same files, same run.
+"""Ingest speed and memory: rlperf's Kineto parser against HTA's TraceAnalysis, same files, same
+run.
 
 Two views, each as a ratio HTA / rlperf:
 - parse alone, in-process: libraries already imported, best of N, and the peak-RSS growth the
@@ -48,12 +49,14 @@ else:
     except ImportError:
         decompress = gzip.decompress
     decoder = msgspec.json.Decoder(Nothing)
-    run = lambda: decoder.decode(decompress(open(path, "rb").read()) if path.endswith(".gz") else open(path, "rb").read())
+    read = lambda: open(path, "rb").read()
+    run = lambda: decoder.decode(decompress(read()) if path.endswith(".gz") else read())
 gc.collect()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 best = float("inf")
 for _ in range(repeat):
-    t = time.perf_counter(); result = run(); best = min(best, time.perf_counter() - t); del result; gc.collect()
+    t = time.perf_counter(); result = run(); best = min(best, time.perf_counter() - t)
+    del result; gc.collect()
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"seconds": best, "peak_growth_mib": (after - before) / 1024}))
 """
@@ -95,7 +98,9 @@ def _env() -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("files", nargs="*", type=Path, default=DEFAULT)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -131,12 +136,21 @@ def _print(row: dict) -> None:
     rp, hp, fl = row["rlperf_parse"], row["hta_parse"], row["floor"]
     rw, hw = row["rlperf_process"], row["hta_process"]
     print(f"{row['file']} ({row['mb_json']:.1f} MB of JSON)")
-    print(f"  parse alone   rlperf {rp['seconds']:.3f} s   HTA {hp['seconds']:.3f} s   "
-          f"speed-up {hp['seconds'] / rp['seconds']:.1f}x   (floor: gunzip+tokenise {fl['seconds']:.3f} s)")
-    print(f"                peak RSS growth rlperf {rp['peak_growth_mib']:.0f} MiB   HTA {hp['peak_growth_mib']:.0f} MiB")
-    print(f"  whole process rlperf {rw['seconds']:.2f} s / {rw['peak_rss_mib']:.0f} MiB   "
-          f"HTA {hw['seconds']:.2f} s / {hw['peak_rss_mib']:.0f} MiB   "
-          f"speed-up {hw['seconds'] / rw['seconds']:.1f}x   memory {rw['peak_rss_mib'] / hw['peak_rss_mib']:.2f} of HTA's")
+    print(
+        f"  parse alone   rlperf {rp['seconds']:.3f} s   HTA {hp['seconds']:.3f} s   "
+        f"speed-up {hp['seconds'] / rp['seconds']:.1f}x   (floor: gunzip+tokenise "
+        f"{fl['seconds']:.3f} s)"
+    )
+    print(
+        f"                peak RSS growth rlperf {rp['peak_growth_mib']:.0f} MiB   HTA "
+        f"{hp['peak_growth_mib']:.0f} MiB"
+    )
+    print(
+        f"  whole process rlperf {rw['seconds']:.2f} s / {rw['peak_rss_mib']:.0f} MiB   "
+        f"HTA {hw['seconds']:.2f} s / {hw['peak_rss_mib']:.0f} MiB   "
+        f"speed-up {hw['seconds'] / rw['seconds']:.1f}x   memory "
+        f"{rw['peak_rss_mib'] / hw['peak_rss_mib']:.2f} of HTA's"
+    )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,14 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT.parent / "shared" / "corpus" / "logs" / "verl" / "dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log"
+SOURCE = (
+    ROOT.parent
+    / "shared"
+    / "corpus"
+    / "logs"
+    / "verl"
+    / "dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log"
+)
 
 RUNNER = r"""
 import gc, json, re, resource, sys, time
@@ -51,7 +58,8 @@ def naive():
                         rows.append((step, key, float(raw)))
                     except ValueError:
                         pass
-    return pl.DataFrame(rows, schema={"step": pl.Int32, "key": pl.String, "value": pl.Float64}, orient="row")
+    schema = {"step": pl.Int32, "key": pl.String, "value": pl.Float64}
+    return pl.DataFrame(rows, schema=schema, orient="row")
 
 if tool == "rlperf":
     sys.path.insert(0, sys.argv[4])
@@ -64,8 +72,8 @@ for _ in range(repeat):
     gc.collect()
     t = time.perf_counter(); result = run(); best = min(best, time.perf_counter() - t)
     if tool == "rlperf":
-        facts = {"events": result.events.height, "metrics": result.metrics.height, "steps": result.meta["n_steps"],
-                 "warnings": len(result.warnings)}
+        facts = {"events": result.events.height, "metrics": result.metrics.height,
+                 "steps": result.meta["n_steps"], "warnings": len(result.warnings)}
     elif tool == "naive":
         facts = {"rows": result.height}
     else:
@@ -125,9 +133,11 @@ def main() -> None:
     print(f"verl console log: {mb:.1f} MB, {results['floor']['lines']} lines, {rl['steps']} steps")
     for tool, r in results.items():
         print(f"  {tool:7s} {r['seconds']:7.2f} s   peak RSS {r['peak_rss_mib']:7.0f} MiB")
-    print(f"  rlperf: {report['rlperf_mb_per_s']} MB/s, {report['rlperf_over_floor']}× the floor, "
-          f"{report['naive_over_rlperf']}× faster than the naive reader; "
-          f"{rl['events']} log_stage rows, {rl['metrics']} metric values, {rl['warnings']} warnings")
+    print(
+        f"  rlperf: {report['rlperf_mb_per_s']} MB/s, {report['rlperf_over_floor']}× the floor, "
+        f"{report['naive_over_rlperf']}× faster than the naive reader; "
+        f"{rl['events']} log_stage rows, {rl['metrics']} metric values, {rl['warnings']} warnings"
+    )
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

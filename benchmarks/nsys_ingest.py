@@ -89,7 +89,20 @@ def nsys_stats_s(path: Path, work: Path, repeat: int) -> float | None:
     for _ in range(repeat):
         t0 = time.perf_counter()
         rc, out, alive = nsys_capture.run_session(
-            ["nsys", "stats", "-q", "-f", "csv", "--force-overwrite", "true", "-r", f"{gpu},{nvtx}", "-o", str(work / "st"), str(copy)],
+            [
+                "nsys",
+                "stats",
+                "-q",
+                "-f",
+                "csv",
+                "--force-overwrite",
+                "true",
+                "-r",
+                f"{gpu},{nvtx}",
+                "-o",
+                str(work / "st"),
+                str(copy),
+            ],
             600,
             work,
         )
@@ -128,22 +141,38 @@ def main() -> None:
         files = sorted(CORPUS.glob("*/*.sqlite"))
         if have_nsys and args.ranges:
             files.append(capture(args.ranges, work))
-        print(f"{'file':42} {'rows':>8} {'rlperf s':>9} {'sqlite3 s':>9} {'rlperf/sqlite3':>14} {'nsys stats s':>12} {'stats/rlperf':>12}")
+        print(
+            f"{'file':42} {'rows':>8} {'rlperf s':>9} {'sqlite3 s':>9} {'rlperf/sqlite3':>14} "
+            f"{'nsys stats s':>12} {'stats/rlperf':>12}"
+        )
         for path in files:
             nsys.parse(path)
             rows = plain_sqlite(path)
             ours = median_s(lambda p=path: nsys.parse(p), args.repeat)
             plain = median_s(lambda p=path: plain_sqlite(p), args.repeat)
             stats = nsys_stats_s(path, work, max(1, args.repeat // 2)) if have_nsys else None
-            label = path.name if path.parent.parent == CORPUS else f"capture, {args.ranges} NVTX ranges"
-            stats_cols = f"{stats:12.3f} {stats / ours:12.1f}" if stats else f"{'failed':>12} {'-':>12}"
-            print(f"{label[:42]:42} {rows:8d} {ours:9.3f} {plain:9.3f} {ours / plain:14.2f} {stats_cols}")
+            label = (
+                path.name if path.parent.parent == CORPUS else f"capture, {args.ranges} NVTX ranges"
+            )
+            stats_cols = (
+                f"{stats:12.3f} {stats / ours:12.1f}" if stats else f"{'failed':>12} {'-':>12}"
+            )
+            print(
+                f"{label[:42]:42} {rows:8d} {ours:9.3f} {plain:9.3f} {ours / plain:14.2f} "
+                f"{stats_cols}"
+            )
         if args.csv_rows:
             csv = stats_csv(args.csv_rows, work)
             ours = median_s(lambda: nsys_stats.parse(csv), args.repeat)
             plain = median_s(lambda: pl.read_csv(csv, infer_schema=False), args.repeat)
-            print(f"\n{'stats CSV':42} {'rows':>8} {'rlperf s':>9} {'polars s':>9} {'rlperf/polars':>14}")
-            print(f"{'NVTX push/pop trace':42} {args.csv_rows:8d} {ours:9.3f} {plain:9.3f} {ours / plain:14.2f}")
+            print(
+                f"\n{'stats CSV':42} {'rows':>8} {'rlperf s':>9} {'polars s':>9} "
+                f"{'rlperf/polars':>14}"
+            )
+            print(
+                f"{'NVTX push/pop trace':42} {args.csv_rows:8d} {ours:9.3f} {plain:9.3f} "
+                f"{ours / plain:14.2f}"
+            )
 
 
 if __name__ == "__main__":

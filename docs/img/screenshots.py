@@ -29,17 +29,27 @@ def main(argv: list[str] | None = None) -> int:
     run = analyzer.load([RUN])
     drawn = [f for f in figures(run) if f.chart is not None]
     if len(drawn) < 4:
-        print(f"screenshots: only {len(drawn)} figure(s) draw for {RUN.name}; the analyses it needs are missing", file=sys.stderr)
+        print(
+            f"screenshots: only {len(drawn)} figure(s) draw for {RUN.name}; the analyses it needs "
+            f"are missing",
+            file=sys.stderr,
+        )
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         full = html.write(html.render(run, title=f"rlperf: {RUN.name}"), Path(tmp) / "report.html")
         page = html.Page(f"rlperf: {RUN.name} — figures")
         page.add(*(html.figure_html(page, f) for f in drawn if f.key != "timeline"))
         only = html.write(page.render(), Path(tmp) / "figures.html")
-        for source, name, height in ((full, "report-top.png", 1500), (only, "report-figures.png", 1350)):
+        for source, name, height in (
+            (full, "report-top.png", 1500),
+            (only, "report-figures.png", 1350),
+        ):
             checked = browser.render(source, width=WIDTH, height=height)
             if checked.console or any(s["rendered"] != "ok" for s in checked.charts.values()):
-                print(f"screenshots: {source.name} did not draw cleanly: {checked.console}", file=sys.stderr)
+                print(
+                    f"screenshots: {source.name} did not draw cleanly: {checked.console}",
+                    file=sys.stderr,
+                )
                 return 1
             browser.screenshot(source, out / name, width=WIDTH, height=height)
             print(f"wrote {out / name}")

@@ -63,13 +63,17 @@ def generate(
     key_mask = prompt_mask
     for t in range(max_new):
         probs = F.softmax(logits[:, -1, :] / temperature, dim=-1)
-        nxt = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(prompt_ids.device)
+        nxt = (
+            torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(prompt_ids.device)
+        )
         nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
         tokens[:, t] = nxt
         done = done | (nxt == EOS)
         if bool(done.all()) or t == max_new - 1:
             break
-        key_mask = torch.cat([key_mask, torch.ones(n, 1, dtype=torch.bool, device=key_mask.device)], dim=1)
+        key_mask = torch.cat(
+            [key_mask, torch.ones(n, 1, dtype=torch.bool, device=key_mask.device)], dim=1
+        )
         logits, caches = engine(nxt[:, None], width + t, caches, key_mask)
     used = int((tokens != PAD).any(dim=0).sum())
     tokens = tokens[:, : max(used, 1)]

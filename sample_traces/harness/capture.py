@@ -46,7 +46,9 @@ def bounded(cmd: list[str], limit_s: int, **kw: Any) -> subprocess.CompletedProc
     except subprocess.TimeoutExpired:
         _kill_group(proc.pid)
         out, _ = proc.communicate()
-        raise RuntimeError(f"{cmd[0]} ran past {limit_s} s and was stopped:\n{out[-4000:]}") from None
+        raise RuntimeError(
+            f"{cmd[0]} ran past {limit_s} s and was stopped:\n{out[-4000:]}"
+        ) from None
     finally:
         _kill_group(proc.pid)
     if proc.returncode != 0:
@@ -83,8 +85,12 @@ def capture_nsys(sc: Scenario, out: Path) -> None:
                  "nsys", "profile", *NSYS_FLAGS, "--force-overwrite", "true",
                  "-o", str(t / "report"), *inner], 300, cwd=t, env=env)
         if not (t / "report.nsys-rep").exists() and (t / "report.qdstrm").exists():
-            bounded(["timeout", "-k", "10", "280", str(QDSTRM_IMPORTER), "-i", "report.qdstrm"], 300,
-                    cwd=t, env=env)
+            bounded(
+                ["timeout", "-k", "10", "280", str(QDSTRM_IMPORTER), "-i", "report.qdstrm"],
+                300,
+                cwd=t,
+                env=env,
+            )
         bounded(["timeout", "-k", "10", "280", "nsys", "export", "--type", "sqlite", "-o",
                  "report.sqlite", "report.nsys-rep"], 300, cwd=t, env=env)
         check_clean(t / "report.sqlite", set(env))
@@ -117,7 +123,9 @@ def check_clean(sqlite: Path, given: set[str]) -> None:
     extra = sorted(k for k in keys - given - ENV_KEYS_ALLOWED
                    if k.isidentifier() and k.isupper() and not k.startswith(ENV_PREFIXES_ALLOWED))
     if extra:
-        raise RuntimeError(f"{sqlite.name}: the capture recorded outside environment variables {extra}")
+        raise RuntimeError(
+            f"{sqlite.name}: the capture recorded outside environment variables {extra}"
+        )
 
 
 def _under(path: Path, link: Path) -> str:
@@ -211,7 +219,9 @@ def trl_truth(ranks: list[dict[str, Any]], trl_run: Any) -> dict[str, Any]:
             if rec["name"] in TRL_STAGE:
                 stage, role = TRL_STAGE[rec["name"]]
             elif rec["name"] == LOGPS and "GRPOTrainer.compute_loss" not in rec["parents"]:
-                stage, role = ("ref_logprob", "ref") if rec["model"] == "ref" else ("old_logprob", "actor")
+                stage, role = (
+                    ("ref_logprob", "ref") if rec["model"] == "ref" else ("old_logprob", "actor")
+                )
             else:
                 spans.append({**row, "covers": [], "parents": rec["parents"]})
                 continue
@@ -227,26 +237,56 @@ def trl_truth(ranks: list[dict[str, Any]], trl_run: Any) -> dict[str, Any]:
         "generator": "sample_traces/harness",
         "scenario": TRL_SCENARIO,
         "config": {
-            "algorithm": "grpo", "style": "trl", "placement": "colocated", "execution": "sync",
-            "world_size": world, "pools": {"rollout": list(range(world)), "train": list(range(world))},
-            "group_size": trl_run.GROUP, "prompts_per_step": trl_run.PROMPTS_PER_RANK * world,
-            "max_new_tokens": trl_run.MAX_NEW, "steps": trl_run.MAX_STEPS, "profiled_steps": active,
-            "checkpoint_every": trl_run.SAVE_EVERY, "seed": trl_run.SEED,
-            "checkpoint_steps": sorted({*range(trl_run.SAVE_EVERY, trl_run.MAX_STEPS + 1, trl_run.SAVE_EVERY),
-                                        trl_run.MAX_STEPS}),
-            "model": {"type": "LlamaForCausalLM", "hidden_size": 64, "num_hidden_layers": 2,
-                      "num_attention_heads": 4, "intermediate_size": 128},
-            "profiler": "torch", "annotated": False, "versions": trl_run.TRL_PINS,
+            "algorithm": "grpo",
+            "style": "trl",
+            "placement": "colocated",
+            "execution": "sync",
+            "world_size": world,
+            "pools": {"rollout": list(range(world)), "train": list(range(world))},
+            "group_size": trl_run.GROUP,
+            "prompts_per_step": trl_run.PROMPTS_PER_RANK * world,
+            "max_new_tokens": trl_run.MAX_NEW,
+            "steps": trl_run.MAX_STEPS,
+            "profiled_steps": active,
+            "checkpoint_every": trl_run.SAVE_EVERY,
+            "seed": trl_run.SEED,
+            "checkpoint_steps": sorted(
+                {
+                    *range(trl_run.SAVE_EVERY, trl_run.MAX_STEPS + 1, trl_run.SAVE_EVERY),
+                    trl_run.MAX_STEPS,
+                }
+            ),
+            "model": {
+                "type": "LlamaForCausalLM",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "intermediate_size": 128,
+            },
+            "profiler": "torch",
+            "annotated": False,
+            "versions": trl_run.TRL_PINS,
         },
-        "ranks": [{"rank": r["rank"], "pool": "shared", "pid": r["pid"], "host": r["host"],
-                   "trace": r["trace"]} for r in ranks],
+        "ranks": [
+            {
+                "rank": r["rank"],
+                "pool": "shared",
+                "pid": r["pid"],
+                "host": r["host"],
+                "trace": r["trace"],
+            }
+            for r in ranks
+        ],
         "clock": {"source": "time.time_ns", "note": truth.TRL_CLOCK_NOTE},
         "logs": ["logs/torchrun.log", "logs/trainer_state.json"],
         "stages": sorted(stages, key=lambda s: (s["start_ns"], s["rank"])),
         "spans": sorted(spans, key=lambda s: (s["start_ns"], s["rank"])),
         "waits": [],
         "collectives": [],
-        "responses": [{"step": x["step"], "rank": r["rank"], "lengths": x["lengths"]}
-                      for r in ranks for x in r["lengths"]],
+        "responses": [
+            {"step": x["step"], "rank": r["rank"], "lengths": x["lengths"]}
+            for r in ranks
+            for x in r["lengths"]
+        ],
         "log_history": next(r["log_history"] for r in ranks if r["rank"] == 0),
     }

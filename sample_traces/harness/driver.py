@@ -174,12 +174,19 @@ class Controller:
         out = self.call(ranks, method, step, per_rank)
         return [out[r] for r in ranks]
 
-    def experience(self, step: int, ro: algo.Rollout, pairs: list[tuple[int, int]]) -> dict[str, Any]:
+    def experience(
+        self, step: int, ro: algo.Rollout, pairs: list[tuple[int, int]]
+    ) -> dict[str, Any]:
         sc = self.sc
         with self.composite("make_experience", step):
             with self.drange("reward", step):
-                responses = [[int(t) for t in row[m]] for row, m in zip(ro.response_ids, ro.response_mask, strict=True)]
-                scores = torch.tensor([rule_reward(a, b, resp) for (a, b), resp in zip(pairs, responses, strict=True)])
+                responses = [
+                    [int(t) for t in row[m]]
+                    for row, m in zip(ro.response_ids, ro.response_mask, strict=True)
+                ]
+                scores = torch.tensor(
+                    [rule_reward(a, b, resp) for (a, b), resp in zip(pairs, responses, strict=True)]
+                )
             with self.drange("old_logprob", step):
                 old_lp = torch.cat(self.train_call("old_logprob", step, ro=ro))
             with self.drange("ref_logprob", step):
@@ -302,13 +309,18 @@ class Controller:
         }
         if self.sc.algorithm == "ppo":
             m["critic/vf_loss"] = metrics["vf_loss"]
-        m.update({
-            "critic/score/mean": float(scores.mean()), "critic/score/max": float(scores.max()),
-            "critic/score/min": float(scores.min()),
-            "response_length/mean": n_resp / len(lengths), "response_length/max": max(lengths),
-            "response_length/min": min(lengths),
-            "response_length/clip_ratio": sum(n >= self.sc.max_new_tokens for n in lengths) / len(lengths),
-        })
+        m.update(
+            {
+                "critic/score/mean": float(scores.mean()),
+                "critic/score/max": float(scores.max()),
+                "critic/score/min": float(scores.min()),
+                "response_length/mean": n_resp / len(lengths),
+                "response_length/max": max(lengths),
+                "response_length/min": min(lengths),
+                "response_length/clip_ratio": sum(n >= self.sc.max_new_tokens for n in lengths)
+                / len(lengths),
+            }
+        )
         m.update({f"timing_s/{k}": v for k, v in t.items()})
         if "gen" in t:
             m["timing_per_token_ms/gen"] = t["gen"] * 1000 / n_resp

@@ -33,7 +33,8 @@ def openrlhf_step_lines(step: int, n_samples: int, t_start: int, t_made: int, t_
     return [
         openrlhf_prefix(t_start, OPENRLHF_LINE_NO["start"])
         + f"🚀 Starting experience making with {n_samples} samples",
-        openrlhf_prefix(t_made, OPENRLHF_LINE_NO["made"]) + f"✨ Experience making completed in {made}",
+        openrlhf_prefix(t_made, OPENRLHF_LINE_NO["made"])
+        + f"✨ Experience making completed in {made}",
         openrlhf_prefix(t_end, OPENRLHF_LINE_NO["step"]) + f"✨ Global step {step}: {status!r}",
     ]
 

@@ -40,11 +40,16 @@ class Block(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(
-            nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model)
+            nn.Linear(cfg.d_model, 4 * cfg.d_model),
+            nn.GELU(),
+            nn.Linear(4 * cfg.d_model, cfg.d_model),
         )
 
     def forward(
-        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None, mask: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        cache: tuple[torch.Tensor, torch.Tensor] | None,
+        mask: torch.Tensor | None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         b, t, d = x.shape
         h = self.n_heads
@@ -117,7 +122,9 @@ PROMPT_WIDTH = 6
 """Longest prompt, ``99+99=``: every shard pads to it so shards concatenate."""
 
 
-def left_pad(prompts: list[list[int]], width: int = PROMPT_WIDTH) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(
+    prompts: list[list[int]], width: int = PROMPT_WIDTH
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded prompt ids and their key mask, as inference engines batch prompts."""
     ids = torch.full((len(prompts), width), PAD, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.bool)

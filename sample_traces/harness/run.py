@@ -34,8 +34,16 @@ def run_scenario(sc: Scenario, out: Path, device: str = "cpu") -> dict[str, Any]
     spans = [*ctl.rec.spans]
     waits: list[dict[str, Any]] = []
     collectives: list[dict[str, Any]] = []
-    ranks = [{"rank": -1, "pool": "shared", "role": "driver", "pid": ctl.pid, "host": gathered[0]["host"],
-              "trace": _rel(ctl.trace_path(-1), out, sc)}]
+    ranks = [
+        {
+            "rank": -1,
+            "pool": "shared",
+            "role": "driver",
+            "pid": ctl.pid,
+            "host": gathered[0]["host"],
+            "trace": _rel(ctl.trace_path(-1), out, sc),
+        }
+    ]
     for g in gathered:
         stages += g["stages"]
         spans += g["spans"]
@@ -81,7 +89,9 @@ def measure_kineto_clock(doc: dict[str, Any], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--only", nargs="*", help="scenario names (default: all)")
     ap.add_argument("--out", type=Path, default=RUNS)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda for one GPU (colocated only)")

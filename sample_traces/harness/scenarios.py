@@ -61,7 +61,9 @@ class Scenario:
             "steps": self.steps,
             "profiled_steps": list(self.profiled_steps),
             "checkpoint_every": self.checkpoint_every,
-            "checkpoint_steps": [k for k in range(1, self.steps + 1) if k % self.checkpoint_every == 0],
+            "checkpoint_steps": [
+                k for k in range(1, self.steps + 1) if k % self.checkpoint_every == 0
+            ],
             "model": d["model"],
             "seed": self.seed,
             "profiler": self.profiler,

@@ -117,4 +117,8 @@ OPENRLHF = Style(
     },
 )
 
-STYLES: dict[str, Style] = {"verl": VERL, "verl_one_step_off": VERL_ONE_STEP_OFF, "openrlhf": OPENRLHF}
+STYLES: dict[str, Style] = {
+    "verl": VERL,
+    "verl_one_step_off": VERL_ONE_STEP_OFF,
+    "openrlhf": OPENRLHF,
+}

@@ -85,7 +85,13 @@ def arithmetic_reward(completions: list[str], prompts: list[str], **kw: Any) -> 
         a, b = prompt.rstrip("=").split("+")
         answer = completion.replace("<eos>", "").strip()
         ok = answer.isdigit()
-        out.append(1.0 if ok and int(answer) == int(a) + int(b) else 0.2 if ok and len(answer) <= 3 else 0.0)
+        out.append(
+            1.0
+            if ok and int(answer) == int(a) + int(b)
+            else 0.2
+            if ok and len(answer) <= 3
+            else 0.0
+        )
     return out
 
 
@@ -98,8 +104,13 @@ def wrap_trl_timers() -> None:
 
     def timed_enter(self):
         stack = getattr(_local, "stack", [])
-        self._truth = {"name": self.name, "step": self.step, "start_ns": time.time_ns(),
-                       "parents": [s["name"] for s in stack], "model": getattr(_local, "model", None)}
+        self._truth = {
+            "name": self.name,
+            "step": self.step,
+            "start_ns": time.time_ns(),
+            "parents": [s["name"] for s in stack],
+            "model": getattr(_local, "model", None),
+        }
         _local.stack = [*stack, self._truth]
         return enter(self)
 
@@ -162,8 +173,12 @@ def main(out: Path) -> None:
         def on_train_begin(self, args, state, control, **kw):
             trace.parent.mkdir(parents=True, exist_ok=True)
             self.prof = profile(
-                activities=[ProfilerActivity.CPU], record_shapes=False, with_stack=False,
-                schedule=schedule(wait=PROFILE_WAIT, warmup=PROFILE_WARMUP, active=PROFILE_ACTIVE, repeat=1),
+                activities=[ProfilerActivity.CPU],
+                record_shapes=False,
+                with_stack=False,
+                schedule=schedule(
+                    wait=PROFILE_WAIT, warmup=PROFILE_WARMUP, active=PROFILE_ACTIVE, repeat=1
+                ),
                 on_trace_ready=lambda p: p.export_chrome_trace(str(trace)),
             )
             self.prof.start()
@@ -190,8 +205,14 @@ def main(out: Path) -> None:
             save_only_model=True, dataloader_num_workers=0, disable_tqdm=True,
             ddp_backend="gloo", model_init_kwargs={"dtype": torch.float32},
         )
-        trainer = GRPOTrainer(model=str(model_dir), processing_class=tokenizer, reward_funcs=arithmetic_reward,
-                              args=config, train_dataset=dataset, callbacks=[TorchProfilerCallback()])
+        trainer = GRPOTrainer(
+            model=str(model_dir),
+            processing_class=tokenizer,
+            reward_funcs=arithmetic_reward,
+            args=config,
+            train_dataset=dataset,
+            callbacks=[TorchProfilerCallback()],
+        )
         trainer.train()
         history = trainer.state.log_history
         if rank == 0:
@@ -199,11 +220,21 @@ def main(out: Path) -> None:
                        key=lambda p: int(p.parent.name.split("-")[1]))
             (out / "logs").mkdir(parents=True, exist_ok=True)
             (out / "logs" / "trainer_state.json").write_text(last.read_text())
-    (out / f"timers_rank{rank}.json").write_text(json.dumps({
-        "rank": rank, "world_size": world, "pid": os.getpid(), "host": os.uname().nodename,
-        "trace": str(trace.relative_to(out)), "records": RECORDS, "steps": steps, "lengths": LENGTHS,
-        "log_history": history if rank == 0 else None,
-    }))
+    (out / f"timers_rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "rank": rank,
+                "world_size": world,
+                "pid": os.getpid(),
+                "host": os.uname().nodename,
+                "trace": str(trace.relative_to(out)),
+                "records": RECORDS,
+                "steps": steps,
+                "lengths": LENGTHS,
+                "log_history": history if rank == 0 else None,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

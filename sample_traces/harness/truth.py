@@ -30,7 +30,9 @@ def intersect(gap: tuple[int, int], busy: list[tuple[int, int]]) -> list[tuple[i
     return [(max(gap[0], a), min(gap[1], b)) for a, b in busy if min(gap[1], b) > max(gap[0], a)]
 
 
-def derive_waits(sc: Scenario, stages: list[dict[str, Any]], run_start: int) -> list[dict[str, Any]]:
+def derive_waits(
+    sc: Scenario, stages: list[dict[str, Any]], run_start: int
+) -> list[dict[str, Any]]:
     """Idle gaps between a rank's own stages that the run's structure explains.
 
     ``rollout_tail``: after a rank's rollout, until the slowest rollout rank of that step ends.
@@ -41,8 +43,12 @@ def derive_waits(sc: Scenario, stages: list[dict[str, Any]], run_start: int) -> 
     for s in workers:
         if s["stage"] == "rollout":
             gen_end[s["step"]] = max(gen_end.get(s["step"], 0), s["end_ns"])
-    busy = {pool: union([(s["start_ns"], s["end_ns"]) for s in workers if sc.pool_of(s["rank"]) == pool])
-            for pool in ("rollout", "train")}
+    busy = {
+        pool: union(
+            [(s["start_ns"], s["end_ns"]) for s in workers if sc.pool_of(s["rank"]) == pool]
+        )
+        for pool in ("rollout", "train")
+    }
     waits = []
     for rank in range(sc.world_size):
         own = sorted((s for s in workers if s["rank"] == rank), key=lambda s: s["start_ns"])
@@ -68,12 +74,17 @@ def _wait(rank: int, step: int, cause: str, a: int, b: int) -> dict[str, Any]:
 
 
 def kineto_ranges(path: Path) -> tuple[list[tuple[str, int, int]], tuple[int, int]]:
-    """User annotations of a Kineto trace as (name, start epoch ns, end epoch ns), and the window."""
+    """User annotations of a Kineto trace as (name, start epoch ns, end epoch ns), and the
+    window."""
     doc = json.loads(gzip.decompress(path.read_bytes()))
     base = int(doc.get("baseTimeNanoseconds", 0))
     rows, lo, hi = [], None, None
     for e in doc["traceEvents"]:
-        if e.get("ph") != "X" or not isinstance(e.get("ts"), (int, float)) or e.get("cat") == "Trace":
+        if (
+            e.get("ph") != "X"
+            or not isinstance(e.get("ts"), (int, float))
+            or e.get("cat") == "Trace"
+        ):
             continue
         start = base + round(e["ts"] * 1000)
         end = start + round(e.get("dur", 0) * 1000)
@@ -96,7 +107,9 @@ def match_clock(truth_rows: list[dict[str, Any]], trace_rows: list[tuple[str, in
             continue
         cands = by_name.get(row["name"], [])
         if not cands:
-            raise RuntimeError(f"{where}: range {row['name']!r} of step {row['step']} not in the trace")
+            raise RuntimeError(
+                f"{where}: range {row['name']!r} of step {row['step']} not in the trace"
+            )
         a, b = min(cands, key=lambda c: abs(c[0] - row["start_ns"]))
         starts.append(row["start_ns"] - a)
         ends.append(b - row["end_ns"])
@@ -104,8 +117,16 @@ def match_clock(truth_rows: list[dict[str, Any]], trace_rows: list[tuple[str, in
         raise RuntimeError(f"{where}: no truth interval inside the trace window")
     return {
         "matched": len(starts),
-        "start_offset_ns": {"median": int(statistics.median(starts)), "min": min(starts), "max": max(starts)},
-        "end_offset_ns": {"median": int(statistics.median(ends)), "min": min(ends), "max": max(ends)},
+        "start_offset_ns": {
+            "median": int(statistics.median(starts)),
+            "min": min(starts),
+            "max": max(starts),
+        },
+        "end_offset_ns": {
+            "median": int(statistics.median(ends)),
+            "min": min(ends),
+            "max": max(ends),
+        },
     }
 
 

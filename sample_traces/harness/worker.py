@@ -74,7 +74,9 @@ class Worker:
         self.prof: profile | None = None
         self.train_ranks, self.sync_ranks = sc.train_ranks, sc.sync_ranks
         self.train_group = dist.new_group(list(self.train_ranks), group_desc=TRAIN_GROUP_DESC)
-        self.sync_group = dist.new_group(list(self.sync_ranks), group_desc=SYNC_GROUP_DESC[sc.style])
+        self.sync_group = dist.new_group(
+            list(self.sync_ranks), group_desc=SYNC_GROUP_DESC[sc.style]
+        )
         self.is_rollout = spec.rank in sc.rollout_ranks
         self.is_train = spec.rank in sc.train_ranks
         if self.is_train:
@@ -109,7 +111,9 @@ class Worker:
         self.prof.export_chrome_trace(path)
         self.prof = None
 
-    def generate(self, step: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> dict[str, Any]:
+    def generate(
+        self, step: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
+    ) -> dict[str, Any]:
         gen = torch.Generator().manual_seed(self.sc.seed * 1000 + step * 10 + self.rank)
         with self._span("generate", step):
             ro = algo.generate(self.engine, prompt_ids.to(self.device), prompt_mask.to(self.device),
@@ -167,8 +171,12 @@ class Worker:
             for mb in algo.split(old_values.shape[0], self.sc.ppo_mini_batches):
                 part = ro.select(mb).to(self.device)
                 v = algo.token_values(self.critic, part)
-                loss = algo.value_loss(v, old_values[mb].to(self.device), returns[mb].to(self.device),
-                                       part.response_mask)
+                loss = algo.value_loss(
+                    v,
+                    old_values[mb].to(self.device),
+                    returns[mb].to(self.device),
+                    part.response_mask,
+                )
                 self.critic_opt.zero_grad()
                 loss.backward()
                 self._allreduce_grads(step, self.critic)
@@ -196,7 +204,9 @@ class Worker:
         padded = torch.nn.functional.pad(full, (0, size * world - full.numel()))
         shard = padded[self.rank * size : (self.rank + 1) * size].contiguous()
         parts = [torch.empty_like(shard) for _ in range(world)]
-        group_barrier(self.rec, step, "weight_sync", self.sync_ranks, self.sync_group, "weight_sync")
+        group_barrier(
+            self.rec, step, "weight_sync", self.sync_ranks, self.sync_group, "weight_sync"
+        )
         self.rec.collective(step, "all_gather", "weight_sync", self.sync_ranks, padded,
                             dist.all_gather, parts, shard, group=self.sync_group)
         unflat_into(torch.cat(parts)[: full.numel()], list(self.engine.parameters()))
@@ -207,7 +217,9 @@ class Worker:
         src = self.train_ranks[0]
         model = self.actor if self.is_train else self.engine
         buf = flat(list(model.parameters()))
-        group_barrier(self.rec, step, "weight_sync", self.sync_ranks, self.sync_group, "weight_sync")
+        group_barrier(
+            self.rec, step, "weight_sync", self.sync_ranks, self.sync_group, "weight_sync"
+        )
         self.rec.collective(step, "broadcast", "weight_sync", self.sync_ranks, buf,
                             dist.broadcast, buf, src=src, group=self.sync_group)
         if not self.is_train:

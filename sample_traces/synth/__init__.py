@@ -57,9 +57,17 @@ def simulate(cfg: Config) -> tuple[RunData, dict[str, Any], list[dict[str, objec
     truth = compute(cfg, groups, data, schedule.windows)
     offsets = draw_offsets(cfg, np.random.default_rng(offset_seed))
     run = RunData(
-        cfg=cfg, groups=groups, names=tl.names.items, ops=data["ops"], insts=data["insts"],
-        stages=data["stages"], host_ops=data["host_ops"], windows=schedule.windows, offsets=offsets,
-        rows_of=_rows_by_rank(data["ops"]["rank"]), stage_rows_of=_rows_by_rank(data["stages"]["rank"]),
+        cfg=cfg,
+        groups=groups,
+        names=tl.names.items,
+        ops=data["ops"],
+        insts=data["insts"],
+        stages=data["stages"],
+        host_ops=data["host_ops"],
+        windows=schedule.windows,
+        offsets=offsets,
+        rows_of=_rows_by_rank(data["ops"]["rank"]),
+        stage_rows_of=_rows_by_rank(data["stages"]["rank"]),
         host_rows_of=_rows_by_rank(data["host_ops"]["rank"]) if data["host_ops"] else {},
     )
     return run, truth, schedule.responses
@@ -96,12 +104,22 @@ def generate(cfg: Config, out_dir: str | Path, *, jobs: int | None = None, gz: b
         "generator": GENERATOR,
         "scenario": cfg.scenario,
         "seed": cfg.seed,
-        "config": cfg.as_truth() | {"process_groups": [
-            {"pg_name": g.name, "pg_desc": g.desc, "ranks": list(g.ranks), "dim": g.dim} for g in run.groups.all
-        ]},
+        "config": cfg.as_truth()
+        | {
+            "process_groups": [
+                {"pg_name": g.name, "pg_desc": g.desc, "ranks": list(g.ranks), "dim": g.dim}
+                for g in run.groups.all
+            ]
+        },
         "ranks": [
-            {"rank": r, "pool": cfg.pool_of(r), "device": device_of(cfg, r), "host": host_of(cfg, r),
-             "trace": trace_name(r, gz), **({"nsys": nsys_name(r)} if nsys else {})}
+            {
+                "rank": r,
+                "pool": cfg.pool_of(r),
+                "device": device_of(cfg, r),
+                "host": host_of(cfg, r),
+                "trace": trace_name(r, gz),
+                **({"nsys": nsys_name(r)} if nsys else {}),
+            }
             for r in range(cfg.ranks)
         ],
         "clock_offsets_ns": {str(r): int(o) for r, o in enumerate(run.offsets)},

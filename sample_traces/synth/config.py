@@ -148,15 +148,21 @@ def preset(scenario: str, ranks: int, **overrides: object) -> Config:
     n = len(train)
     if scenario == "colocated":
         layout = Layout(style="fsdp", dp=n, sp=_even(n, 2))
-        base = dict(algorithm="grpo", placement="colocated", execution="sync", sync_desc="mesh_fsdp")
+        base = dict(
+            algorithm="grpo", placement="colocated", execution="sync", sync_desc="mesh_fsdp"
+        )
     elif scenario == "disaggregated":
         tp = dims.get("tp", _even(n, 2))
-        layout = _megatron(n, tp=tp, cp=dims.get("cp", 1), ep=dims.get("ep", 1), pp=dims.get("pp", 1))
+        layout = _megatron(
+            n, tp=tp, cp=dims.get("cp", 1), ep=dims.get("ep", 1), pp=dims.get("pp", 1)
+        )
         base = dict(algorithm="ppo", placement="disaggregated", execution="sync",
                     sync_desc="undefined", sync_name="weight_sync")
     elif scenario == "one_step_off":
         pp = dims.get("pp", _even(n, 2))
-        layout = _megatron(n, tp=dims.get("tp", 1), cp=dims.get("cp", 1), ep=dims.get("ep", 1), pp=pp)
+        layout = _megatron(
+            n, tp=dims.get("tp", 1), cp=dims.get("cp", 1), ep=dims.get("ep", 1), pp=pp
+        )
         base = dict(algorithm="grpo", placement="disaggregated", execution="one_step_off",
                     sync_desc="actor_rollout", sync_name="actor_rollout", micro_batches=4)
     else:
@@ -169,9 +175,13 @@ def preset(scenario: str, ranks: int, **overrides: object) -> Config:
     if not rollout_tp:
         rollout_tp = layout.tp if scenario == "stage_fused" else _even(len(rollout), 2)
     if len(rollout) % rollout_tp:
-        raise ValueError(f"rollout tensor parallel {rollout_tp} does not divide the {len(rollout)} rollout ranks")
+        raise ValueError(
+            f"rollout tensor parallel {rollout_tp} does not divide the {len(rollout)} rollout ranks"
+        )
     if scenario == "stage_fused" and rollout_tp != layout.tp:
-        raise ValueError("stage_fused runs its engines on the training TP groups: rollout_tp must equal tp")
+        raise ValueError(
+            "stage_fused runs its engines on the training TP groups: rollout_tp must equal tp"
+        )
     cfg = Config(scenario=scenario, ranks=ranks, rollout_ranks=rollout, train_ranks=train,
                  layout=layout, rollout_tp=rollout_tp, **base)  # type: ignore[arg-type]
     return replace(cfg, **overrides)  # type: ignore[arg-type]

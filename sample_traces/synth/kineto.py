@@ -62,10 +62,17 @@ class RunData:
         host_rows = self.host_rows_of.get(rank, empty)
         host = {k: v[host_rows] for k, v in self.host_ops.items()}
         return RunData(
-            cfg=self.cfg, groups=self.groups, names=self.names, ops=ops,
-            insts={k: v[used] for k, v in self.insts.items()}, stages=stages, host_ops=host,
-            windows=self.windows, offsets=self.offsets,
-            rows_of={rank: np.arange(len(ops["start"]))}, stage_rows_of={rank: np.arange(len(stages["start"]))},
+            cfg=self.cfg,
+            groups=self.groups,
+            names=self.names,
+            ops=ops,
+            insts={k: v[used] for k, v in self.insts.items()},
+            stages=stages,
+            host_ops=host,
+            windows=self.windows,
+            offsets=self.offsets,
+            rows_of={rank: np.arange(len(ops["start"]))},
+            stage_rows_of={rank: np.arange(len(stages["start"]))},
             host_rows_of={rank: np.arange(len(host_rows))} if host_rows.size else {},
         )
 
@@ -106,7 +113,9 @@ def fmt(template: str, *exprs: pl.Expr) -> pl.Expr:
 def us(col: str | pl.Expr) -> pl.Expr:
     """Integer ns → Kineto's µs with exactly three decimals."""
     x = pl.col(col) if isinstance(col, str) else col
-    return pl.concat_str([(x // 1000).cast(pl.String), pl.lit("."), (x % 1000).cast(pl.String).str.zfill(3)])
+    return pl.concat_str(
+        [(x // 1000).cast(pl.String), pl.lit("."), (x % 1000).cast(pl.String).str.zfill(3)]
+    )
 
 
 def device_and_launches(run: RunData, rank: int) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -154,7 +163,8 @@ def rank_trace(run: RunData, rank: int) -> bytes:
     events = ",\n".join([*meta, body.str.join(",\n").item()]) if body.len() else ",\n".join(meta)
     head = json.dumps(header, separators=(", ", ": "))[:-1]
     tail = {
-        "traceName": f"synthetic rlperf trace: scenario {cfg.scenario}, rank {rank} (sample_traces/synth)",
+        "traceName": f"synthetic rlperf trace: scenario {cfg.scenario}, rank {rank} "
+            f"(sample_traces/synth)",
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": base,
     }
@@ -193,7 +203,8 @@ def _collective_args(run: RunData, needed: np.ndarray) -> pl.DataFrame:
     """Per collective instance and side, the args PyTorch puts on ``record_param_comms`` and
     copies onto the NCCL kernel."""
     frag = [
-        f'"Process Group Name": {json.dumps(g.name)}, "Process Group Description": {json.dumps(g.desc)}, '
+        f'"Process Group Name": {json.dumps(g.name)}, "Process Group Description": '
+        f'{json.dumps(g.desc)}, '
         f'"Process Group Ranks": {json.dumps(_ranks_text(g.ranks))}, "Group size": {len(g.ranks)}, '
         f'"Global rank start": {g.ranks[0]}, "Global rank stride": {_stride(g.ranks)}'
         for g in run.groups.all
@@ -209,12 +220,22 @@ def _collective_args(run: RunData, needed: np.ndarray) -> pl.DataFrame:
     sides = []
     for role in (0, ROLE_SEND, ROLE_RECV):
         name = {0: pl.col("cname"), ROLE_SEND: pl.lit("send"), ROLE_RECV: pl.lit("recv")}[role]
-        sides.append(frame.select(
-            "inst", role=pl.lit(role, dtype=pl.Int32),
-            cargs=fmt('"Collective name": "{}", "dtype": "' + DTYPE + '", "In msg nelems": {}, '
-                      '"Out msg nelems": {}, "In split size": "[]", "Out split size": "[]", {}, "Seq": {}',
-                      name, pl.col("in"), pl.col("out"), pl.col("frag"), pl.col("seq")),
-        ))
+        sides.append(
+            frame.select(
+                "inst",
+                role=pl.lit(role, dtype=pl.Int32),
+                cargs=fmt(
+                    '"Collective name": "{}", "dtype": "' + DTYPE + '", "In msg nelems": {}, '
+                    '"Out msg nelems": {}, "In split size": "[]", "Out split size": "[]", {}, '
+                    '"Seq": {}',
+                    name,
+                    pl.col("in"),
+                    pl.col("out"),
+                    pl.col("frag"),
+                    pl.col("seq"),
+                ),
+            )
+        )
     return pl.concat(sides)
 
 
@@ -236,32 +257,70 @@ def _with_coll(frame: pl.DataFrame, colls: pl.DataFrame, args: str) -> pl.DataFr
     )
 
 
-def _device_rows(dev: pl.DataFrame, names: pl.DataFrame, colls: pl.DataFrame, device: int) -> pl.DataFrame:
+def _device_rows(
+    dev: pl.DataFrame, names: pl.DataFrame, colls: pl.DataFrame, device: int
+) -> pl.DataFrame:
     kind = pl.col("kind")
-    common = fmt('"External id": {}, "device": ' + str(device) + ', "context": 1, "stream": {}, "correlation": {}',
-                 pl.col("ext"), pl.col("stream"), pl.col("corr"))
+    common = fmt(
+        '"External id": {}, "device": '
+        + str(device)
+        + ', "context": 1, "stream": {}, "correlation": {}',
+        pl.col("ext"),
+        pl.col("stream"),
+        pl.col("corr"),
+    )
     frame = dev.join(names, on="name", how="left", maintain_order="left").with_columns(
-        args=pl.when(kind == KERNEL).then(
-            pl.concat_str([common, pl.lit(', "queued": 0, "registers per thread": 128, "shared memory": 0, '
-                                          '"grid": [132, 1, 1], "block": [256, 1, 1]')])
-        ).otherwise(
-            pl.concat_str([common, pl.lit(', "bytes": '), pl.col("bytes").cast(pl.String),
-                           pl.lit(', "memory bandwidth (GB/s)": '),
-                           us(pl.col("bytes") * 1000 // pl.col("dur"))])
+        args=pl.when(kind == KERNEL)
+        .then(
+            pl.concat_str(
+                [
+                    common,
+                    pl.lit(
+                        ', "queued": 0, "registers per thread": 128, "shared memory": 0, '
+                        '"grid": [132, 1, 1], "block": [256, 1, 1]'
+                    ),
+                ]
+            )
+        )
+        .otherwise(
+            pl.concat_str(
+                [
+                    common,
+                    pl.lit(', "bytes": '),
+                    pl.col("bytes").cast(pl.String),
+                    pl.lit(', "memory bandwidth (GB/s)": '),
+                    us(pl.col("bytes") * 1000 // pl.col("dur")),
+                ]
+            )
         ),
         cat=pl.lit(pl.Series(CATEGORIES)).gather(kind),
     )
     frame = _with_coll(frame, colls, "args")
-    event = fmt('{"ph": "X", "cat": "{}", "name": {}, "pid": ' + str(device) + ', "tid": {}, "ts": {}, '
-                '"dur": {}, "args": {{}}}',
-                pl.col("cat"), pl.col("qname"), pl.col("stream"), us("start"), us("dur"), pl.col("args"))
+    event = fmt(
+        '{"ph": "X", "cat": "{}", "name": {}, "pid": ' + str(device) + ', "tid": {}, "ts": {}, '
+        '"dur": {}, "args": {{}}}',
+        pl.col("cat"),
+        pl.col("qname"),
+        pl.col("stream"),
+        us("start"),
+        us("dur"),
+        pl.col("args"),
+    )
     flows = frame.filter(pl.col("first")).select(
-        e=fmt('{"ph": "f", "id": {}, "pid": ' + str(device) + ', "tid": {}, "ts": {}, "cat": "ac2g", '
-              '"name": "ac2g", "bp": "e"}', pl.col("corr"), pl.col("stream"), us("start")))
+        e=fmt(
+            '{"ph": "f", "id": {}, "pid": ' + str(device) + ', "tid": {}, "ts": {}, "cat": "ac2g", '
+            '"name": "ac2g", "bp": "e"}',
+            pl.col("corr"),
+            pl.col("stream"),
+            us("start"),
+        )
+    )
     return pl.concat([frame.select(e=event), flows])
 
 
-def _launch_rows(launches: pl.DataFrame, names: pl.DataFrame, colls: pl.DataFrame, pid: int) -> pl.DataFrame:
+def _launch_rows(
+    launches: pl.DataFrame, names: pl.DataFrame, colls: pl.DataFrame, pid: int
+) -> pl.DataFrame:
     frame = launches.join(names.rename({"name": "op", "qname": "qop"}), on="op", how="left",
                           maintain_order="left").with_columns(
         opargs=fmt('"External id": {}, "Record function id": 0, "Ev Idx": {}', pl.col("ext"),
@@ -271,11 +330,25 @@ def _launch_rows(launches: pl.DataFrame, names: pl.DataFrame, colls: pl.DataFram
     )
     frame = _with_coll(frame, colls, "opargs")
     thread = f'"pid": {pid}, "tid": {pid}'
-    cpu = fmt('{"ph": "X", "cat": "cpu_op", "name": {}, ' + thread + ', "ts": {}, "dur": {}, "args": {{}}}',
-              pl.col("qop"), us("op_start"), us("op_dur"), pl.col("opargs"))
-    runtime = fmt('{"ph": "X", "cat": "cuda_runtime", "name": "{}", ' + thread + ', "ts": {}, "dur": {}, '
-                  '"args": {"External id": {}, "cbid": {}, "correlation": {}}}',
-                  pl.col("rt_name"), us("rt_start"), us("rt_dur"), pl.col("ext"), pl.col("cbid"), pl.col("corr"))
+    cpu = fmt(
+        '{"ph": "X", "cat": "cpu_op", "name": {}, '
+        + thread
+        + ', "ts": {}, "dur": {}, "args": {{}}}',
+        pl.col("qop"),
+        us("op_start"),
+        us("op_dur"),
+        pl.col("opargs"),
+    )
+    runtime = fmt(
+        '{"ph": "X", "cat": "cuda_runtime", "name": "{}", ' + thread + ', "ts": {}, "dur": {}, '
+        '"args": {"External id": {}, "cbid": {}, "correlation": {}}}',
+        pl.col("rt_name"),
+        us("rt_start"),
+        us("rt_dur"),
+        pl.col("ext"),
+        pl.col("cbid"),
+        pl.col("corr"),
+    )
     flow = fmt('{"ph": "s", "id": {}, ' + thread + ', "ts": {}, "cat": "ac2g", "name": "ac2g"}',
                pl.col("corr"), us("rt_start"))
     return pl.concat([frame.select(e=cpu), frame.select(e=runtime), frame.select(e=flow)])
@@ -285,12 +358,21 @@ def _annotations(run: RunData, rank: int, shift: int, pid: int) -> pl.DataFrame:
     """``ProfilerStep#N`` and verl's ``step`` per step, then each stage's driver range with
     the worker range inside it."""
     frame = annotation_frame(run, rank, shift)
-    return frame.select(e=fmt(
-        '{"ph": "X", "cat": "user_annotation", "name": "{}", "pid": ' + str(pid) + ', "tid": ' + str(pid)
-        + ', "ts": {}, "dur": {}, "args": {"External id": {}, "Record function id": 0, "Ev Idx": {}}}',
-        pl.col("name"), us("start"), us(pl.col("end") - pl.col("start")),
-        pl.int_range(pl.len()) * 2 + 2, pl.int_range(pl.len()),
-    ))
+    return frame.select(
+        e=fmt(
+            '{"ph": "X", "cat": "user_annotation", "name": "{}", "pid": '
+            + str(pid)
+            + ', "tid": '
+            + str(pid)
+            + ', "ts": {}, "dur": {}, "args": {"External id": {}, "Record function id": 0, "Ev '
+                'Idx": {}}}',
+            pl.col("name"),
+            us("start"),
+            us(pl.col("end") - pl.col("start")),
+            pl.int_range(pl.len()) * 2 + 2,
+            pl.int_range(pl.len()),
+        )
+    )
 
 
 def annotation_frame(run: RunData, rank: int, shift: int) -> pl.DataFrame:
@@ -311,8 +393,13 @@ def annotation_frame(run: RunData, rank: int, shift: int) -> pl.DataFrame:
             names.append(worker)
             starts.append(int(st["inner_start"][i]))
             ends.append(int(st["inner_end"][i]))
-    return pl.DataFrame({"name": names, "start": np.array(starts, np.int64) + shift,
-                         "end": np.array(ends, np.int64) + shift}).sort(["start", "end"], descending=[False, True])
+    return pl.DataFrame(
+        {
+            "name": names,
+            "start": np.array(starts, np.int64) + shift,
+            "end": np.array(ends, np.int64) + shift,
+        }
+    ).sort(["start", "end"], descending=[False, True])
 
 
 def _host_ops(run: RunData, rank: int, shift: int, pid: int, names: pl.DataFrame) -> pl.DataFrame:
@@ -320,8 +407,13 @@ def _host_ops(run: RunData, rank: int, shift: int, pid: int, names: pl.DataFrame
     if rows is None or not run.host_ops:
         return pl.DataFrame(schema={"e": pl.String})
     h = run.host_ops
-    frame = pl.DataFrame({"name": h["name"][rows], "start": h["start"][rows] + shift,
-                          "dur": h["end"][rows] - h["start"][rows]}).join(names, on="name", how="left")
+    frame = pl.DataFrame(
+        {
+            "name": h["name"][rows],
+            "start": h["start"][rows] + shift,
+            "dur": h["end"][rows] - h["start"][rows],
+        }
+    ).join(names, on="name", how="left")
     return frame.select(e=fmt(
         '{"ph": "X", "cat": "cpu_op", "name": {}, "pid": ' + str(pid) + ', "tid": ' + str(pid)
         + ', "ts": {}, "dur": {}, "args": {"External id": {}, "Record function id": 0}}',
@@ -329,12 +421,16 @@ def _host_ops(run: RunData, rank: int, shift: int, pid: int, names: pl.DataFrame
     ))
 
 
-def _metadata_events(run: RunData, rank: int, pid: int, device: int, streams: list[int]) -> list[str]:
+def _metadata_events(
+    run: RunData, rank: int, pid: int, device: int, streams: list[int]
+) -> list[str]:
     ts = 0.0
     out = []
 
     def m(name: str, p: int | str, tid: int, args: dict[str, Any]) -> None:
-        out.append(json.dumps({"name": name, "ph": "M", "ts": ts, "pid": p, "tid": tid, "args": args}))
+        out.append(
+            json.dumps({"name": name, "ph": "M", "ts": ts, "pid": p, "tid": tid, "args": args})
+        )
 
     m("process_name", pid, 0, {"name": PYTHON})
     m("process_labels", pid, 0, {"labels": "CPU"})

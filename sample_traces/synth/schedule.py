@@ -59,9 +59,17 @@ name as the outer range and the worker name inside it, for the part of the stage
 
 ROLES: tuple[str, ...] = ("actor", "rollout", "ref", "critic", "reward", "driver")
 ROLE = {r: i for i, r in enumerate(ROLES)}
-STAGE_ROLE = {"rollout": "rollout", "reward": "reward", "old_logprob": "actor", "ref_logprob": "ref",
-              "values": "critic", "advantage": "driver", "critic_update": "critic",
-              "actor_update": "actor", "weight_sync": "actor"}
+STAGE_ROLE = {
+    "rollout": "rollout",
+    "reward": "reward",
+    "old_logprob": "actor",
+    "ref_logprob": "ref",
+    "values": "critic",
+    "advantage": "driver",
+    "critic_update": "critic",
+    "actor_update": "actor",
+    "weight_sync": "actor",
+}
 
 # Message sizes (bf16 elements) of the collectives of a 7B-class model.
 TP_DECODE = Coll("allreduce", "", 64 * 4096, bw_gbps=120.0, latency_ns=9_000)
@@ -146,10 +154,19 @@ class Schedule:
             tl.copy(ranks, MEMCPY, MEMCPY_HTOD, 40_000, 2 * 1024 * 1024, "aten::copy_")
             for team in self.engines:
                 team = team[None, :]
-                lengths = np.clip(np.rint(self.rng.lognormal(np.log(cfg.response_median), cfg.response_sigma,
-                                                             cfg.responses_per_rank)), 1, cfg.max_response).astype(int)
+                lengths = np.clip(
+                    np.rint(
+                        self.rng.lognormal(
+                            np.log(cfg.response_median), cfg.response_sigma, cfg.responses_per_rank
+                        )
+                    ),
+                    1,
+                    cfg.max_response,
+                ).astype(int)
                 for r in team[0]:
-                    self.responses.append({"step": tl.step, "rank": int(r), "lengths": lengths.tolist()})
+                    self.responses.append(
+                        {"step": tl.step, "rank": int(r), "lengths": lengths.tolist()}
+                    )
                 steps = int(lengths.max())
                 active = (lengths[None, :] > np.arange(steps)[:, None]).mean(axis=1)
                 tl.lockstep(team, PREFILL, 1, TP_PREFILL, key="rollout_tp")
@@ -164,7 +181,9 @@ class Schedule:
         if include_reward:
             with self.tl.stage(ranks, CODE["reward"], ROLE["reward"]):
                 self.tl.host(ranks, REWARD_HOST_OPS)
-        stages = ["old_logprob", "ref_logprob"] + (["values"] if self.cfg.algorithm == "ppo" else [])
+        stages = ["old_logprob", "ref_logprob"] + (
+            ["values"] if self.cfg.algorithm == "ppo" else []
+        )
         for stage in stages:
             with self.tl.stage(ranks, CODE[stage], ROLE[STAGE_ROLE[stage]]):
                 if self.cfg.layout.pp > 1 and not local:

@@ -129,9 +129,20 @@ class Timeline:
 
     # --- recording -------------------------------------------------------------------------
 
-    def emit(self, rank: np.ndarray, stream: int, kind: int, names: np.ndarray, start: np.ndarray,
-             end: np.ndarray, launch: np.ndarray, inst: np.ndarray | int = -1, role: np.ndarray | int = 0,
-             nbytes: np.ndarray | int = 0, op: np.ndarray | int = -1) -> None:
+    def emit(
+        self,
+        rank: np.ndarray,
+        stream: int,
+        kind: int,
+        names: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        launch: np.ndarray,
+        inst: np.ndarray | int = -1,
+        role: np.ndarray | int = 0,
+        nbytes: np.ndarray | int = 0,
+        op: np.ndarray | int = -1,
+    ) -> None:
         n = np.size(start)
         self.ops.add(
             rank=np.broadcast_to(rank, np.shape(start)).astype(np.int32),
@@ -155,10 +166,14 @@ class Timeline:
         self.launches += n
         return ids
 
-    def new_instances(self, pgs: np.ndarray, per_pg: int, coll: Coll, group_size: np.ndarray) -> np.ndarray:
+    def new_instances(
+        self, pgs: np.ndarray, per_pg: int, coll: Coll, group_size: np.ndarray
+    ) -> np.ndarray:
         """Instances [len(pgs), per_pg] with consecutive ``Seq`` per process group."""
         count = len(pgs) * per_pg
-        ids = np.arange(self.n_insts, self.n_insts + count, dtype=np.int64).reshape(len(pgs), per_pg)
+        ids = np.arange(self.n_insts, self.n_insts + count, dtype=np.int64).reshape(
+            len(pgs), per_pg
+        )
         seq = self.seq[pgs][:, None] + np.arange(per_pg)[None, :]
         np.add.at(self.seq, pgs, per_pg)
         shapes = np.array([coll.shape(int(m)) for m in group_size], dtype=np.int64).reshape(-1, 2)
@@ -213,8 +228,12 @@ class Timeline:
             tr = self.transfer(coll, m, (T, J))
             first = (t0 + arrive_local[:, 0, :]).max(axis=1) + tr[:, 0]
             inc = arrive_local[:, 1:, :].max(axis=2) + tr[:, 1:]
-            ends = first[:, None] + np.concatenate([np.zeros((T, 1), np.int64), np.cumsum(inc, axis=1)], axis=1)
-            it_start = np.concatenate([t0[:, None, :], np.broadcast_to(ends[:, :-1, None], (T, J - 1, m))], axis=1)
+            ends = first[:, None] + np.concatenate(
+                [np.zeros((T, 1), np.int64), np.cumsum(inc, axis=1)], axis=1
+            )
+            it_start = np.concatenate(
+                [t0[:, None, :], np.broadcast_to(ends[:, :-1, None], (T, J - 1, m))], axis=1
+            )
             it_end = np.broadcast_to(ends[:, :, None], (T, J, m)).copy()
         k_start = it_start[..., None] + cum - d
         launch = self.new_launches((T, J, m, 1) if graph else (T, J, m, K))
@@ -227,17 +246,31 @@ class Timeline:
             pgs = self.pg_of(key, teams[:, 0])
             inst = self.new_instances(pgs, J, coll, np.full(T, m))
             stream = STREAMS[key]
-            self.emit(np.broadcast_to(teams[:, None, :], (T, J, m)), stream, KERNEL,
-                      np.int32(self.names.id(NCCL_KERNELS[coll.name])), arrivals, it_end,
-                      self.new_launches((T, J, m)), inst=np.broadcast_to(inst[:, :, None], (T, J, m)),
-                      op=np.int32(self.names.id("record_param_comms")))
+            self.emit(
+                np.broadcast_to(teams[:, None, :], (T, J, m)),
+                stream,
+                KERNEL,
+                np.int32(self.names.id(NCCL_KERNELS[coll.name])),
+                arrivals,
+                it_end,
+                self.new_launches((T, J, m)),
+                inst=np.broadcast_to(inst[:, :, None], (T, J, m)),
+                op=np.int32(self.names.id("record_param_comms")),
+            )
             self.free_of(stream)[teams] = it_end[:, -1, :]
         self.t[teams] = it_end[:, -1, :]
         return it_end
 
-    def collective(self, key: str, coll: Coll, rows: np.ndarray | None = None,
-                   ready: np.ndarray | None = None, blocking: bool = True,
-                   stream_key: str | None = None, arrive_jitter: tuple[int, int] | None = None) -> np.ndarray:
+    def collective(
+        self,
+        key: str,
+        coll: Coll,
+        rows: np.ndarray | None = None,
+        ready: np.ndarray | None = None,
+        blocking: bool = True,
+        stream_key: str | None = None,
+        arrive_jitter: tuple[int, int] | None = None,
+    ) -> np.ndarray:
         """One call of ``coll`` in every group of partition ``key`` (or the given rows).
 
         Members arrive at ``ready`` (default: their cursor) plus a launch gap, no earlier than
@@ -256,15 +289,25 @@ class Timeline:
         arrive = np.maximum(arrive, free[mat])
         end = arrive.max(axis=1) + self.transfer(coll, m, (G,))
         inst = self.new_instances(pgs, 1, coll, np.full(G, m))
-        self.emit(mat, stream, KERNEL, np.int32(self.names.id(NCCL_KERNELS[coll.name])), arrive,
-                  np.broadcast_to(end[:, None], (G, m)), self.new_launches((G, m)),
-                  inst=np.broadcast_to(inst, (G, m)), op=np.int32(self.names.id("record_param_comms")))
+        self.emit(
+            mat,
+            stream,
+            KERNEL,
+            np.int32(self.names.id(NCCL_KERNELS[coll.name])),
+            arrive,
+            np.broadcast_to(end[:, None], (G, m)),
+            self.new_launches((G, m)),
+            inst=np.broadcast_to(inst, (G, m)),
+            op=np.int32(self.names.id("record_param_comms")),
+        )
         free[mat] = end[:, None]
         if blocking:
             self.t[mat] = np.maximum(self.t[mat], end[:, None])
         return end
 
-    def p2p(self, senders: np.ndarray, receivers: np.ndarray, ready: np.ndarray, coll: Coll) -> None:
+    def p2p(
+        self, senders: np.ndarray, receivers: np.ndarray, ready: np.ndarray, coll: Coll
+    ) -> None:
         """Pipeline send/recv pairs (one instance each in their PP group); the receiver blocks."""
         stream = STREAMS["pp"]
         free = self.free_of(stream)
@@ -283,7 +326,9 @@ class Timeline:
         free[receivers] = end
         self.t[receivers] = end
 
-    def copy(self, ranks: np.ndarray, kind: int, name: str, mean_ns: int, nbytes: int, op: str) -> None:
+    def copy(
+        self, ranks: np.ndarray, kind: int, name: str, mean_ns: int, nbytes: int, op: str
+    ) -> None:
         """One memcpy or memset per rank on the compute stream."""
         start = self.t[ranks] + self.gaps(ranks.shape)
         dur = np.rint(mean_ns * self.rng.lognormal(0.0, 0.05, ranks.shape)).astype(np.int64)
@@ -296,8 +341,12 @@ class Timeline:
         for name, mean in work:
             start = self.t[ranks] + self.uniform(3_000, 15_000, len(ranks))
             dur = np.rint(mean * self.rng.lognormal(0.0, 0.2, len(ranks))).astype(np.int64)
-            self.host_ops.add(rank=ranks.astype(np.int32), name=np.full(len(ranks), self.names.id(name), np.int32),
-                              start=start, end=start + dur)
+            self.host_ops.add(
+                rank=ranks.astype(np.int32),
+                name=np.full(len(ranks), self.names.id(name), np.int32),
+                start=start,
+                end=start + dur,
+            )
             self.t[ranks] = start + dur
 
     def settle(self, ranks: np.ndarray) -> np.ndarray:

@@ -31,7 +31,9 @@ def compute(cfg: Config, groups: Groups, data: dict[str, dict[str, np.ndarray]],
     coll_rows = ops["inst"] >= 0
     max_start = np.full(len(insts["pg"]), np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(max_start, ops["inst"][coll_rows], ops["start"][coll_rows])
-    wait_end = np.where(coll_rows, np.minimum(ops["end"], max_start[np.maximum(ops["inst"], 0)]), ops["start"])
+    wait_end = np.where(
+        coll_rows, np.minimum(ops["end"], max_start[np.maximum(ops["inst"], 0)]), ops["start"]
+    )
     wait_end = np.maximum(wait_end, ops["start"])
     row_wait = np.zeros(len(ops["start"]), dtype=np.int64)
 
@@ -56,7 +58,9 @@ def compute(cfg: Config, groups: Groups, data: dict[str, dict[str, np.ndarray]],
             coll = coll_rows[rows]
             compute_set = iv.span(s[~coll], e[~coll])
             cr = rows[coll]
-            row_wait[cr] = (wait_end[cr] - ops["start"][cr]) - iv.overlap_each(ops["start"][cr], wait_end[cr], compute_set)
+            row_wait[cr] = (wait_end[cr] - ops["start"][cr]) - iv.overlap_each(
+                ops["start"][cr], wait_end[cr], compute_set
+            )
             waiting = iv.subtract(iv.span(ops["start"][cr], wait_end[cr]), compute_set)
             productive = iv.subtract(busy, waiting)
 
@@ -68,7 +72,9 @@ def compute(cfg: Config, groups: Groups, data: dict[str, dict[str, np.ndarray]],
             if pool[rank] in ("rollout", "shared") and own_ro.any():
                 others = ro & (stages["rank"] != rank)
                 after = (np.array([me[own_ro].max()]), np.array([w1]))
-                rules.append(iv.intersect(iv.span(stages["start"][others], stages["end"][others]), after))
+                rules.append(
+                    iv.intersect(iv.span(stages["start"][others], stages["end"][others]), after)
+                )
             else:
                 rules.append(iv.EMPTY)
             if pool[rank] in ("rollout", "train"):
@@ -107,7 +113,10 @@ def _index(rank: np.ndarray, step: np.ndarray) -> dict[tuple[int, int], np.ndarr
     order = np.lexsort((step, rank))
     keys = np.stack([rank[order], step[order]], axis=1)
     cut = np.flatnonzero(np.any(np.diff(keys, axis=0) != 0, axis=1)) + 1
-    return {(int(k[0]), int(k[1])): part for k, part in zip(keys[np.r_[0, cut]], np.split(order, cut), strict=True)}
+    return {
+        (int(k[0]), int(k[1])): part
+        for k, part in zip(keys[np.r_[0, cut]], np.split(order, cut), strict=True)
+    }
 
 
 def _stages(cfg: Config, stages: dict[str, np.ndarray]) -> list[dict[str, Any]]:
@@ -129,14 +138,23 @@ def _stages(cfg: Config, stages: dict[str, np.ndarray]) -> list[dict[str, Any]]:
 
 def _durations(stages: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     out = []
-    for (rank, step), rows in sorted(_index(stages["rank"], stages["step"]).items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for (rank, step), rows in sorted(
+        _index(stages["rank"], stages["step"]).items(), key=lambda kv: (kv[0][1], kv[0][0])
+    ):
         s, e, c = stages["start"][rows], stages["end"][rows], stages["stage"][rows]
         total = 0
         for code in np.unique(c):
             d = int((e[c == code] - s[c == code]).sum())
             total += d
             out.append({"rank": rank, "step": step, "stage": STAGES[code], "duration_ns": d})
-        out.append({"rank": rank, "step": step, "stage": "other", "duration_ns": int(e.max() - s.min()) - total})
+        out.append(
+            {
+                "rank": rank,
+                "step": step,
+                "stage": "other",
+                "duration_ns": int(e.max() - s.min()) - total,
+            }
+        )
     return out
 
 
@@ -180,7 +198,12 @@ def _critical(stages: dict[str, np.ndarray], step: int) -> dict[str, Any]:
     rank = min(per_rank, key=lambda k: (-per_rank[k], k))
     stage = min(per_stage, key=lambda k: (-per_stage[k], STAGES.index(k)))
     return {
-        "step": step, "rank": rank, "stage": stage,
+        "step": step,
+        "rank": rank,
+        "stage": stage,
         "length_ns": int(e[chain[-1]] - s[chain[0]]),
-        "chain": [{"rank": int(r[i]), "stage": STAGES[c[i]], "start_ns": int(s[i]), "end_ns": int(e[i])} for i in chain],
+        "chain": [
+            {"rank": int(r[i]), "stage": STAGES[c[i]], "start_ns": int(s[i]), "end_ns": int(e[i])}
+            for i in chain
+        ],
     }
