@@ -89,7 +89,9 @@ def module_files(root: Path = REPO, packages: Iterable[str] = PACKAGES) -> dict[
 
 
 def layer_of(module: str, placement: dict[str, str] = PLACEMENT) -> str | None:
-    best = max((p for p in placement if module == p or module.startswith(p + ".")), key=len, default=None)
+    best = max(
+        (p for p in placement if module == p or module.startswith(p + ".")), key=len, default=None
+    )
     return placement[best] if best else None
 
 
@@ -137,7 +139,11 @@ def imports(module: str, files: dict[str, Path]) -> tuple[list[Import], list[int
         elif isinstance(node, ast.ImportFrom):
             base = _resolve(module, node, files)
             names = [a.name for a in node.names]
-            found += [Import(module, f"{base}.{n}", node.lineno, where) for n in names if f"{base}.{n}" in files]
+            found += [
+                Import(module, f"{base}.{n}", node.lineno, where)
+                for n in names
+                if f"{base}.{n}" in files
+            ]
             plain = tuple(n for n in names if f"{base}.{n}" not in files)
             if plain:
                 found.append(Import(module, base, node.lineno, where, plain))
@@ -224,7 +230,9 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return sorted(out)
 
 
-def violations(g: Graph, placement: dict[str, str] = PLACEMENT, layers: tuple[str, ...] = LAYERS) -> list[str]:
+def violations(
+    g: Graph, placement: dict[str, str] = PLACEMENT, layers: tuple[str, ...] = LAYERS
+) -> list[str]:
     """Every violation as one stable line (no line numbers, so unrelated edits do not move it)."""
     found: set[str] = set()
     rank = {layer: i for i, layer in enumerate(layers)}
@@ -254,18 +262,27 @@ def violations(g: Graph, placement: dict[str, str] = PLACEMENT, layers: tuple[st
 def summary(g: Graph, found: list[str]) -> str:
     kinds = Counter(v.split(" ", 1)[0] for v in found)
     wheres = Counter(i.where for i in g.imports)
-    local_analyzer = sum(1 for i in g.imports if i.where == "local" and i.source.split(".")[0] == "analyzer")
-    lines = [f"modules: {len(g.files)}; internal imports: {len(g.imports)} "
-             f"(module level {wheres['top']}, function-local {wheres['local']}, TYPE_CHECKING {wheres['type']}, "
-             f"named in a string {wheres['named']}); "
-             f"function-local imports in analyzer/: {local_analyzer}",
-             "violations: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + f" (total {len(found)})"]
+    local_analyzer = sum(
+        1 for i in g.imports if i.where == "local" and i.source.split(".")[0] == "analyzer"
+    )
+    lines = [
+        f"modules: {len(g.files)}; internal imports: {len(g.imports)} "
+        f"(module level {wheres['top']}, function-local {wheres['local']}, TYPE_CHECKING "
+        f"{wheres['type']}, "
+        f"named in a string {wheres['named']}); "
+        f"function-local imports in analyzer/: {local_analyzer}",
+        "violations: "
+        + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+        + f" (total {len(found)})",
+    ]
     static = cycles(g.edges(("top", "local")))
     for component in static:
         lines.append(f"cycle of {len(component)}: " + " ".join(component))
     for component in cycles(g.edges()):
         if component not in static:
-            lines.append(f"cycle through registry strings, of {len(component)}: " + " ".join(component))
+            lines.append(
+                f"cycle through registry strings, of {len(component)}: " + " ".join(component)
+            )
     for module, calls in sorted(g.dynamic.items()):
         lines.append(f"dynamic imports: {module} line(s) {', '.join(map(str, calls))}")
     return "\n".join(lines)
@@ -274,11 +291,17 @@ def summary(g: Graph, found: list[str]) -> str:
 def read_baseline() -> list[str]:
     if not BASELINE.is_file():
         return []
-    return [line for line in BASELINE.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")]
+    return [
+        line
+        for line in BASELINE.read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#")
+    ]
 
 
-BASELINE_HEADER = ("# Layering violations that exist today (tests/test_layering.py): the list may only shrink.\n"
-                   "# Regenerate after fixing some: .venv/bin/python -m tests.layering --baseline\n")
+BASELINE_HEADER = (
+    "# Layering violations that exist today (tests/test_layering.py): the list may only shrink.\n"
+    "# Regenerate after fixing some: .venv/bin/python -m tests.layering --baseline\n"
+)
 
 
 def main() -> None:

@@ -22,8 +22,17 @@ def activity(rows: list[tuple[int, int, int, bool]]) -> pl.DataFrame:
     n = len(rows)
     rank, start, end, coll = transposed(rows, 4)
     return frame(
-        {"rank": rank, "device": rank, "stream": [7] * n, "kind": ["kernel"] * n, "start_ns": start, "end_ns": end,
-         "stage": [None] * n, "step": [None] * n, "is_collective": coll},
+        {
+            "rank": rank,
+            "device": rank,
+            "stream": [7] * n,
+            "kind": ["kernel"] * n,
+            "start_ns": start,
+            "end_ns": end,
+            "stage": [None] * n,
+            "step": [None] * n,
+            "is_collective": coll,
+        },
         frames.ACTIVITY,
     )
 
@@ -33,8 +42,20 @@ def collectives(rows: list[tuple]) -> pl.DataFrame:
     n = len(rows)
     instance, rank, coll, dim, size, moved, start, end, stage = transposed(rows, 9)
     return frame(
-        {"instance": instance, "rank": rank, "step": [1] * n, "coll": coll, "dim": dim, "pg": ["g"] * n,
-         "pg_ranks": [None] * n, "group_size": size, "bytes": moved, "start_ns": start, "end_ns": end,
-         "stage": stage, "on_device": [True] * n},
+        {
+            "instance": instance,
+            "rank": rank,
+            "step": [1] * n,
+            "coll": coll,
+            "dim": dim,
+            "pg": ["g"] * n,
+            "pg_ranks": [None] * n,
+            "group_size": size,
+            "bytes": moved,
+            "start_ns": start,
+            "end_ns": end,
+            "stage": stage,
+            "on_device": [True] * n,
+        },
         frames.COLLECTIVE_INSTANCES,
     )

@@ -47,13 +47,22 @@ def budget(tmp_path: Path, text: str) -> Path:
 def test_a_broken_budget_exits_1_and_a_met_one_0(reports, tmp_path: Path):
     idle = trainer_idle(load_truth(reports["disaggregated-truth"]))
     assert 0.2 < idle < 0.9
-    broken = budget(tmp_path, '[[check]]\nname = "trainer idle"\nmetric = "overview.trainer_idle_fraction"\nmax = 0.20\n')
+    broken = budget(
+        tmp_path,
+        '[[check]]\nname = "trainer idle"\nmetric = "overview.trainer_idle_fraction"\nmax = 0.20\n',
+    )
     done = cli("audit", str(reports["disaggregated"]), "--budget", str(broken))
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("rlperf audit FAILED: 1 check(s), 1 failed")
-    assert lines[1].split()[0] == "FAIL" and f"= {100 * idle:.1f}%" in lines[1] and "above the max 20.0%" in lines[1]
-    met = budget(tmp_path, f'[[check]]\nmetric = "overview.trainer_idle_fraction"\nmax = {idle + 0.01}\n')
+    assert (
+        lines[1].split()[0] == "FAIL"
+        and f"= {100 * idle:.1f}%" in lines[1]
+        and "above the max 20.0%" in lines[1]
+    )
+    met = budget(
+        tmp_path, f'[[check]]\nmetric = "overview.trainer_idle_fraction"\nmax = {idle + 0.01}\n'
+    )
     done = cli("audit", str(reports["disaggregated"]), "--budget", str(met))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("rlperf audit passed: 1 check(s), 0 failed")
@@ -62,9 +71,28 @@ def test_a_broken_budget_exits_1_and_a_met_one_0(reports, tmp_path: Path):
 def test_budgets_on_a_sample_run(tmp_path: Path):
     run = RUNS / "verl_ppo_disaggregated"
     ranks = load_truth(run)["config"]["world_size"]
-    done = cli("audit", str(run), "--budget", str(budget(tmp_path, f'[[check]]\nmetric = "overview.ranks"\nmax = {ranks - 1}\n')), "--quiet")
-    assert done.returncode == 1 and f"overview.ranks  = {ranks}  [max {ranks - 1}]  <- above the max" in done.stdout
-    done = cli("audit", str(run), "--budget", str(budget(tmp_path, f'[[check]]\nmetric = "overview.ranks"\nmin = {ranks}\nmax = {ranks}\n')), "--quiet")
+    done = cli(
+        "audit",
+        str(run),
+        "--budget",
+        str(budget(tmp_path, f'[[check]]\nmetric = "overview.ranks"\nmax = {ranks - 1}\n')),
+        "--quiet",
+    )
+    assert (
+        done.returncode == 1
+        and f"overview.ranks  = {ranks}  [max {ranks - 1}]  <- above the max" in done.stdout
+    )
+    done = cli(
+        "audit",
+        str(run),
+        "--budget",
+        str(
+            budget(
+                tmp_path, f'[[check]]\nmetric = "overview.ranks"\nmin = {ranks}\nmax = {ranks}\n'
+            )
+        ),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stdout
 
 
@@ -74,15 +102,29 @@ def test_baseline_regressions(reports):
     worse = cli("audit", str(reports["disaggregated"]), "--baseline", str(reports["colocated"]))
     assert worse.returncode == 1
     failed = [line for line in worse.stdout.splitlines() if line.strip().startswith("FAIL")]
-    assert any("idle, train pool vs baseline" in line and "from the baseline" in line for line in failed)
+    assert any(
+        "idle, train pool vs baseline" in line and "from the baseline" in line for line in failed
+    )
 
 
 def test_step_time_regression_in_a_budget(reports, tmp_path: Path):
     truths = {k: load_truth(reports[f"{k}-truth"]) for k in ("colocated", "disaggregated")}
-    steps = {k: sorted(w["end_ns"] - w["start_ns"] for w in t["step_windows"]) for k, t in truths.items()}
+    steps = {
+        k: sorted(w["end_ns"] - w["start_ns"] for w in t["step_windows"]) for k, t in truths.items()
+    }
     change = (sum(steps["disaggregated"]) - sum(steps["colocated"])) / sum(steps["colocated"])
-    path = budget(tmp_path, f'[[check]]\nmetric = "overview.step_time_ns"\nmax_increase = {abs(change) + 0.01}\n')
-    done = cli("audit", str(reports["disaggregated"]), "--budget", str(path), "--baseline", str(reports["colocated"]))
+    path = budget(
+        tmp_path,
+        f'[[check]]\nmetric = "overview.step_time_ns"\nmax_increase = {abs(change) + 0.01}\n',
+    )
+    done = cli(
+        "audit",
+        str(reports["disaggregated"]),
+        "--budget",
+        str(path),
+        "--baseline",
+        str(reports["colocated"]),
+    )
     assert done.returncode == 0, done.stdout
     assert f"{'+' if change >= 0 else '-'}{100 * abs(change):.1f}%" in done.stdout
 
@@ -111,9 +153,18 @@ def test_junit_validates_against_the_schema(reports, tmp_path: Path):
 
 def test_github_annotations(reports, tmp_path: Path):
     path = budget(tmp_path, '[[check]]\nmetric = "overview.trainer_idle_fraction"\nmax = 0.2\n')
-    done = cli("audit", str(reports["disaggregated"]), "--budget", str(path), env={"GITHUB_ACTIONS": "true"})
+    done = cli(
+        "audit",
+        str(reports["disaggregated"]),
+        "--budget",
+        str(path),
+        env={"GITHUB_ACTIONS": "true"},
+    )
     assert done.returncode == 1
-    assert any(line.startswith("::error title=rlperf audit%3A overview.trainer_idle_fraction::") for line in done.stdout.splitlines())
+    assert any(
+        line.startswith("::error title=rlperf audit%3A overview.trainer_idle_fraction::")
+        for line in done.stdout.splitlines()
+    )
 
 
 @pytest.mark.parametrize(("text", "words"), [
@@ -132,14 +183,24 @@ def test_bad_budget_is_one_line_and_exit_2(reports, tmp_path: Path, text: str, w
     done = cli("audit", str(reports["colocated"]), "--budget", str(path))
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"rlperf: error: {path}") and words in lines[0], lines
+    assert (
+        len(lines) == 1 and lines[0].startswith(f"rlperf: error: {path}") and words in lines[0]
+    ), lines
 
 
 def test_json_report_written_where_asked(tmp_path: Path):
     """A baseline written into a folder that does not exist yet, the line saying where, and the
     same document as on stdout."""
     out = tmp_path / "perf" / "baseline.json"
-    done = cli("analyze", str(RUNS / "verl_ppo_disaggregated"), "--format", "json", "-o", str(out), "--quiet")
+    done = cli(
+        "analyze",
+        str(RUNS / "verl_ppo_disaggregated"),
+        "--format",
+        "json",
+        "-o",
+        str(out),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "" and f"wrote the json report to {out}" in done.stderr
     shown = cli("analyze", str(RUNS / "verl_ppo_disaggregated"), "--format", "json", "--quiet")
@@ -157,10 +218,20 @@ def test_bad_baseline_and_usage(reports, tmp_path: Path):
 
 def test_metric_paths():
     document = {
-        "overview": [{"metric": "ranks", "value": 8.0}, {"metric": "framework", "value": None, "text": "verl"}],
-        "gpu_time": [{"rank": 0, "idle_ns": 5}, {"rank": 1, "idle_ns": 7}, {"rank": 2, "idle_ns": None}],
-        "sync": [{"dim": "dp", "coll": "all_reduce", "exposed_ns": 3}, {"dim": "dp", "coll": "broadcast", "exposed_ns": 4},
-                 {"dim": "weight_sync", "coll": "broadcast", "exposed_ns": 10}],
+        "overview": [
+            {"metric": "ranks", "value": 8.0},
+            {"metric": "framework", "value": None, "text": "verl"},
+        ],
+        "gpu_time": [
+            {"rank": 0, "idle_ns": 5},
+            {"rank": 1, "idle_ns": 7},
+            {"rank": 2, "idle_ns": None},
+        ],
+        "sync": [
+            {"dim": "dp", "coll": "all_reduce", "exposed_ns": 3},
+            {"dim": "dp", "coll": "broadcast", "exposed_ns": 4},
+            {"dim": "weight_sync", "coll": "broadcast", "exposed_ns": 10},
+        ],
     }
 
     def value(text: str):
@@ -174,7 +245,9 @@ def test_metric_paths():
     assert value("sum:sync[dim=dp].exposed_ns") == (7.0, "")
     assert value("sum:sync[dim!=dp].exposed_ns") == (10.0, "")
     assert value("sync[dim=dp,coll=broadcast].exposed_ns") == (4.0, "")
-    assert value("gpu_time.idle_ns")[0] is None and "matches 2 values" in value("gpu_time.idle_ns")[1]
+    assert (
+        value("gpu_time.idle_ns")[0] is None and "matches 2 values" in value("gpu_time.idle_ns")[1]
+    )
     assert value("overview.framework")[0] is None
     assert "no section 'bubbles'" in value("bubbles.idle_ns")[1]
 
@@ -187,7 +260,11 @@ def test_regression_checks_cover_every_directed_summary_number(reports):
     assert [c.path.field for c in checks] == directed
     assert all(set(c.limits.values()) == {audit.DEFAULT_REGRESSION} for c in checks)
     assert {"step_time_ns", "trainer_idle_fraction", "parallelism"} <= set(directed)
-    worse = {"step_time_ns": "max_increase", "trainer_idle_fraction": "max_increase", "parallelism": "max_decrease"}
+    worse = {
+        "step_time_ns": "max_increase",
+        "trainer_idle_fraction": "max_increase",
+        "parallelism": "max_decrease",
+    }
     assert {c.path.field: c.limits for c in checks if c.path.field in worse} == {
         name: {limit: audit.DEFAULT_REGRESSION} for name, limit in worse.items()}
 
@@ -209,16 +286,28 @@ def test_weight_sync_budget_on_a_sample_run(tmp_path: Path):
     synced = extent = 0
     for step in profiled:
         stages = [s for s in truth["stages"] if s["step"] == step]
-        synced += union_ns([(s["start_ns"], s["end_ns"]) for s in stages if s["stage"] == "weight_sync"])
+        synced += union_ns(
+            [(s["start_ns"], s["end_ns"]) for s in stages if s["stage"] == "weight_sync"]
+        )
         extent += max(s["end_ns"] for s in stages) - min(s["start_ns"] for s in stages)
     want = synced / extent
     assert want == pytest.approx(0.09589, abs=1e-5)
     report = tmp_path / "report.json"
-    assert cli("analyze", str(run), "--format", "json", "-o", str(report), "--quiet").returncode == 0
-    share = next(r["value"] for r in json.loads(report.read_text())["overview"] if r["metric"] == "weight_sync_share")
+    assert (
+        cli("analyze", str(run), "--format", "json", "-o", str(report), "--quiet").returncode == 0
+    )
+    share = next(
+        r["value"]
+        for r in json.loads(report.read_text())["overview"]
+        if r["metric"] == "weight_sync_share"
+    )
     assert abs(share - want) <= WEIGHT_SYNC_TOL, (share, want)
     for limit, status in ((want - 2 * WEIGHT_SYNC_TOL, 1), (want + 2 * WEIGHT_SYNC_TOL, 0)):
-        path = budget(tmp_path, f'[[check]]\nname = "weight sync"\nmetric = "overview.weight_sync_share"\nmax = {limit}\n')
+        path = budget(
+            tmp_path,
+            f'[[check]]\nname = "weight sync"\nmetric = "overview.weight_sync_share"\nmax = '
+            f'{limit}\n',
+        )
         done = cli("audit", str(run), "--budget", str(path), "--quiet")
         assert done.returncode == status, done.stdout
         assert f"overview.weight_sync_share = {100 * share:.1f}%" in done.stdout

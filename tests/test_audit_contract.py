@@ -32,14 +32,18 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def overview(report: Path, name: str) -> float:
-    return next(r["value"] for r in json.loads(report.read_text())["overview"] if r["metric"] == name)
+    return next(
+        r["value"] for r in json.loads(report.read_text())["overview"] if r["metric"] == name
+    )
 
 
 # --- no baseline yet -----------------------------------------------------------------------
 
 
 def test_a_relative_limit_without_a_baseline_passes_with_a_note(report, tmp_path):
-    path = budget(tmp_path, 'name = "step time"\nmetric = "overview.step_time_ns"\nmax_increase = 0.10')
+    path = budget(
+        tmp_path, 'name = "step time"\nmetric = "overview.step_time_ns"\nmax_increase = 0.10'
+    )
     done = rlperf("audit", str(report), "--budget", str(path))
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
@@ -53,7 +57,9 @@ def test_without_a_baseline_the_absolute_limits_of_the_check_still_hold(report, 
     done = rlperf("audit", str(report), "--budget", str(path))
     assert done.returncode == 1
     line = done.stdout.splitlines()[1]
-    assert line.split()[0] == "FAIL" and line.endswith(f"<- above the max {int(ranks - 1)}; {audit.NO_BASELINE}")
+    assert line.split()[0] == "FAIL" and line.endswith(
+        f"<- above the max {int(ranks - 1)}; {audit.NO_BASELINE}"
+    )
 
 
 def test_with_a_baseline_the_relative_limit_is_checked(report):
@@ -62,7 +68,9 @@ def test_with_a_baseline_the_relative_limit_is_checked(report):
     for row in worse["overview"]:
         if row["metric"] == "step_time_ns":
             row["value"] *= 1.5
-    check = audit.Check("step", audit.parse_path("overview.step_time_ns", "t"), {"max_increase": 0.1})
+    check = audit.Check(
+        "step", audit.parse_path("overview.step_time_ns", "t"), {"max_increase": 0.1}
+    )
     assert audit.audit(worse, [check], None).passed
     judged = audit.audit(worse, [check], document)
     assert not judged.passed and "up 50.0% from the baseline" in judged.outcomes[0].message
@@ -75,16 +83,26 @@ def test_an_internal_error_is_exit_3_and_its_checks_are_errors(tmp_path):
     path = budget(tmp_path, 'name = "bubbles"\nmetric = "max:bubbles.idle_ns"\nmax = 1e18',
                   'name = "ranks"\nmetric = "overview.ranks"\nmin = 1')
     junit = tmp_path / "junit.xml"
-    done = rlperf("audit", str(RUN), "--budget", str(path), "--junit", str(junit), "--quiet", fail=SECTION)
+    done = rlperf(
+        "audit", str(RUN), "--budget", str(path), "--junit", str(junit), "--quiet", fail=SECTION
+    )
     assert done.returncode == 3, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("rlperf audit INCOMPLETE: 2 check(s), 0 failed, 1 not evaluated (internal error)")
+    assert lines[0].startswith(
+        "rlperf audit INCOMPLETE: 2 check(s), 0 failed, 1 not evaluated (internal error)"
+    )
     assert lines[1].split()[:2] == ["ERROR", "bubbles"]
-    assert "section bubbles failed: internal error in analyzer.analyses.bubbles: TypeError: boom in section" in lines[1]
+    assert (
+        "section bubbles failed: internal error in analyzer.analyses.bubbles: TypeError: boom in "
+        "section"
+        in lines[1]
+    )
     assert lines[2].split()[:2] == ["PASS", "ranks"]
     assert [line for line in done.stderr.splitlines() if "internal error" in line] == [
-        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in section; "
-        "rerun with --debug for the traceback"]
+        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in "
+        "section; "
+        "rerun with --debug for the traceback"
+    ]
     document = etree.parse(str(junit))
     etree.XMLSchema(etree.parse(str(XSD))).assertValid(document)
     suite = document.getroot()[0]
@@ -95,27 +113,39 @@ def test_an_internal_error_is_exit_3_and_its_checks_are_errors(tmp_path):
 
 def test_an_internal_error_outside_the_sections_is_exit_3(tmp_path):
     path = budget(tmp_path, 'metric = "overview.ranks"\nmin = 1')
-    done = rlperf("audit", str(RUN), "--budget", str(path), "--quiet", fail="analyzer.assemble.assign_ranks")
+    done = rlperf(
+        "audit", str(RUN), "--budget", str(path), "--quiet", fail="analyzer.assemble.assign_ranks"
+    )
     assert done.returncode == 3
     assert done.stderr.strip().splitlines() == [
-        "rlperf: internal error in analyzer.assemble: TypeError: boom in assign_ranks; rerun with --debug for the traceback"]
+        "rlperf: internal error in analyzer.assemble: TypeError: boom in assign_ranks; rerun with "
+        "--debug for the traceback"
+    ]
 
 
 def test_a_report_that_lists_failures_audits_as_exit_3(tmp_path):
     written = tmp_path / "failed.json"
-    made = rlperf("analyze", str(RUN), "--format", "json", "-o", str(written), "--quiet", fail=SECTION)
+    made = rlperf(
+        "analyze", str(RUN), "--format", "json", "-o", str(written), "--quiet", fail=SECTION
+    )
     assert made.returncode == 3
     path = budget(tmp_path, 'metric = "overview.ranks"\nmin = 1')
     done = rlperf("audit", str(written), "--budget", str(path))
     assert done.returncode == 3
     assert done.stdout.startswith("rlperf audit passed: 1 check(s), 0 failed")
     assert done.stderr.strip().splitlines() == [
-        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in section; "
-        "rerun with --debug for the traceback"]
+        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in "
+        "section; "
+        "rerun with --debug for the traceback"
+    ]
 
 
 def test_the_corpus_trace_that_crashed_audits_normally(tmp_path):
-    path = budget(tmp_path, 'metric = "overview.ranks"\nmin = 1', 'metric = "overview.guideline_errors"\nmax = 1000')
+    path = budget(
+        tmp_path,
+        'metric = "overview.ranks"\nmin = 1',
+        'metric = "overview.guideline_errors"\nmax = 1000',
+    )
     done = rlperf("audit", str(HTA / "test.json.gz"), "--budget", str(path), "--quiet")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("rlperf audit passed: 2 check(s), 0 failed")
@@ -147,8 +177,14 @@ def test_annotations_escape_titles_and_messages_as_the_runner_expects():
 
 def test_annotations_from_the_cli_name_the_check_escaped(report, tmp_path):
     ranks = overview(report, "ranks")
-    path = budget(tmp_path, f'name = "ranks, at most {int(ranks) - 1}: 100%"\nmetric = "overview.ranks"\nmax = {ranks - 1}')
+    path = budget(
+        tmp_path,
+        f'name = "ranks, at most {int(ranks) - 1}: 100%"\nmetric = "overview.ranks"\nmax = '
+        f'{ranks - 1}',
+    )
     done = rlperf("audit", str(report), "--budget", str(path), env={"GITHUB_ACTIONS": "true"})
     assert done.returncode == 1
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("::error")]
-    assert line.startswith(f"::error title=rlperf audit%3A ranks%2C at most {int(ranks) - 1}%3A 100%25::")
+    assert line.startswith(
+        f"::error title=rlperf audit%3A ranks%2C at most {int(ranks) - 1}%3A 100%25::"
+    )

@@ -61,7 +61,12 @@ def test_truncated_gzip_with_nothing_usable(tmp_path: Path):
 
 
 def test_wrong_typed_field_names_the_place(tmp_path: Path):
-    doc = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": "soon", "dur": 1}], "schemaVersion": 1}
+    doc = {
+        "traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": "soon", "dur": 1}
+        ],
+        "schemaVersion": 1,
+    }
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps(doc))
     result = rlperf("analyze", str(path), env_cache=tmp_path)
@@ -116,7 +121,10 @@ def test_cut_before_any_event_is_an_error(tmp_path: Path, raw: bytes):
 
 
 def test_invalid_utf8_is_replaced_with_a_warning(tmp_path: Path):
-    doc = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op\xff", "pid": 1, "tid": 1, "ts": 5, "dur": 2}], "schemaVersion": 1}'
+    doc = (
+        b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op\xff", "pid": 1, "tid": 1, '
+        b'"ts": 5, "dur": 2}], "schemaVersion": 1}'
+    )
     path = tmp_path / "t.json"
     path.write_bytes(doc)
     parsed = parsers.parse_file(path)

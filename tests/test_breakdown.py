@@ -61,7 +61,9 @@ def test_stage_time_other_and_shares() -> None:
             (-1, 1, "reward", 50 * MS, 55 * MS),
         ]
     )
-    got = frames.check(compute_breakdown(tl, steps((1, 0, 100 * MS))), frames.BREAKDOWN, "breakdown")
+    got = frames.check(
+        compute_breakdown(tl, steps((1, 0, 100 * MS))), frames.BREAKDOWN, "breakdown"
+    )
     table = {(r["rank"], r["stage"]): (r["time_ns"], r["share"]) for r in got.iter_rows(named=True)}
     assert table == {
         (-1, "reward"): (5 * MS, 0.05),
@@ -77,7 +79,9 @@ def test_stage_time_other_and_shares() -> None:
 
 def test_segments_are_cut_to_their_step_window() -> None:
     tl = timeline([(0, 1, "rollout", -5 * MS, 30 * MS), (0, 2, "rollout", 30 * MS, 45 * MS)])
-    got = compute_breakdown(tl, steps((1, 0, 30 * MS), (2, 30 * MS, 40 * MS))).filter(pl.col("stage") == "rollout")
+    got = compute_breakdown(tl, steps((1, 0, 30 * MS), (2, 30 * MS, 40 * MS))).filter(
+        pl.col("stage") == "rollout"
+    )
     assert got["time_ns"].to_list() == [30 * MS, 10 * MS]
 
 
@@ -86,11 +90,20 @@ def test_critical_path_follows_the_latest_end_with_slack() -> None:
         [
             (0, 1, "rollout", 0, 50 * MS),
             (1, 1, "rollout", 0, 70 * MS),
-            (0, 1, "actor_update", 70 * MS - 50 * US, 100 * MS),  # overlaps rank 1's rollout by 50 µs
+            # overlaps rank 1's rollout by 50 µs
+            (
+                0,
+                1,
+                "actor_update",
+                70 * MS - 50 * US,
+                100 * MS,
+            ),
             (1, 1, "actor_update", 72 * MS, 95 * MS),
         ]
     )
-    chain = frames.check(compute_critical_path(tl, steps((1, 0, 100 * MS))), frames.CRITICAL_PATH, "critical_path")
+    chain = frames.check(
+        compute_critical_path(tl, steps((1, 0, 100 * MS))), frames.CRITICAL_PATH, "critical_path"
+    )
     assert chain.select("rank", "stage").rows() == [(1, "rollout"), (0, "actor_update")]
     summary = critical_summary(chain).row(0, named=True)
     assert (summary["rank"], summary["stage"], summary["depth_ns"]) == (1, "rollout", 100 * MS)
@@ -100,7 +113,11 @@ def test_critical_path_follows_the_latest_end_with_slack() -> None:
 def test_overlap_beyond_the_slack_breaks_the_link() -> None:
     late = 70 * MS - CRITICAL_SLACK_NS - 100 * US
     tl = timeline(
-        [(0, 1, "rollout", 0, 50 * MS), (1, 1, "rollout", 0, 70 * MS), (0, 1, "actor_update", late, 100 * MS)]
+        [
+            (0, 1, "rollout", 0, 50 * MS),
+            (1, 1, "rollout", 0, 70 * MS),
+            (0, 1, "actor_update", late, 100 * MS),
+        ]
     )
     chain = compute_critical_path(tl, steps((1, 0, 100 * MS)))
     assert chain.select("rank", "stage").rows() == [(0, "rollout"), (0, "actor_update")]
@@ -130,7 +147,9 @@ def test_each_step_has_its_own_chain() -> None:
             (1, 2, "weight_sync", 41 * MS, 45 * MS),
         ]
     )
-    summary = critical_summary(compute_critical_path(tl, steps((1, 0, 15 * MS), (2, 15 * MS, 50 * MS))))
+    summary = critical_summary(
+        compute_critical_path(tl, steps((1, 0, 15 * MS), (2, 15 * MS, 50 * MS)))
+    )
     assert summary.select("step", "rank", "stage", "depth_ns").rows() == [
         (1, 1, "rollout", 12 * MS),
         (2, 0, "rollout", 25 * MS),
@@ -160,5 +179,7 @@ def test_vectorised_walk_equals_the_literal_walk(raw: list, rnd) -> None:
     shuffled = rows[:]
     rnd.shuffle(shuffled)
     got = compute_critical_path(timeline(shuffled), steps((1, 0, 10_000 * scale)))
-    assert {(r["rank"], r["stage"], r["start_ns"], r["end_ns"]) for r in got.iter_rows(named=True)} == literal_chain(rows)
+    assert {
+        (r["rank"], r["stage"], r["start_ns"], r["end_ns"]) for r in got.iter_rows(named=True)
+    } == literal_chain(rows)
     assert (got["end_ns"] > got["start_ns"]).all()

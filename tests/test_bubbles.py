@@ -24,26 +24,49 @@ Coll = tuple[int, int, int, int]  # instance, rank, start, end
 
 def steps_frame(windows: list[tuple[int, int, int]]) -> pl.DataFrame:
     step, start, end = (list(c) for c in zip(*windows, strict=True))
-    return frame({"step": step, "start_ns": start, "end_ns": end, "source": ["ProfilerStep"] * len(step)}, frames.STEPS)
+    return frame(
+        {"step": step, "start_ns": start, "end_ns": end, "source": ["ProfilerStep"] * len(step)},
+        frames.STEPS,
+    )
 
 
 def pools_frame(pools: dict[int, str]) -> pl.DataFrame:
     n = len(pools)
-    return frame({"rank": list(pools), "pool": list(pools.values()), "host": ["h"] * n, "device": list(pools)}, frames.POOLS)
+    return frame(
+        {
+            "rank": list(pools),
+            "pool": list(pools.values()),
+            "host": ["h"] * n,
+            "device": list(pools),
+        },
+        frames.POOLS,
+    )
 
 
 def ranges_frame(rows: list[Range]) -> pl.DataFrame:
     n = len(rows)
     rank, step, stage, start, end = transposed(rows, 5)
     return frame(
-        {"rank": rank, "step": step, "stage": stage, "role": ["actor"] * n, "name": stage, "start_ns": start,
-         "end_ns": end, "depth": [0] * n, "inferred": [False] * n, "confidence": [1.0] * n},
+        {
+            "rank": rank,
+            "step": step,
+            "stage": stage,
+            "role": ["actor"] * n,
+            "name": stage,
+            "start_ns": start,
+            "end_ns": end,
+            "depth": [0] * n,
+            "inferred": [False] * n,
+            "confidence": [1.0] * n,
+        },
         frames.STAGE_RANGES,
     )
 
 
 def collectives_frame(rows: list[Coll]) -> pl.DataFrame:
-    return collectives([(inst, rank, "all_reduce", "dp", 2, 1 << 20, a, b, None) for inst, rank, a, b in rows])
+    return collectives(
+        [(inst, rank, "all_reduce", "dp", 2, 1 << 20, a, b, None) for inst, rank, a, b in rows]
+    )
 
 
 def analyse(windows, pools, ranges, acts, colls):
@@ -64,16 +87,32 @@ RANGES: list[Range] = [
     (3, 1, "actor_update", 60, 90),
 ]
 ACTS: list[Act] = [
-    (0, 0, 10, False), (0, 12, 40, False), (0, 92, 95, False),
-    (1, 0, 60, False), (1, 90, 95, False),
-    (2, 60, 70, False), (2, 70, 80, True), (2, 73, 74, False), (2, 80, 88, False), (2, 90, 95, False),
-    (3, 60, 75, False), (3, 75, 80, True), (3, 80, 90, False),
+    (0, 0, 10, False),
+    (0, 12, 40, False),
+    (0, 92, 95, False),
+    (1, 0, 60, False),
+    (1, 90, 95, False),
+    (2, 60, 70, False),
+    (2, 70, 80, True),
+    (2, 73, 74, False),
+    (2, 80, 88, False),
+    (2, 90, 95, False),
+    (3, 60, 75, False),
+    (3, 75, 80, True),
+    (3, 80, 90, False),
 ]
 COLLS: list[Coll] = [(0, 2, 70, 80), (0, 3, 75, 80)]
 EXPECTED = {
     # rank 0: launch gap [10,12), rank 1 still generating [40,60), trainers at work [60,90),
     # waiting inside its weight-sync range [90,92), after its last range [95,100).
-    0: {"productive": 41, "host_bound": 2, "rollout_tail": 20, "pool_wait": 30, "weight_sync": 2, "other": 5},
+    0: {
+        "productive": 41,
+        "host_bound": 2,
+        "rollout_tail": 20,
+        "pool_wait": 30,
+        "weight_sync": 2,
+        "other": 5,
+    },
     1: {"productive": 65, "pool_wait": 30, "other": 5},
     # rank 2: generation runs [0,60); the all-reduce waits for rank 3 over [70,75) except where
     # its own kernel [73,74) runs; a launch gap [88,90) inside actor_update.
@@ -94,20 +133,29 @@ def test_every_cause_of_a_hand_built_disaggregated_step() -> None:
         idle = {r["cause"]: r["idle_ns"] for r in mine.iter_rows(named=True)}
         assert idle == {c: want.get(c, 0) for c in IDLE_CAUSES}, rank
     assert bubbles.filter(pl.col("rank") == 2)["busy_ns"][0] == 33
-    largest = frames.check(compute_largest(states, top=2), frames.LARGEST_BUBBLES, "largest_bubbles")
-    assert largest.rows() == [(3, 1, "pool_wait", 0, 60), (2, 1, "pool_wait", 0, 60)] or largest.rows() == [
-        (2, 1, "pool_wait", 0, 60), (3, 1, "pool_wait", 0, 60)
-    ]
+    largest = frames.check(
+        compute_largest(states, top=2), frames.LARGEST_BUBBLES, "largest_bubbles"
+    )
+    assert largest.rows() == [
+        (3, 1, "pool_wait", 0, 60),
+        (2, 1, "pool_wait", 0, 60),
+    ] or largest.rows() == [(2, 1, "pool_wait", 0, 60), (3, 1, "pool_wait", 0, 60)]
 
 
 def test_rollout_tail_needs_an_own_rollout_and_colocated_ranks_never_pool_wait() -> None:
     ranges = [(0, 1, "rollout", 0, 20), (1, 1, "rollout", 0, 50), (2, 1, "reward", 30, 50)]
     acts = [(0, 0, 20, False), (1, 0, 50, False), (2, 30, 50, False)]
     _, bubbles = analyse([(1, 0, 50)], {0: "rollout", 1: "rollout", 2: "train"}, ranges, acts, [])
-    idle = {(r["rank"], r["cause"]): r["idle_ns"] for r in bubbles.filter(pl.col("idle_ns") > 0).iter_rows(named=True)}
+    idle = {
+        (r["rank"], r["cause"]): r["idle_ns"]
+        for r in bubbles.filter(pl.col("idle_ns") > 0).iter_rows(named=True)
+    }
     assert idle == {(0, "rollout_tail"): 30, (2, "pool_wait"): 30}
     _, shared = analyse([(1, 0, 50)], {0: "shared", 1: "shared", 2: "shared"}, ranges, acts, [])
-    idle = {(r["rank"], r["cause"]): r["idle_ns"] for r in shared.filter(pl.col("idle_ns") > 0).iter_rows(named=True)}
+    idle = {
+        (r["rank"], r["cause"]): r["idle_ns"]
+        for r in shared.filter(pl.col("idle_ns") > 0).iter_rows(named=True)
+    }
     assert idle == {(0, "rollout_tail"): 30, (2, "other"): 30}  # no rollout of its own: no tail
 
 
@@ -123,7 +171,12 @@ def literal(windows, pools, ranges, acts, colls) -> dict[tuple[int, int], dict[s
             arrival[inst] = max(arrival.get(inst, a), a)
     compute = {(r, t) for r, a, b, coll in acts if not coll for t in range(a, b)}
     busy = {(r, t) for r, a, b, _ in acts for t in range(a, b)}
-    waiting = {(r, t) for inst, r, a, b in colls for t in range(a, min(b, arrival.get(inst, a))) if (r, t) not in compute}
+    waiting = {
+        (r, t)
+        for inst, r, a, b in colls
+        for t in range(a, min(b, arrival.get(inst, a)))
+        if (r, t) not in compute
+    }
     out = {}
     for step, w0, w1 in windows:
         mine = {r: [x for x in ranges if x[0] == r and x[1] == step] for r in pools}
@@ -142,12 +195,20 @@ def literal(windows, pools, ranges, acts, colls) -> dict[tuple[int, int], dict[s
                 inside = [x for x in ranges if x[0] == r and x[3] <= t < x[4]]  # of any step
                 if any(x[2] == "weight_sync" for x in inside):
                     cause = "weight_sync"
-                elif pool in ("rollout", "shared") and own_ro_end is not None and t >= own_ro_end and any(
-                    x[0] != r and x[3] <= t < x[4] for x in rollout
+                elif (
+                    pool in ("rollout", "shared")
+                    and own_ro_end is not None
+                    and t >= own_ro_end
+                    and any(x[0] != r and x[3] <= t < x[4] for x in rollout)
                 ):
                     cause = "rollout_tail"
-                elif pool in ("rollout", "train") and not inside and any(
-                    pools.get(x[0]) not in (pool, "shared", None) and x[3] <= t < x[4] for x in ranges
+                elif (
+                    pool in ("rollout", "train")
+                    and not inside
+                    and any(
+                        pools.get(x[0]) not in (pool, "shared", None) and x[3] <= t < x[4]
+                        for x in ranges
+                    )
                 ):
                     cause = "pool_wait"
                 elif (r, t) in waiting:
@@ -167,7 +228,10 @@ def literal(windows, pools, ranges, acts, colls) -> dict[tuple[int, int], dict[s
 def runs(draw):
     n = draw(st.integers(2, 4))
     kinds = draw(st.sampled_from(["colocated", "disaggregated"]))
-    pools = {r: ("shared" if kinds == "colocated" else ("rollout" if r < n // 2 else "train")) for r in range(n)}
+    pools = {
+        r: ("shared" if kinds == "colocated" else ("rollout" if r < n // 2 else "train"))
+        for r in range(n)
+    }
     cut = draw(st.integers(20, 40))
     overlap = draw(st.integers(0, 12))  # one-step-off: step 2 starts before step 1 ends
     windows = [(1, 0, cut), (2, cut - overlap, cut + draw(st.integers(15, 40)))]
@@ -175,7 +239,12 @@ def runs(draw):
     for step, w0, w1 in windows:
         for r in range(n):
             t = w0 + draw(st.integers(0, 5))
-            for stage in draw(st.lists(st.sampled_from(["rollout", "reward", "actor_update", "weight_sync"]), max_size=3)):
+            for stage in draw(
+                st.lists(
+                    st.sampled_from(["rollout", "reward", "actor_update", "weight_sync"]),
+                    max_size=3,
+                )
+            ):
                 length = draw(st.integers(1, 12))
                 if t + length > w1 + 4:  # a range may reach past its window
                     break
@@ -212,16 +281,27 @@ def test_random_runs_follow_the_rules_point_by_point(run, rnd) -> None:
         assert row["productive_ns"] == counts[None]
         assert row["busy_ns"] == counts["busy"]
         assert row["productive_ns"] + sum(counts[c] for c in RULES) == row["window_ns"]
-    totals = bubbles.group_by("rank", "step").agg(pl.col("idle_ns").sum(), pl.col("productive_ns", "window_ns", "busy_ns").first())
+    totals = bubbles.group_by("rank", "step").agg(
+        pl.col("idle_ns").sum(), pl.col("productive_ns", "window_ns", "busy_ns").first()
+    )
     assert (totals["idle_ns"] + totals["productive_ns"] == totals["window_ns"]).all()
-    assert all(low >= 0 for low in bubbles.select(pl.col("idle_ns", "productive_ns", "busy_ns").min()).row(0))
-    assert ((totals["busy_ns"] >= totals["productive_ns"]) & (totals["busy_ns"] <= totals["window_ns"])).all()
+    assert all(
+        low >= 0
+        for low in bubbles.select(pl.col("idle_ns", "productive_ns", "busy_ns").min()).row(0)
+    )
+    assert (
+        (totals["busy_ns"] >= totals["productive_ns"]) & (totals["busy_ns"] <= totals["window_ns"])
+    ).all()
     assert ((states["end_ns"] > states["start_ns"]).all())
-    tiles = intervals.union_length(states, ["rank", "step"], "covered").join(totals, on=["rank", "step"])
+    tiles = intervals.union_length(states, ["rank", "step"], "covered").join(
+        totals, on=["rank", "step"]
+    )
     assert (tiles["covered"] == tiles["window_ns"]).all()
 
     shuffled = [rows[:] for rows in (ranges, acts, colls)]
     for rows in shuffled:
         rnd.shuffle(rows)
-    states2, bubbles2 = analyse(windows, dict(random.Random(1).sample(list(pools.items()), len(pools))), *shuffled)
+    states2, bubbles2 = analyse(
+        windows, dict(random.Random(1).sample(list(pools.items()), len(pools))), *shuffled
+    )
     assert bubbles2.equals(bubbles) and states2.equals(states)

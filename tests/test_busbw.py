@@ -57,7 +57,9 @@ NO_BUS_BANDWIDTH = ("barrier", "other")
 
 def one_call(coll: str, n: int, moved: int = 1000) -> dict:
     calls = [(-1, 0, coll, "dp", n, moved, 0, 10, None)]
-    return compute_by_dim(compute_waits(collectives(calls), activity([(0, 0, 10, True)]))).row(0, named=True)
+    return compute_by_dim(compute_waits(collectives(calls), activity([(0, 0, 10, True)]))).row(
+        0, named=True
+    )
 
 
 @pytest.mark.parametrize(("coll", "n", "busbw"), WORKED, ids=lambda v: str(v))
@@ -79,7 +81,10 @@ def test_every_collective_kind_is_covered() -> None:
 def test_mixed_kinds_are_bytes_weighted() -> None:
     """Two all-gathers of one dimension, 8 ranks: 3000 B in 10 ns (300 × 7/8 = 262.5) and 1000 B
     in 20 ns (50 × 7/8 = 43.75); bytes-weighted: (3000·262.5 + 1000·43.75) / 4000 = 207.8125."""
-    calls = [(-1, 0, "all_gather", "dp", 8, 3000, 0, 10, None), (-1, 0, "all_gather", "dp", 8, 1000, 20, 40, None)]
+    calls = [
+        (-1, 0, "all_gather", "dp", 8, 3000, 0, 10, None),
+        (-1, 0, "all_gather", "dp", 8, 1000, 20, 40, None),
+    ]
     kernels = [(0, 0, 10, True), (0, 20, 40, True)]
     got = compute_by_dim(compute_waits(collectives(calls), activity(kernels))).row(0, named=True)
     assert got["busbw_gbps"] == pytest.approx(207.8125, rel=1e-12)

@@ -46,7 +46,8 @@ def compare(truth: pl.DataFrame, mine: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(bad) if bad else pl.DataFrame()
 
 
-# --- stage durations -------------------------------------------------------------------------------
+# --- stage durations
+# -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ANNOTATED)
@@ -54,22 +55,34 @@ def test_cpu_stage_durations_per_rank_and_step(name: str) -> None:
     run, t = sample_run(name), truth_of(name)
     steps = set(run.steps["step"].to_list())
     rows = [s for s in in_profile_window(t, t["stages"]) if s["step"] in steps]
-    truth = pl.DataFrame(rows).group_by("rank", "step", "stage").agg(
-        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("truth")).cast({"rank": pl.Int32, "step": pl.Int32})
+    truth = (
+        pl.DataFrame(rows)
+        .group_by("rank", "step", "stage")
+        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("truth"))
+        .cast({"rank": pl.Int32, "step": pl.Int32})
+    )
     assert truth.height >= 20
     # measured: at most 0.75 ms off (verl_ppo_disaggregated rank 1's weight sync: the harness's
     # timer brackets the barrier, the trace's range does not), so the 2%-or-1-ms contract is 1.3×
     bad = compare(truth, mine_by_stage(run))
     assert bad.height == 0, bad
     # and nothing staged that the truth does not have (besides rollouts consumed after the capture)
-    extra = mine_by_stage(run).filter(pl.col("step").is_in(list(steps))).join(truth, on=["rank", "step", "stage"], how="anti")
+    extra = (
+        mine_by_stage(run)
+        .filter(pl.col("step").is_in(list(steps)))
+        .join(truth, on=["rank", "step", "stage"], how="anti")
+    )
     assert extra.height == 0, extra
 
 
 @pytest.mark.parametrize("scenario", SYNTHETIC)
 def test_synthetic_stage_durations_per_rank_and_step(synth_dir: Path, scenario: str) -> None:  # noqa: F811
     run, t = synth_run(synth_dir, scenario)
-    durations = pl.DataFrame(t["stage_durations"]).rename({"duration_ns": "truth"}).cast({"rank": pl.Int32, "step": pl.Int32})
+    durations = (
+        pl.DataFrame(t["stage_durations"])
+        .rename({"duration_ns": "truth"})
+        .cast({"rank": pl.Int32, "step": pl.Int32})
+    )
     staged = durations.filter(pl.col("stage") != "other")
     bad = compare(staged, mine_by_stage(run))
     assert bad.height == 0, bad
@@ -77,39 +90,70 @@ def test_synthetic_stage_durations_per_rank_and_step(synth_dir: Path, scenario: 
     # measured: 0 ns off on the four runs (the generator writes ns-exact ranges); 100 µs was allowed
     assert (exact["truth"] == exact["mine"]).all(), exact.filter(pl.col("truth") != pl.col("mine"))
     # "other": what is left of the rank's first-to-last stage range, per docs/analyses.md §3
-    span = run.stage_ranges.group_by("rank", "step").agg((pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span"))
-    other = durations.filter(pl.col("stage") == "other").join(span, on=["rank", "step"]).join(
-        exact.group_by("rank", "step").agg(pl.col("mine").sum().alias("staged")), on=["rank", "step"])
+    span = run.stage_ranges.group_by("rank", "step").agg(
+        (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span")
+    )
+    other = (
+        durations.filter(pl.col("stage") == "other")
+        .join(span, on=["rank", "step"])
+        .join(
+            exact.group_by("rank", "step").agg(pl.col("mine").sum().alias("staged")),
+            on=["rank", "step"],
+        )
+    )
     assert other.height == durations.filter(pl.col("stage") == "other").height
     assert ((other["span"] - other["staged"]) == other["truth"]).all(), other
 
 
 def test_innermost_range_decides_and_nesting_is_cut_out() -> None:
     """A weight_sync range inside gen makes that part weight_sync; gen keeps the rest."""
-    ranges = pl.DataFrame({
-        "rank": [0, 0, 0], "step": [1, 1, 1], "stage": ["rollout", "weight_sync", "rollout"],
-        "role": ["driver", "rollout", "rollout"], "name": ["gen", "update_weights", "generate_sequences"],
-        "start_ns": [0, 10, 40], "end_ns": [100, 30, 90], "depth": [0, 1, 1],
-        "inferred": [False] * 3, "confidence": [1.0] * 3,
-    }).cast(frames.STAGE_RANGES)
+    ranges = pl.DataFrame(
+        {
+            "rank": [0, 0, 0],
+            "step": [1, 1, 1],
+            "stage": ["rollout", "weight_sync", "rollout"],
+            "role": ["driver", "rollout", "rollout"],
+            "name": ["gen", "update_weights", "generate_sequences"],
+            "start_ns": [0, 10, 40],
+            "end_ns": [100, 30, 90],
+            "depth": [0, 1, 1],
+            "inferred": [False] * 3,
+            "confidence": [1.0] * 3,
+        }
+    ).cast(frames.STAGE_RANGES)
     tl = frames.check(timeline(ranges), frames.STAGE_TIMELINE, "timeline")
     assert tl.select("stage", "name", "start_ns", "end_ns").rows() == [
-        ("rollout", "gen", 0, 10), ("weight_sync", "update_weights", 10, 30), ("rollout", "gen", 30, 40),
-        ("rollout", "generate_sequences", 40, 90), ("rollout", "gen", 90, 100),
+        ("rollout", "gen", 0, 10),
+        ("weight_sync", "update_weights", 10, 30),
+        ("rollout", "gen", 30, 40),
+        ("rollout", "generate_sequences", 40, 90),
+        ("rollout", "gen", 90, 100),
     ]
 
 
 def test_every_piece_of_a_cut_range_keeps_its_confidence() -> None:
     """An inferred update cut by a named optimizer range inside it: both of its pieces carry
     its confidence, the named range its own (classified rows take it from the segments)."""
-    ranges = pl.DataFrame({
-        "rank": [0, 0], "step": [1, 1], "stage": ["actor_update", "actor_update"], "role": ["actor", "actor"],
-        "name": ["inferred actor_update", "Optimizer.step#AdamW.step"], "start_ns": [0, 60], "end_ns": [100, 80],
-        "depth": [0, 1], "inferred": [True, False], "confidence": [0.9, 1.0],
-    }).cast(frames.STAGE_RANGES)
+    ranges = pl.DataFrame(
+        {
+            "rank": [0, 0],
+            "step": [1, 1],
+            "stage": ["actor_update", "actor_update"],
+            "role": ["actor", "actor"],
+            "name": ["inferred actor_update", "Optimizer.step#AdamW.step"],
+            "start_ns": [0, 60],
+            "end_ns": [100, 80],
+            "depth": [0, 1],
+            "inferred": [True, False],
+            "confidence": [0.9, 1.0],
+        }
+    ).cast(frames.STAGE_RANGES)
     tl = timeline(ranges, keep=["confidence"])
     assert tl.select("name", "start_ns", "end_ns").rows() == [
-        ("inferred actor_update", 0, 60), ("Optimizer.step#AdamW.step", 60, 80), ("inferred actor_update", 80, 100)]
+        ("inferred actor_update", 0, 60),
+        ("Optimizer.step#AdamW.step", 60, 80),
+        ("inferred actor_update", 80, 100),
+    ]
     assert tl["confidence"].to_list() == pytest.approx([0.9, 1.0, 0.9])
     assert timeline(ranges).columns == list(frames.STAGE_TIMELINE)
 
@@ -118,7 +162,9 @@ def test_composite_timers_are_not_stages_and_generic_rules_yield_to_framework_on
     run = sample_run("openrlhf_ppo_disaggregated")
     names = set(run.stage_ranges["name"].to_list())
     assert not names & {"make_experience", "ppo_train"}
-    assert not any(n.startswith("Optimizer.") for n in names), "optimizer steps inside CriticModelActor.fit stay critic_update"
+    assert not any(n.startswith("Optimizer.") for n in names), (
+        "optimizer steps inside CriticModelActor.fit stay critic_update"
+    )
     crit = run.stage_timeline.filter(pl.col("rank") == 1, pl.col("stage") == "critic_update")
     assert crit.height and set(crit["name"].to_list()) == {"CriticModelActor.fit"}
 
@@ -139,7 +185,12 @@ def test_pools_and_devices_of_synthetic_runs(synth_dir: Path, scenario: str) -> 
     run, t = synth_run(synth_dir, scenario)
     pools = run.pools
     truth = {e["rank"]: (e["pool"], e["device"], e["host"]) for e in t["ranks"]}
-    assert {r: (p, d, h) for r, p, h, d in pools.select("rank", pl.col("pool").cast(pl.String), "host", "device").iter_rows()} == truth
+    assert {
+        r: (p, d, h)
+        for r, p, h, d in pools.select(
+            "rank", pl.col("pool").cast(pl.String), "host", "device"
+        ).iter_rows()
+    } == truth
 
 
 def test_gpu_work_takes_the_stage_of_the_range_enclosing_its_launch(synth_dir: Path) -> None:  # noqa: F811
@@ -154,12 +205,20 @@ def test_gpu_work_takes_the_stage_of_the_range_enclosing_its_launch(synth_dir: P
     assert backward.height and set(backward["stage"].cast(pl.String).to_list()) == {"actor_update"}
     # the stage is the one of the timeline at the launch (the runtime call with the same
     # correlation id), not at the kernel's own start
-    launches = cl.filter(pl.col("kind") == "runtime").select("source", "corr", pl.col("start_ns").alias("launch"))
+    launches = cl.filter(pl.col("kind") == "runtime").select(
+        "source", "corr", pl.col("start_ns").alias("launch")
+    )
     linked = kernels.join(launches, on=["source", "corr"])
     assert linked.height == kernels.height
-    tl = run.stage_timeline.sort("start_ns").select("rank", pl.col("start_ns").alias("launch"), pl.col("end_ns").alias("_e"),
-                                                    pl.col("stage").alias("at_launch"))
-    at = linked.sort("launch").join_asof(tl, on="launch", by="rank", strategy="backward", check_sortedness=False)
+    tl = run.stage_timeline.sort("start_ns").select(
+        "rank",
+        pl.col("start_ns").alias("launch"),
+        pl.col("end_ns").alias("_e"),
+        pl.col("stage").alias("at_launch"),
+    )
+    at = linked.sort("launch").join_asof(
+        tl, on="launch", by="rank", strategy="backward", check_sortedness=False
+    )
     assert (at["stage"] == at["at_launch"]).all()
     assert (at["launch"] < at["_e"]).all()
     assert (at["launch"] < at["start_ns"]).all()
@@ -173,11 +232,15 @@ def test_classified_keeps_the_event_table_and_adds_the_contract_columns(synth_di
     assert cl.height == run.events.height
     colls = cl.filter(pl.col("coll").is_not_null())
     assert colls["dim"].null_count() == 0
-    assert cl.filter(pl.col("coll").is_null())["dim"].null_count() == cl.filter(pl.col("coll").is_null()).height
+    assert (
+        cl.filter(pl.col("coll").is_null())["dim"].null_count()
+        == cl.filter(pl.col("coll").is_null()).height
+    )
     assert set(cl["pool"].drop_nulls().cast(pl.String).unique().to_list()) == {"rollout", "train"}
 
 
-# --- collectives -----------------------------------------------------------------------------------
+# --- collectives
+# -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("scenario", SYNTHETIC)
@@ -186,13 +249,22 @@ def test_collectives_by_dimension_match_the_truth(synth_dir: Path, scenario: str
     coll = frames.check(run.collectives, frames.COLLECTIVE_INSTANCES, "collectives")
     assert (coll["instance"] >= 0).all()
     mine = coll.group_by(pl.col("dim").cast(pl.String)).agg(
-        pl.len().alias("count"), pl.col("bytes").sum(), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("time_ns"))
+        pl.len().alias("count"),
+        pl.col("bytes").sum(),
+        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("time_ns"),
+    )
     truth = pl.DataFrame(t["collectives_by_dim"]).select("dim", "count", "bytes", "time_ns")
     assert mine.sort("dim").select(truth.columns).cast(truth.schema).equals(truth.sort("dim"))
     # every member of an instance is one call of the same collective in the same group
     p2p = pl.col("coll").is_in(["send", "recv"])
-    per = coll.group_by("instance").agg(pl.col("rank").n_unique(), pl.len(), pl.col("coll").filter(~p2p).n_unique().alias("kinds"),
-                                       p2p.sum().alias("p2p"), pl.col("pg_ranks").first(), pl.col("group_size").first())
+    per = coll.group_by("instance").agg(
+        pl.col("rank").n_unique(),
+        pl.len(),
+        pl.col("coll").filter(~p2p).n_unique().alias("kinds"),
+        p2p.sum().alias("p2p"),
+        pl.col("pg_ranks").first(),
+        pl.col("group_size").first(),
+    )
     assert (per["rank"] == per["len"]).all()
     assert ((per["kinds"] == 1) & (per["p2p"] == 0) | (per["kinds"] == 0) & (per["p2p"] == 2)).all()
     assert (per["len"] == per["group_size"]).all()
@@ -229,7 +301,11 @@ def test_cpu_collectives_get_their_group_and_dimension(name: str) -> None:
     mine = coll.group_by("pg_ranks", pl.col("dim").cast(pl.String)).len().sort("pg_ranks", "dim")
     expect = truth.group_by("pg_ranks", "dim").len().sort("pg_ranks", "dim")
     assert mine.select("pg_ranks", "dim").rows() == expect.select("pg_ranks", "dim").rows()
-    calls = coll.group_by("rank", "coll", pl.col("dim").cast(pl.String)).len().sort("rank", "coll", "dim")
+    calls = (
+        coll.group_by("rank", "coll", pl.col("dim").cast(pl.String))
+        .len()
+        .sort("rank", "coll", "dim")
+    )
     expect = truth.group_by("rank", "coll", "dim").len().sort("rank", "coll", "dim")
     assert calls.rows() == expect.rows()
 
@@ -258,13 +334,45 @@ def test_real_corpus_group_names_resolve_through_pg_config() -> None:
 
 def test_description_rules() -> None:
     rules = tc.load_rules()
-    descs = ["TENSOR_MODEL_PARALLEL_GROUP", "DATA_PARALLEL_GROUP_WITH_CP", "PIPELINE_MODEL_PARALLEL_GROUP",
-             "EMBEDDING_GROUP", "CONTEXT_PARALLEL_GROUP", "EXPERT_MODEL_PARALLEL_GROUP", "EXPERT_DATA_PARALLEL_GROUP",
-             "TENSOR_AND_DATA_PARALLEL_GROUP", "mesh_fsdp", "mesh_dp", "mesh_sp", "mesh_tp", "default_pg",
-             "undefined", "weight_sync", "openrlhf", "my_custom_group"]
+    descs = [
+        "TENSOR_MODEL_PARALLEL_GROUP",
+        "DATA_PARALLEL_GROUP_WITH_CP",
+        "PIPELINE_MODEL_PARALLEL_GROUP",
+        "EMBEDDING_GROUP",
+        "CONTEXT_PARALLEL_GROUP",
+        "EXPERT_MODEL_PARALLEL_GROUP",
+        "EXPERT_DATA_PARALLEL_GROUP",
+        "TENSOR_AND_DATA_PARALLEL_GROUP",
+        "mesh_fsdp",
+        "mesh_dp",
+        "mesh_sp",
+        "mesh_tp",
+        "default_pg",
+        "undefined",
+        "weight_sync",
+        "openrlhf",
+        "my_custom_group",
+    ]
     got = tc.description_dims(pl.Series(descs), rules).to_list()
-    assert got == ["tp", "dp", "pp", "pp", "cp", "ep", "dp", "dp", "fsdp", "dp", "sp", "tp", "world",
-                   None, "weight_sync", "weight_sync", None]
+    assert got == [
+        "tp",
+        "dp",
+        "pp",
+        "pp",
+        "cp",
+        "ep",
+        "dp",
+        "dp",
+        "fsdp",
+        "dp",
+        "sp",
+        "tp",
+        "world",
+        None,
+        "weight_sync",
+        "weight_sync",
+        None,
+    ]
 
 
 def test_megatron_layout_names_groups_by_their_rank_pattern() -> None:
@@ -274,7 +382,11 @@ def test_megatron_layout_names_groups_by_their_rank_pattern() -> None:
     groups = ["0,1", "0,2", "0,4", "0,8", "4,6", "1,3", "1,5", "0,1,2,3"]
     assert tc.layout_dims(groups, pool, layout) == ["tp", "cp", "dp", "pp", "cp", "cp", "dp", None]
     inferred = tc.infer_layout([("tp", "0,1"), ("pp", "0,8")], tc.Layout(), 16)
-    assert tc.layout_dims(["0,4", "2,6"], pool, inferred) == [None, None]  # cp unknown: 2·2·dp = 16 needs dp=4
+    # cp unknown: 2·2·dp = 16 needs dp=4
+    assert tc.layout_dims(["0,4", "2,6"], pool, inferred) == [
+        None,
+        None,
+    ]
     assert tc.layout_dims(["0,2,4,6"], pool, inferred) == ["dp"]
 
 
@@ -287,19 +399,51 @@ def test_layout_order_given_by_the_user() -> None:
 
 
 def test_layout_without_degrees_still_reads_the_rank_pattern() -> None:
-    assert tc.layout_dims(["4,5", "4,6", "4,5,6,7", "1,5"], [4, 5, 6, 7], tc.Layout()) == ["tp", "dp", "dp", None]
+    assert tc.layout_dims(["4,5", "4,6", "4,5,6,7", "1,5"], [4, 5, 6, 7], tc.Layout()) == [
+        "tp",
+        "dp",
+        "dp",
+        None,
+    ]
 
 
 def test_pattern_rules_when_there_is_no_group_metadata() -> None:
     rules = tc.load_rules()
-    frame = pl.DataFrame({
-        "coll": ["broadcast", "all_reduce", "all_reduce", "all_reduce", "all_gather", "all_to_all", "send", "barrier", "all_reduce"],
-        "stage": ["weight_sync", "rollout", "actor_update", "actor_update", "actor_update", "actor_update", "actor_update", None, None],
-        "bytes": [1, 1, 50_000_000, 1_000, 1, 1, 1, 0, 1],
-    })
+    frame = pl.DataFrame(
+        {
+            "coll": [
+                "broadcast",
+                "all_reduce",
+                "all_reduce",
+                "all_reduce",
+                "all_gather",
+                "all_to_all",
+                "send",
+                "barrier",
+                "all_reduce",
+            ],
+            "stage": [
+                "weight_sync",
+                "rollout",
+                "actor_update",
+                "actor_update",
+                "actor_update",
+                "actor_update",
+                "actor_update",
+                None,
+                None,
+            ],
+            "bytes": [1, 1, 50_000_000, 1_000, 1, 1, 1, 0, 1],
+        }
+    )
     got = frame.select(tc.pattern_dim(rules).cast(pl.String).alias("dim"))["dim"].to_list()
     assert got == ["weight_sync", "tp", "dp", "tp", "fsdp", "ep", "pp", "world", "unknown"]
-    names = pl.Series(["void vllm::cross_device_reduce_1stage<float, 8>(...)", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"])
+    names = pl.Series(
+        [
+            "void vllm::cross_device_reduce_1stage<float, 8>(...)",
+            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+        ]
+    )
     assert tc.kernel_dims(names, rules).to_list() == ["tp", None]
 
 
@@ -307,7 +451,10 @@ def test_user_collective_rules_come_first(tmp_path: Path) -> None:
     user = tmp_path / "mine.toml"
     user.write_text('[[description]]\nmatch = "^my_custom_group$"\ndim = "ep"\n')
     rules = tc.load_rules(user)
-    assert tc.description_dims(pl.Series(["my_custom_group", "default_pg"]), rules).to_list() == ["ep", "world"]
+    assert tc.description_dims(pl.Series(["my_custom_group", "default_pg"]), rules).to_list() == [
+        "ep",
+        "world",
+    ]
     bad = tmp_path / "bad.toml"
     bad.write_text('[[description]]\nmatch = "x"\ndim = "zz"\n')
     with pytest.raises(tc.CollectiveRulesError, match="unknown dim"):
@@ -318,22 +465,37 @@ def test_every_product_from_scratch_holds_rows_of_its_contract(synth_dir: Path) 
     """Every product of a synthetic run, all from scratch, in its contract's shape and not empty
     (the speed of a 64-rank run is measured in benchmarks/analyze_scale.py)."""
     run = analyzer.load([synth_dir / "stage_fused"])
-    contracts = {"clock": frames.CLOCK, "steps": frames.STEPS, "stage_timeline": frames.STAGE_TIMELINE, "pools": frames.POOLS,
-                 "classified": frames.CLASSIFIED_COLUMNS, "collectives": frames.COLLECTIVE_INSTANCES, "activity": frames.ACTIVITY}
+    contracts = {
+        "clock": frames.CLOCK,
+        "steps": frames.STEPS,
+        "stage_timeline": frames.STAGE_TIMELINE,
+        "pools": frames.POOLS,
+        "classified": frames.CLASSIFIED_COLUMNS,
+        "collectives": frames.COLLECTIVE_INSTANCES,
+        "activity": frames.ACTIVITY,
+    }
     for product, schema in contracts.items():
         assert frames.check(run.product(product), schema, product).height > 0, product
-    assert run.placement["placement"] in PLACEMENTS and run.placement["execution"] in EXECUTION_MODES
+    assert (
+        run.placement["placement"] in PLACEMENTS and run.placement["execution"] in EXECUTION_MODES
+    )
 
 
 def test_gpu_work_without_its_launch_takes_the_device_annotation() -> None:
     """HTA's nccl_data.json.gz with its runtime calls removed: every kernel loses its launch,
     yet keeps its stage through the device-side ``gpu_user_annotation`` enclosing it."""
     run = analyzer.load([CORPUS / "HolisticTraceAnalysis" / "nccl_data.json.gz"])
-    bare = analyzer.Run(sources=run.sources, events=run.events.filter(pl.col("kind") != "runtime"), metrics=run.metrics)
+    bare = analyzer.Run(
+        sources=run.sources,
+        events=run.events.filter(pl.col("kind") != "runtime"),
+        metrics=run.metrics,
+    )
     with_launch = run.classified.filter(pl.col("kind") == "kernel")["stage"]
     without = bare.classified.filter(pl.col("kind") == "kernel")["stage"]
     assert with_launch.drop_nulls().len() == without.drop_nulls().len() > 1000
-    assert (with_launch.cast(pl.String).fill_null("") == without.cast(pl.String).fill_null("")).all()
+    assert (
+        with_launch.cast(pl.String).fill_null("") == without.cast(pl.String).fill_null("")
+    ).all()
 
 
 # --- invariants ----------------------------------------------------------------------------------
@@ -351,13 +513,23 @@ def nested_ranges(draw: st.DrawFn) -> pl.DataFrame:
             b = draw(st.integers(a + 1, max(a + 1, end)))
             if b > end or a >= b:
                 break
-            rows.append({"rank": rank, "start_ns": a, "end_ns": b, "stage": draw(st.sampled_from(STAGE_NAMES[:13]))})
+            rows.append(
+                {
+                    "rank": rank,
+                    "start_ns": a,
+                    "end_ns": b,
+                    "stage": draw(st.sampled_from(STAGE_NAMES[:13])),
+                }
+            )
             grow(rank, a, b, level + 1)
             cursor = b
 
     for rank in range(draw(st.integers(1, 3))):
         grow(rank, 0, 10_000, 0)
-    return pl.DataFrame(rows, schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "stage": pl.String})
+    return pl.DataFrame(
+        rows,
+        schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "stage": pl.String},
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -365,26 +537,51 @@ def nested_ranges(draw: st.DrawFn) -> pl.DataFrame:
 def test_timeline_is_the_innermost_range_at_every_point(frame: pl.DataFrame) -> None:
     if frame.height == 0:
         return
-    ranges = frame.with_columns(
-        pl.lit(1, pl.Int32).alias("step"), pl.lit(None, pl.String).alias("role"), pl.format("r{}", pl.int_range(pl.len())).alias("name"),
-        nesting_depth(frame, ["rank"]).alias("depth"), pl.lit(False).alias("inferred"), pl.lit(1.0).alias("confidence"),
-    ).select(list(frames.STAGE_RANGES)).cast(frames.STAGE_RANGES)
+    ranges = (
+        frame.with_columns(
+            pl.lit(1, pl.Int32).alias("step"),
+            pl.lit(None, pl.String).alias("role"),
+            pl.format("r{}", pl.int_range(pl.len())).alias("name"),
+            nesting_depth(frame, ["rank"]).alias("depth"),
+            pl.lit(False).alias("inferred"),
+            pl.lit(1.0).alias("confidence"),
+        )
+        .select(list(frames.STAGE_RANGES))
+        .cast(frames.STAGE_RANGES)
+    )
     tl = timeline(ranges)
     # disjoint, and together exactly the union of the ranges
     ordered = tl.sort("rank", "start_ns")
     assert (ordered["start_ns"] < ordered["end_ns"]).all()
-    assert (ordered.select((pl.col("start_ns") >= pl.col("end_ns").shift(1).over("rank")).fill_null(True))["start_ns"]).all()
+    assert (
+        ordered.select(
+            (pl.col("start_ns") >= pl.col("end_ns").shift(1).over("rank")).fill_null(True)
+        )["start_ns"]
+    ).all()
     from analyzer import intervals
-    assert intervals.union_length(tl, ["rank"]).sort("rank").equals(intervals.union_length(ranges, ["rank"]).sort("rank"))
+
+    assert (
+        intervals.union_length(tl, ["rank"])
+        .sort("rank")
+        .equals(intervals.union_length(ranges, ["rank"]).sort("rank"))
+    )
     # every segment belongs to the deepest range covering its start
     for row in tl.iter_rows(named=True):
-        covering = ranges.filter((pl.col("rank") == row["rank"]) & (pl.col("start_ns") <= row["start_ns"]) & (pl.col("end_ns") >= row["end_ns"]))
+        covering = ranges.filter(
+            (pl.col("rank") == row["rank"])
+            & (pl.col("start_ns") <= row["start_ns"])
+            & (pl.col("end_ns") >= row["end_ns"])
+        )
         assert covering.sort("depth")["name"][-1] == row["name"]
 
 
 def test_products_do_not_depend_on_event_order(synth_dir: Path) -> None:  # noqa: F811
     run, _ = synth_run(synth_dir, "one_step_off")
-    shuffled = analyzer.Run(sources=run.sources, events=run.events.sample(fraction=1.0, shuffle=True, seed=5), metrics=run.metrics)
+    shuffled = analyzer.Run(
+        sources=run.sources,
+        events=run.events.sample(fraction=1.0, shuffle=True, seed=5),
+        metrics=run.metrics,
+    )
     for product in ("clock", "steps", "stage_timeline", "pools", "collectives"):
         a, b = run.product(product), shuffled.product(product)
         key = [c for c in ("rank", "step", "start_ns", "instance") if c in a.columns]

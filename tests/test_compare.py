@@ -41,7 +41,8 @@ def idle_fractions(truth: dict) -> dict[str, float]:
 
 
 def stage_time_per_step(truth: dict) -> dict[str, float]:
-    """Per stage: Σ over steps of (its time summed over the ranks running it / those ranks), ÷ steps."""
+    """Per stage: Σ over steps of (its time summed over the ranks running it / those ranks), ÷
+    steps."""
     per_step: dict[tuple[int, str], int] = defaultdict(int)
     ranks: dict[tuple[int, str], set[int]] = defaultdict(set)
     steps = {row["step"] for row in truth["stage_durations"]}
@@ -80,7 +81,9 @@ def test_stage_and_busy_deltas_are_the_truths(result, folders):
         r = row(result, f"stage.{stage}")
         assert r["delta disaggregated"] == pytest.approx(b[stage] - a[stage], rel=1e-9)
         close = abs(a[stage] - b[stage]) <= TIE_TOLERANCE * max(a[stage], b[stage])
-        assert r["winner"] == ("tie" if close else "colocated" if a[stage] < b[stage] else "disaggregated")
+        assert r["winner"] == (
+            "tie" if close else "colocated" if a[stage] < b[stage] else "disaggregated"
+        )
     busy = row(result, "overview.gpu_busy_ns")
     expected = [sum(d["busy_ns"] for d in t["devices"]) for t in (ta, tb)]
     assert busy["colocated"] == expected[0]
@@ -120,10 +123,14 @@ def truth_overview(truth: dict) -> dict[str, float]:
         work[d["step"]] += d["productive_busy_ns"]
     depth = {c["step"]: c["length_ns"] for c in truth["critical_path"]}
     return {
-        "ranks": len({r["rank"] for r in truth["ranks"] if r["rank"] >= 0}), "steps": len(windows),
-        "step_time_ns": statistics.median(windows), "step_time_max_ns": max(windows),
-        "gpu_busy_ns": sum(d["busy_ns"] for d in devices), "idle_fraction": idle({"train", "rollout", "shared"}),
-        "trainer_idle_fraction": idle({"train", "shared"}), "rollout_idle_fraction": idle({"rollout", "shared"}),
+        "ranks": len({r["rank"] for r in truth["ranks"] if r["rank"] >= 0}),
+        "steps": len(windows),
+        "step_time_ns": statistics.median(windows),
+        "step_time_max_ns": max(windows),
+        "gpu_busy_ns": sum(d["busy_ns"] for d in devices),
+        "idle_fraction": idle({"train", "rollout", "shared"}),
+        "trainer_idle_fraction": idle({"train", "shared"}),
+        "rollout_idle_fraction": idle({"rollout", "shared"}),
         "weight_sync_share": truth_stage_share(truth, {"weight_sync"}),
         "parallelism": statistics.mean(work[s] / depth[s] for s in depth),
     }
@@ -142,7 +149,14 @@ off in a 150 ms window is 7e-9."""
 def test_cli_json_overview_is_the_truths(tmp_path: Path, folders):
     """The real analyses through ``rlperf compare``: each run's headline numbers and the deltas
     are the ones its truth.json gives; the rest are each run's own ``analyze`` report."""
-    done = cli("compare", *map(str, folders), *(a for label in LABELS for a in ("--label", label)), "--format", "json", "--quiet")
+    done = cli(
+        "compare",
+        *map(str, folders),
+        *(a for label in LABELS for a in ("--label", label)),
+        "--format",
+        "json",
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert document["runs"] == LABELS and document["baseline"] == LABELS[0]
@@ -150,16 +164,26 @@ def test_cli_json_overview_is_the_truths(tmp_path: Path, folders):
     reports = []
     for path in folders:
         out = tmp_path / f"{path.name}.json"
-        assert cli("analyze", str(path), "--format", "json", "-o", str(out), "--quiet").returncode == 0
+        assert (
+            cli("analyze", str(path), "--format", "json", "-o", str(out), "--quiet").returncode == 0
+        )
         reports.append({r["metric"]: r["value"] for r in json.loads(out.read_text())["overview"]})
-    overview = {m["metric"].removeprefix("overview."): m for m in document["metrics"] if m["metric"].startswith("overview.")}
+    overview = {
+        m["metric"].removeprefix("overview."): m
+        for m in document["metrics"]
+        if m["metric"].startswith("overview.")
+    }
     assert set(overview) == set(truths[0]) | NO_TRUTH
     for name, metric in overview.items():
         want = [t[name] for t in truths] if name in truths[0] else [r[name] for r in reports]
         assert all(w is not None for w in want), name
-        assert metric["values"] == {LABELS[0]: pytest.approx(want[0], rel=OVERVIEW_REL, abs=0),
-                                    LABELS[1]: pytest.approx(want[1], rel=OVERVIEW_REL, abs=0)}, name
-        assert metric["delta"][LABELS[1]] == pytest.approx(want[1] - want[0], rel=OVERVIEW_REL, abs=0), name
+        assert metric["values"] == {
+            LABELS[0]: pytest.approx(want[0], rel=OVERVIEW_REL, abs=0),
+            LABELS[1]: pytest.approx(want[1], rel=OVERVIEW_REL, abs=0),
+        }, name
+        assert metric["delta"][LABELS[1]] == pytest.approx(
+            want[1] - want[0], rel=OVERVIEW_REL, abs=0
+        ), name
 
 
 @pytest.mark.parametrize("fmt", ["text", "md", "html"])
@@ -176,7 +200,9 @@ def test_cli_formats(tmp_path: Path, fmt: str):
 def test_cli_bad_usage():
     done = cli("compare", str(RUNS / "verl_grpo_colocated"), "--quiet")
     assert done.returncode == 2 and "two runs" in done.stderr
-    done = cli("compare", str(RUNS / "verl_grpo_colocated"), str(RUNS / "trl_grpo"), "-l", "a", "--quiet")
+    done = cli(
+        "compare", str(RUNS / "verl_grpo_colocated"), str(RUNS / "trl_grpo"), "-l", "a", "--quiet"
+    )
     assert done.returncode == 2 and "one label per run" in done.stderr
 
 

@@ -29,7 +29,8 @@ WORKERS = 3
 FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file()) if CORPUS.is_dir() else []
 FOLDERS = sorted({CORPUS, *(p for p in CORPUS.rglob("*") if p.is_dir())}) if CORPUS.is_dir() else []
 RUNS_LISTING = re.compile(
-    r"rlperf: error: (?P<path>.+): (?P<n>\d+) separate runs found \(.+\); rlperf analyses one run at a time\n"
+    r"rlperf: error: (?P<path>.+): (?P<n>\d+) separate runs found \(.+\); rlperf analyses one run "
+    r"at a time\n"
     r"(?P<runs>(?:  run \d+: .+\n)+)"
     r"choose one with --run K .+\n?"
 )
@@ -46,10 +47,20 @@ def results() -> dict[Path, subprocess.CompletedProcess]:
     env.pop("GITHUB_ACTIONS", None)
 
     def analyse(path: Path) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-c", "from analyzer.cli import main; main()", "analyze", str(path),
-                   "--format", "json", "--quiet"]
+        command = [
+            sys.executable,
+            "-c",
+            "from analyzer.cli import main; main()",
+            "analyze",
+            str(path),
+            "--format",
+            "json",
+            "--quiet",
+        ]
         try:
-            return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT, env=env)
+            return subprocess.run(
+                command, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT, env=env
+            )
         except subprocess.TimeoutExpired:
             return subprocess.CompletedProcess(command, -1, "", f"timed out after {TIMEOUT_S} s")
 
@@ -70,7 +81,10 @@ def check_outcome(path: Path, done: subprocess.CompletedProcess, *, listing_allo
             assert int(listed["n"]) >= 2 and len(listed["runs"].splitlines()) == int(listed["n"])
             return
         assert len(lines) == 1, done.stderr
-        assert lines[0].startswith(f"rlperf: error: {path}"), lines[0]  # the input, or a file inside it
+        # the input, or a file inside it
+        assert lines[0].startswith(f"rlperf: error: {path}"), lines[
+            0
+        ]
         return
     report = assert_bounded(done.stdout)
     assert report["failures"] == []

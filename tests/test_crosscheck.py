@@ -16,7 +16,9 @@ HTA_TRACES = CORPUS / "HolisticTraceAnalysis"
 
 
 def crosscheck_json(path: Path) -> dict:
-    done = cli("crosscheck", str(path), "--format", "json", "--quiet", env={"HTA_DISABLE_NS_ROUNDING": "0"})
+    done = cli(
+        "crosscheck", str(path), "--format", "json", "--quiet", env={"HTA_DISABLE_NS_ROUNDING": "0"}
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -57,18 +59,35 @@ def test_cpu_only_trace_is_reported_not_crashed():
 
 
 def test_text_output_names_the_reasons():
-    done = cli("crosscheck", str(HTA_TRACES / "nccl_data.json.gz"), "--quiet", env={"HTA_DISABLE_NS_ROUNDING": "0", "COLUMNS": "200"})
+    done = cli(
+        "crosscheck",
+        str(HTA_TRACES / "nccl_data.json.gz"),
+        "--quiet",
+        env={"HTA_DISABLE_NS_ROUNDING": "0", "COLUMNS": "200"},
+    )
     assert done.returncode == 0, done.stderr
-    assert "rlperf vs HTA" in done.stdout and "ns_rounding" in done.stdout and "DIFFERS" not in done.stdout
+    assert (
+        "rlperf vs HTA" in done.stdout
+        and "ns_rounding" in done.stdout
+        and "DIFFERS" not in done.stdout
+    )
 
 
 def test_without_hta_installed_one_line_error():
     code = "import sys; sys.modules['hta'] = None; from analyzer.cli import main; main()"
-    done = subprocess.run([sys.executable, "-c", code, "crosscheck", str(HTA_TRACES / "nccl_data.json.gz")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code, "crosscheck", str(HTA_TRACES / "nccl_data.json.gz")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'rlperf[hta]'" in lines[0] and "Traceback" not in done.stderr
+    assert (
+        len(lines) == 1
+        and "pip install 'rlperf[hta]'" in lines[0]
+        and "Traceback" not in done.stderr
+    )
 
 
 def test_a_run_without_profiler_traces():

@@ -20,7 +20,11 @@ TRL_RUN = ROOT / "sample_traces" / "runs" / "trl_grpo"
 
 def test_format_is_told_by_content_not_extension(tmp_path: Path):
     trace = tmp_path / "renamed.txt"
-    trace.write_bytes(gzip.decompress((CORPUS / "HolisticTraceAnalysis" / "inference_rank_1.json.gz").read_bytes()))
+    trace.write_bytes(
+        gzip.decompress(
+            (CORPUS / "HolisticTraceAnalysis" / "inference_rank_1.json.gz").read_bytes()
+        )
+    )
     export = tmp_path / "capture.bin"
     shutil.copy(CORPUS / "pipit" / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite", export)
     log = tmp_path / "job.out"
@@ -53,8 +57,19 @@ def test_a_bad_rules_file_is_one_line_and_exit_two(tmp_path: Path):
     rules = tmp_path / "rules.toml"
     rules.write_text('[[rules]]\nmatch = "^gen$"\n')
     result = subprocess.run(
-        [sys.executable, "-c", "from analyzer.cli import main; main()", "analyze", "--rules", str(rules), str(TRL_RUN)],
-        capture_output=True, text=True, timeout=300, env={"RLPERF_CACHE_DIR": str(tmp_path / "c"), "PATH": "/usr/bin:/bin"},
+        [
+            sys.executable,
+            "-c",
+            "from analyzer.cli import main; main()",
+            "analyze",
+            "--rules",
+            str(rules),
+            str(TRL_RUN),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"RLPERF_CACHE_DIR": str(tmp_path / "c"), "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()

@@ -46,7 +46,17 @@ def test_empty_table_validates():
 
 
 def test_conform_fills_defaults_and_casts():
-    table = conform({"kind": ["kernel"], "name": ["k"], "start_ns": [5], "end_ns": [9], "device": [0], "stream": [7]}, source=3)
+    table = conform(
+        {
+            "kind": ["kernel"],
+            "name": ["k"],
+            "start_ns": [5],
+            "end_ns": [9],
+            "device": [0],
+            "stream": [7],
+        },
+        source=3,
+    )
     validate(table)
     row = table.row(0, named=True)
     assert row["source"] == 3 and row["rank"] == -1 and row["pid"] == -1 and row["depth"] == 0
@@ -62,7 +72,15 @@ def test_conform_fills_defaults_and_casts():
     ],
 )
 def test_validator_rejects_broken_rows(change, message):
-    base = {"kind": ["kernel"], "name": ["k"], "start_ns": [5], "end_ns": [9], "device": [0], "stream": [7], "bytes": [1]}
+    base = {
+        "kind": ["kernel"],
+        "name": ["k"],
+        "start_ns": [5],
+        "end_ns": [9],
+        "device": [0],
+        "stream": [7],
+        "bytes": [1],
+    }
     table = conform({**base, **change})
     with pytest.raises(SchemaError, match=message):
         validate(table)
@@ -137,9 +155,16 @@ def test_bound_makes_values_outside_the_columns_unknown_and_counts_them():
         "bytes": [None, 5, None, 0],
         "step": [2**31 - 1, None, 3, None],
     }
-    assert counts == {"out_of_range_rank": 2, "out_of_range_stream": 1, "out_of_range_group_size": 2,
-                      "out_of_range_bytes": 1, "out_of_range_step": 1}
-    table = conform(fixed.with_columns(kind=pl.lit("cpu_op"), name=pl.lit("x"), start_ns=0, end_ns=0))
+    assert counts == {
+        "out_of_range_rank": 2,
+        "out_of_range_stream": 1,
+        "out_of_range_group_size": 2,
+        "out_of_range_bytes": 1,
+        "out_of_range_step": 1,
+    }
+    table = conform(
+        fixed.with_columns(kind=pl.lit("cpu_op"), name=pl.lit("x"), start_ns=0, end_ns=0)
+    )
     validate(table)
 
 
@@ -151,7 +176,9 @@ def test_bound_leaves_a_clean_frame_alone():
 
 def test_nesting_depth_past_i16_is_clamped_and_reported():
     n = 32_800
-    frame = pl.DataFrame({"tid": [1] * n, "start_ns": list(range(n)), "end_ns": [2 * n - i for i in range(n)]})
+    frame = pl.DataFrame(
+        {"tid": [1] * n, "start_ns": list(range(n)), "end_ns": [2 * n - i for i in range(n)]}
+    )
     reported: list[int] = []
     depth = nesting_depth(frame, ["tid"], reported.append)
     assert depth.dtype == pl.Int16

@@ -32,7 +32,9 @@ def bank(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return seeds.build(tmp_path_factory.mktemp("fuzz"))
 
 
-def test_fuzz_corpus_mutations_end_in_a_result_or_one_refusal(bank: Path, request: pytest.FixtureRequest) -> None:
+def test_fuzz_corpus_mutations_end_in_a_result_or_one_refusal(
+    bank: Path, request: pytest.FixtureRequest
+) -> None:
     settings = runner.Settings(seed=SEED, workers=2, case_timeout_s=20.0, analyze_every=250)
     summary = runner.run(long_run.plan(CI_CASES), settings, bank)
     _report(request, f"fuzz, seed {SEED}:\n{summary.table()}")
@@ -60,7 +62,9 @@ def test_the_same_seed_makes_the_same_cases(bank: Path) -> None:
         first = [mutators.make_case(loaded, family, i, 7) for i in range(20)]
         again = [mutators.make_case(loaded, family, i, 7) for i in range(20)]
         other = [mutators.make_case(loaded, family, i, 8) for i in range(20)]
-        assert [(c.data, c.mutations) for c in first] == [(c.data, c.mutations) for c in again], family
+        assert [(c.data, c.mutations) for c in first] == [(c.data, c.mutations) for c in again], (
+            family
+        )
         assert [c.data for c in first] != [c.data for c in other], family
 
 
@@ -68,7 +72,11 @@ def test_the_bank_holds_every_parser_and_only_small_bases(bank: Path) -> None:
     loaded = seeds.load(bank)
     assert set(loaded) == set(mutators.FAMILIES) - {"gzip"}
     assert len(loaded["kineto"]) >= 60
-    assert {b.origin.split("/")[0] for b in loaded["kineto"]} >= {"HolisticTraceAnalysis", "TraceLens", "rl-insight"}
+    assert {b.origin.split("/")[0] for b in loaded["kineto"]} >= {
+        "HolisticTraceAnalysis",
+        "TraceLens",
+        "rl-insight",
+    }
     assert max(len(b.data) for b in loaded["kineto"]) < 200_000
     assert max(len(b.data) for b in loaded["nsys-sqlite"]) < 1_000_000
 
@@ -102,9 +110,9 @@ def test_invariants_hold_on_a_clean_sample_and_catch_a_broken_one() -> None:
     broken = run.gpu_time.with_columns(pl.col("idle_ns") + 1)
     assert invariants._gpu_time(broken)
     assert invariants._finite('{"a": NaN}') == ["JSON report holds ['NaN']"]
-    assert invariants._durations(pl.DataFrame({"idle_ns": [5, -1], "offset_ns": [-3, -4]}), "f") == [
-        "f.idle_ns: 1 negative value(s)"
-    ]
+    assert invariants._durations(
+        pl.DataFrame({"idle_ns": [5, -1], "offset_ns": [-3, -4]}), "f"
+    ) == ["f.idle_ns: 1 negative value(s)"]
 
 
 def test_log_stages_do_not_depend_on_the_order_the_logs_are_given_in() -> None:
@@ -113,7 +121,14 @@ def test_log_stages_do_not_depend_on_the_order_the_logs_are_given_in() -> None:
     files = [TRL_LOGS / "torchrun.log", TRL_LOGS / "trainer_state.json"]
     forward = analyzer.load(files, use_cache=False)
     backward = analyzer.load(files[::-1], use_cache=False)
-    for name in ("log_stages", "log_steps", "log_stats", "log_stage_summary", "log_long_tail", "log_long_tail_summary"):
+    for name in (
+        "log_stages",
+        "log_steps",
+        "log_stats",
+        "log_stage_summary",
+        "log_long_tail",
+        "log_long_tail_summary",
+    ):
         assert forward.product(name).equals(backward.product(name)), name
     state = json.loads(files[1].read_text())["log_history"]
     first = forward.log_steps.filter(pl.col("step") == 1).row(0, named=True)
@@ -125,7 +140,10 @@ def _normalised(run) -> dict:
     the files in the order given)."""
     document = json.loads(json_report.render(run))
     document.pop("sources", None)
-    return {k: sorted(json.dumps(r, sort_keys=True) for r in v) if isinstance(v, list) else v for k, v in document.items()}
+    return {
+        k: sorted(json.dumps(r, sort_keys=True) for r in v) if isinstance(v, list) else v
+        for k, v in document.items()
+    }
 
 
 @pytest.mark.parametrize("folder", ["synthetic/disaggregated", *(f"runs/{r}/logs" for r in (
@@ -143,9 +161,17 @@ def test_a_span_event_with_invalid_utf8_is_dropped_and_counted(tmp_path: Path) -
     error escaped the parser as a traceback."""
     good = b'{"name": "step", "ph": "X", "ts": 1700000000000000, "dur": 5, "pid": 1, "tid": 1}'
     path = tmp_path / "trace.json"
-    path.write_bytes(b'[{"name": "tracer_name", "ph": "M", "pid": 1}, ' + good + b', ' + good.replace(b"step", b"st\xffp") + b"]")
+    path.write_bytes(
+        b'[{"name": "tracer_name", "ph": "M", "pid": 1}, '
+        + good
+        + b", "
+        + good.replace(b"step", b"st\xffp")
+        + b"]"
+    )
     source = parsers.parse_file(path, "framework-spans")
-    assert source.events.filter(pl.col("kind") == "annotation")["name"].cast(pl.String).to_list() == ["step"]
+    assert source.events.filter(pl.col("kind") == "annotation")["name"].cast(
+        pl.String
+    ).to_list() == ["step"]
     assert source.meta["quality"]["dropped_unreadable_event"] == 1
 
 

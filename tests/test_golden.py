@@ -61,8 +61,16 @@ def difference(name: str, fmt: str, got: make.Report) -> str | None:
     want = make.read_report(name, fmt)
     if got.body == want:
         return None
-    diff = list(difflib.unified_diff(want.splitlines(), got.body.splitlines(), f"stored {name}.{fmt}",
-                                     f"now {name}.{fmt}", n=CONTEXT_LINES, lineterm=""))
+    diff = list(
+        difflib.unified_diff(
+            want.splitlines(),
+            got.body.splitlines(),
+            f"stored {name}.{fmt}",
+            f"now {name}.{fmt}",
+            n=CONTEXT_LINES,
+            lineterm="",
+        )
+    )
     more = f"\n… {len(diff) - SHOWN_LINES} more diff lines" if len(diff) > SHOWN_LINES else ""
     if not diff:
         return f"{name} ({fmt}): differs only in line endings or a final newline"
@@ -89,13 +97,18 @@ def test_the_manifest_covers_every_input() -> None:
     for name, formats in manifest["inputs"].items():
         for fmt, entry in formats.items():
             text = make.read_report(name, fmt)
-            assert (make.digest(text), text.count("\n")) == (entry["sha256"], entry["lines"]), (name, fmt)
+            assert (make.digest(text), text.count("\n")) == (entry["sha256"], entry["lines"]), (
+                name,
+                fmt,
+            )
 
 
 @pytest.mark.parametrize("name", manifest_inputs())
 def test_reports_are_byte_identical(name: str) -> None:
     if name.endswith(".nsys-rep") and make.nsys_version() != make.read_manifest()["nsys"]:
-        pytest.skip(f"stored with {make.read_manifest()['nsys']}, nsys on PATH is {make.nsys_version()}")
+        pytest.skip(
+            f"stored with {make.read_manifest()['nsys']}, nsys on PATH is {make.nsys_version()}"
+        )
     done = rendered()[name]
     found = [d for fmt in make.FORMATS if (d := difference(name, fmt, done[fmt]))]
     assert found == [], "\n\n".join(found)
@@ -103,4 +116,7 @@ def test_reports_are_byte_identical(name: str) -> None:
 
 def test_normalising_touches_only_the_two_roots() -> None:
     text = f"{make.REPO}/sample_traces/x and {make.CORPUS}/a.json, /elsewhere/{make.REPO.name}"
-    assert make.normalise(text) == f"<repo>/sample_traces/x and <corpus>/a.json, /elsewhere/{make.REPO.name}"
+    assert (
+        make.normalise(text)
+        == f"<repo>/sample_traces/x and <corpus>/a.json, /elsewhere/{make.REPO.name}"
+    )

@@ -42,14 +42,23 @@ from analyzer.analyses import gpu_time
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 TRACES = sorted(
-    [*(CORPUS / "HolisticTraceAnalysis").glob("*.json.gz"), *(CORPUS / "TraceLens").rglob("*.json.gz"),
-     *(CORPUS / "rl-insight").glob("*.json.gz")],
+    [
+        *(CORPUS / "HolisticTraceAnalysis").glob("*.json.gz"),
+        *(CORPUS / "TraceLens").rglob("*.json.gz"),
+        *(CORPUS / "rl-insight").glob("*.json.gz"),
+    ],
     key=lambda p: p.name,
 )
-NO_GPU_WORK = {"rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", *(p.name for p in (CORPUS / "rl-insight").glob("*.json.gz"))}
+NO_GPU_WORK = {
+    "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+    *(p.name for p in (CORPUS / "rl-insight").glob("*.json.gz")),
+}
 LAUNCHLESS = {"test.json.gz": 614, "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz": 509}
 HTA_DROPS_LAUNCHLESS = {"test.json.gz"}
-HOST_ROWS_WITH_A_STREAM = {"vllm_decode_full__capture_traces__graph_capture_rank_0.1773709742341309550.pt.trace.json.gz": 48}
+HOST_ROWS_WITH_A_STREAM = {
+    "vllm_decode_full__capture_traces__graph_capture_rank_0.1773709742341309550"
+    ".pt.trace.json.gz": 48
+}
 WINDOW_TOL = 1e-4
 """Of the GPU window, for window, idle and compute: measured at most 1.5e-5 (see above)."""
 OVERLAP_TOL_POINTS = 0.01
@@ -96,7 +105,9 @@ def without_missing_launches(events: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     launched = events.filter(pl.col("kind") == "runtime").select("corr").unique()
     activity = pl.col("kind").is_in(["kernel", "memcpy", "memset"])
     orphans = events.filter(activity).join(launched, on="corr", how="anti")
-    kept = events.filter(~activity).vstack(events.filter(activity).join(launched, on="corr", how="semi"))
+    kept = events.filter(~activity).vstack(
+        events.filter(activity).join(launched, on="corr", how="semi")
+    )
     return kept, orphans.height
 
 
@@ -104,9 +115,15 @@ def assert_agree(mine: dict, theirs: dict, name: str) -> None:
     tol = WINDOW_TOL * theirs["window_us"]
     for key in ("window_us", "idle_us", "compute_us"):
         assert abs(mine[key] - theirs[key]) <= tol, (name, key, mine[key], theirs[key])
-    if theirs["overlap_pct"] == theirs["overlap_pct"]:  # HTA gives NaN when there is no communication
+    if (
+        theirs["overlap_pct"] == theirs["overlap_pct"]
+    ):  # HTA gives NaN when there is no communication
         assert mine["overlap_pct"] is not None, name
-        assert abs(mine["overlap_pct"] - theirs["overlap_pct"]) <= OVERLAP_TOL_POINTS, (name, mine, theirs)
+        assert abs(mine["overlap_pct"] - theirs["overlap_pct"]) <= OVERLAP_TOL_POINTS, (
+            name,
+            mine,
+            theirs,
+        )
     else:
         assert mine["overlap_pct"] is None, name
 
@@ -120,7 +137,9 @@ def host_rows_with_a_stream(path: Path) -> tuple[int, float]:
     return len(rows), sum(e["dur"] for e in rows)
 
 
-@pytest.mark.parametrize("path", [p for p in TRACES if p.name not in NO_GPU_WORK], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [p for p in TRACES if p.name not in NO_GPU_WORK], ids=lambda p: p.name
+)
 def test_gpu_time_equals_hta(hta, path: Path, tmp_path: Path):
     events = parsers.parse_file(path).events
     theirs = hta_numbers(hta, path, tmp_path)
@@ -135,15 +154,24 @@ def test_gpu_time_equals_hta(hta, path: Path, tmp_path: Path):
     if path.name in HOST_ROWS_WITH_A_STREAM:
         count, host_us = host_rows_with_a_stream(path)
         assert count == HOST_ROWS_WITH_A_STREAM[path.name] and host_us == pytest.approx(451.417)
-        assert abs(mine["compute_us"] - theirs["compute_us"]) > 10 * WINDOW_TOL * theirs["window_us"]
-        theirs = theirs | {"compute_us": theirs["compute_us"] - host_us, "idle_us": theirs["idle_us"] + host_us}
+        assert (
+            abs(mine["compute_us"] - theirs["compute_us"]) > 10 * WINDOW_TOL * theirs["window_us"]
+        )
+        theirs = theirs | {
+            "compute_us": theirs["compute_us"] - host_us,
+            "idle_us": theirs["idle_us"] + host_us,
+        }
     assert_agree(mine, theirs, path.name)
 
 
 def test_every_trace_with_gpu_work_is_compared():
     compared = {p.name for p in TRACES if p.name not in NO_GPU_WORK}
     assert len(compared) == 16 and len(NO_GPU_WORK) == 7
-    assert {p.parent.name for p in TRACES if p.name in compared} == {"HolisticTraceAnalysis", "TraceLens", "inference"}
+    assert {p.parent.name for p in TRACES if p.name in compared} == {
+        "HolisticTraceAnalysis",
+        "TraceLens",
+        "inference",
+    }
 
 
 @pytest.mark.parametrize("path", [p for p in TRACES if p.name in NO_GPU_WORK], ids=lambda p: p.name)
@@ -163,5 +191,10 @@ def test_epoch_microseconds_become_exact_nanoseconds():
     path = CORPUS / "HolisticTraceAnalysis" / "event_sync_trace.json.gz"
     doc = json.loads(gzip.decompress(path.read_bytes()))
     want = sorted(int(e["ts"]) * 1000 for e in doc["traceEvents"] if e.get("cat") == "kernel")
-    got = parsers.parse_file(path).events.filter(pl.col("kind") == "kernel")["start_ns"].sort().to_list()
+    got = (
+        parsers.parse_file(path)
+        .events.filter(pl.col("kind") == "kernel")["start_ns"]
+        .sort()
+        .to_list()
+    )
     assert got == want and want[0] % 256 != 0

@@ -87,8 +87,14 @@ def bounded(tmp_path: Path, raw: bytes, **env: str) -> str:
     """``gunzip`` in a process allowed 768 MB more address space than it holds after import."""
     path = tmp_path / "input.gz"
     path.write_bytes(raw)
-    result = subprocess.run([sys.executable, "-c", BOUNDED, str(path)], capture_output=True, text=True,
-                            timeout=120, cwd=ROOT, env={"PATH": "/usr/bin:/bin", **env})
+    result = subprocess.run(
+        [sys.executable, "-c", BOUNDED, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", **env},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip()
 
@@ -134,7 +140,9 @@ def test_a_corrupt_stream_is_a_gzip_error():
         gunzip(bytes(raw))
 
 
-def test_an_uncompressed_file_past_the_limit_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_an_uncompressed_file_past_the_limit_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setenv("RLPERF_MAX_BYTES", "1000")
     path = tmp_path / "job.log"
     path.write_text("step 1 loss 0.5\n" * 200)
@@ -211,7 +219,9 @@ def test_the_skipped_line_counts_all_and_names_a_few(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     notes = [line for line in result.stdout.splitlines() if "skipped 5 files" in line]
     assert len(notes) == 1
-    assert "broken2.json" in notes[0] and "broken3.json" not in notes[0] and "and 2 more" in notes[0]
+    assert (
+        "broken2.json" in notes[0] and "broken3.json" not in notes[0] and "and 2 more" in notes[0]
+    )
 
 
 def test_a_named_file_that_fails_to_parse_stops_the_run(tmp_path: Path):
@@ -232,7 +242,9 @@ def test_the_pipit_folder_reads_despite_its_provenance_notes(tmp_path: Path):
     assert any("skipped" in line and "PROVENANCE.md" in line for line in result.stdout.splitlines())
 
 
-def test_a_parse_error_crosses_a_process_pool_intact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_parse_error_crosses_a_process_pool_intact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setattr(sys.modules["analyzer.ingest"], "PARALLEL_MIN_BYTES", 0)
     (tmp_path / "verl.log").write_bytes(LOG.read_bytes())
     broken_traces(tmp_path, 1)
@@ -247,7 +259,10 @@ def test_a_parse_error_crosses_a_process_pool_intact(tmp_path: Path, monkeypatch
 
 
 def test_control_and_bidi_characters_are_shown_escaped():
-    assert printable("a\nb\x1b[31mc\u202ed\u2066e\tf\x9b") == "a\\nb\\x1b[31mc\\u202ed\\u2066e\\tf\\x9b"
+    assert (
+        printable("a\nb\x1b[31mc\u202ed\u2066e\tf\x9b")
+        == "a\\nb\\x1b[31mc\\u202ed\\u2066e\\tf\\x9b"
+    )
     assert printable("ünïcödé 名前 [x]") == "ünïcödé 名前 [x]"
     assert str(InputError("x\ny.json", "bad\rthing")) == "x\\ny.json: bad\\rthing"
 
@@ -255,5 +270,7 @@ def test_control_and_bidi_characters_are_shown_escaped():
 def test_a_hostile_file_name_reaches_stderr_as_one_escaped_line(tmp_path: Path):
     path = tmp_path / "evil\n\x1b[2J\u202etxt.json"
     path.write_text('{"traceEvents": 5, "schemaVersion": 1}')
-    line = one_line_error(rlperf("analyze", str(path), cache=tmp_path / "c"), "evil\\n\\x1b[2J\\u202etxt.json")
+    line = one_line_error(
+        rlperf("analyze", str(path), cache=tmp_path / "c"), "evil\\n\\x1b[2J\\u202etxt.json"
+    )
     assert "\x1b" not in line and "\u202e" not in line

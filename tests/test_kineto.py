@@ -42,7 +42,11 @@ def test_every_corpus_trace_parses_and_validates(path: Path):
 def test_gpu_event_counts_equal_the_file(path: Path):
     """Every kernel, copy and memset of the file becomes exactly one row."""
     raw = raw_events(path)
-    cats = {"kernel": ("kernel", "Kernel"), "memcpy": ("gpu_memcpy", "Memcpy"), "memset": ("gpu_memset", "Memset")}
+    cats = {
+        "kernel": ("kernel", "Kernel"),
+        "memcpy": ("gpu_memcpy", "Memcpy"),
+        "memset": ("gpu_memset", "Memset"),
+    }
     events = parsers.parse_file(path).events
     for kind, names in cats.items():
         expected = sum(1 for e in raw if e.get("ph") == "X" and e.get("cat") in names)
@@ -51,7 +55,10 @@ def test_gpu_event_counts_equal_the_file(path: Path):
 
 def test_baseTimeNanoseconds_makes_absolute_time():
     path = HTA / "nccl_data.json.gz"
-    doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)  # the file's decimals, exactly
+    # the file's decimals, exactly
+    doc = json.loads(
+        gzip.decompress(path.read_bytes()), parse_float=Decimal
+    )
     base = doc["baseTimeNanoseconds"]
     earliest = min(e["ts"] for e in doc["traceEvents"] if e.get("cat") == "kernel")
     events = parsers.parse_file(path).events
@@ -77,7 +84,9 @@ def test_old_capitalised_categories_and_lowercase_external_id():
     assert kernels.height == 4 and runtime.height == 8
     assert set(kernels["corr"]) <= set(runtime["corr"])
     assert kernels["ext_id"].drop_nulls().len() == 4
-    assert kernels["device"].unique().to_list() == [0] and kernels["stream"].unique().to_list() == [7]
+    assert kernels["device"].unique().to_list() == [0] and kernels["stream"].unique().to_list() == [
+        7
+    ]
 
 
 def test_string_pids_and_empty_pid_instants_do_not_break_columns():
@@ -88,14 +97,21 @@ def test_string_pids_and_empty_pid_instants_do_not_break_columns():
 def test_rocm_trace_reads_hip_calls_and_string_args():
     parsed = parsers.parse_file(HTA / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
     events = parsed.events
-    assert events.filter(pl.col("kind") == "runtime")["name"].cast(pl.String).str.starts_with("hip").all()
+    assert (
+        events.filter(pl.col("kind") == "runtime")["name"]
+        .cast(pl.String)
+        .str.starts_with("hip")
+        .all()
+    )
     copies = events.filter(pl.col("kind") == "memcpy")
     assert copies.height == 2 and copies["device"].unique().to_list() == [2]
     assert parsed.meta["rank"] == -1
 
 
 def test_rank_from_distributed_info_else_file_name(tmp_path: Path):
-    assert parsers.parse_file(HTA / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz").meta["rank"] == 34
+    assert (
+        parsers.parse_file(HTA / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz").meta["rank"] == 34
+    )
     doc = json.loads(gzip.decompress((HTA / "event_sync_trace.json.gz").read_bytes()))
     del doc["distributedInfo"]
     named = tmp_path / "job_rank-7.pt.trace.json"
@@ -113,9 +129,15 @@ def test_collective_metadata_from_record_param_comms_and_kernels():
     assert kernels["pg_desc"].cast(pl.String).unique().to_list() == ["default_pg"]
     assert kernels["pg_ranks"].unique().to_list() == ["0,1"]
     assert kernels["group_size"].unique().to_list() == [2]
-    comms = events.filter((pl.col("name") == "record_param_comms") & (pl.col("coll") == "all_reduce"))
+    comms = events.filter(
+        (pl.col("name") == "record_param_comms") & (pl.col("coll") == "all_reduce")
+    )
     # bytes = max(in, out) nelems × dtype size, checked against the raw args
-    raw = [e for e in raw_events(HTA / "nccl_data.json.gz") if e.get("name") == "record_param_comms" and e["args"].get("Collective name") == "allreduce"]
+    raw = [
+        e
+        for e in raw_events(HTA / "nccl_data.json.gz")
+        if e.get("name") == "record_param_comms" and e["args"].get("Collective name") == "allreduce"
+    ]
     expected = sorted(max(e["args"]["In msg nelems"], e["args"]["Out msg nelems"]) * 4 for e in raw)
     assert sorted(comms["bytes"].to_list()) == expected
     assert parsed.meta["pg_config"][0]["pg_desc"] == "default_pg"
@@ -177,8 +199,16 @@ def test_event_order_does_not_change_the_table(tmp_path: Path):
 )
 def test_property_any_event_mix_validates(tmp_path_factory, rows, with_base):
     events = [
-        {"ph": "X", "cat": cat, "name": f"n{i}", "pid": 0 if cat in ("kernel", "gpu_memcpy") else 11, "tid": 7, "ts": ts,
-         "dur": dur, "args": {"correlation": i, "External id": big, "bytes": 8}}
+        {
+            "ph": "X",
+            "cat": cat,
+            "name": f"n{i}",
+            "pid": 0 if cat in ("kernel", "gpu_memcpy") else 11,
+            "tid": 7,
+            "ts": ts,
+            "dur": dur,
+            "args": {"correlation": i, "External id": big, "bytes": 8},
+        }
         for i, (cat, ts, dur, big) in enumerate(rows)
     ]
     doc = {"traceEvents": events, "schemaVersion": 1}

@@ -30,7 +30,11 @@ def graph() -> layering.Graph:
 
 def test_every_placement_names_modules_that_exist(graph: layering.Graph) -> None:
     assert set(layering.PLACEMENT.values()) <= set(layering.LAYERS)
-    stale = [p for p in layering.PLACEMENT if not any(m == p or m.startswith(p + ".") for m in graph.files)]
+    stale = [
+        p
+        for p in layering.PLACEMENT
+        if not any(m == p or m.startswith(p + ".") for m in graph.files)
+    ]
     assert stale == []
 
 
@@ -40,7 +44,9 @@ def test_the_violations_are_exactly_the_baseline(graph: layering.Graph) -> None:
     assert listed == sorted(set(listed)), "the baseline must be sorted, one violation per line"
     new = sorted(set(found) - set(listed))
     gone = sorted(set(listed) - set(found))
-    assert new == [], "new layering violations (fix them; the baseline may only shrink):\n" + "\n".join(new)
+    assert new == [], (
+        "new layering violations (fix them; the baseline may only shrink):\n" + "\n".join(new)
+    )
     assert gone == [], ("fixed, so remove from tests/layering_baseline.txt "
                         "(.venv/bin/python -m tests.layering --baseline):\n" + "\n".join(gone))
 
@@ -63,7 +69,8 @@ TOY = {
         "if TYPE_CHECKING:\n    from high import d\n"
         "def f():\n    from .d import g\n    return g\n"
     ),
-    "high/d.py": "import importlib\nNAMES = ('high.c',)\ndef g():\n    return importlib.import_module(NAMES[0])\n",
+    "high/d.py": "import importlib\nNAMES = ('high.c',)\ndef g():\n    return "
+        "importlib.import_module(NAMES[0])\n",
     "low/up.py": "def late():\n    from high.c import f\n    return f\n",
 }
 TOY_PLACEMENT = {"low": "low", "high": "high"}
@@ -109,4 +116,6 @@ def test_a_type_checking_import_is_rightward_but_no_cycle(tmp_path: Path) -> Non
                      "if TYPE_CHECKING:\n    from high.b import X\n",
                      "high/__init__.py": "", "high/b.py": "from low import a\nX = 1\n"})
     g = layering.graph(tmp_path, ("low", "high"))
-    assert layering.violations(g, TOY_PLACEMENT, ("low", "high")) == ["rightward-type low.a (low) -> high.b (high)"]
+    assert layering.violations(g, TOY_PLACEMENT, ("low", "high")) == [
+        "rightward-type low.a (low) -> high.b (high)"
+    ]

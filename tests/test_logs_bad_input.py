@@ -45,7 +45,9 @@ def test_empty_and_binary_logs(tmp_path, module):
     empty.write_bytes(b"")
     out = module.parse(empty)
     validate(out.events)
-    assert out.events.height == 0 and any(w.startswith("empty.log: no ") and w.endswith(" found") for w in out.warnings)
+    assert out.events.height == 0 and any(
+        w.startswith("empty.log: no ") and w.endswith(" found") for w in out.warnings
+    )
     binary = tmp_path / "blob.log"
     binary.write_bytes(bytes(range(256)) * 64)
     with pytest.raises(parsers.InputError, match="binary content, not a text log") as err:
@@ -64,7 +66,11 @@ def test_empty_and_binary_span_files(tmp_path, content: bytes):
 
 @pytest.mark.parametrize(
     ("module", "sample"),
-    [(slime, FIXTURES / "slime_perf.log"), (spans, FIXTURES / "verl_ray_timeline.json"), (nsys_stats, NSYS_CSV)],
+    [
+        (slime, FIXTURES / "slime_perf.log"),
+        (spans, FIXTURES / "verl_ray_timeline.json"),
+        (nsys_stats, NSYS_CSV),
+    ],
     ids=lambda v: getattr(v, "FORMAT", getattr(v, "name", None)),
 )
 @pytest.mark.parametrize("damage", ["cut", "corrupt deflate data", "bad CRC"])
@@ -93,19 +99,31 @@ def test_gzipped_logs_are_read(tmp_path):
 def test_huge_and_negative_numbers(tmp_path):
     path = tmp_path / "odd.log"
     path.write_text(
-        "step:1 - timing_s/gen:1e400 - timing_s/ref:-2.0 - timing_s/step:99999999999999999999999 - x:123456789012345678901234567890\n"
+        "step:1 - timing_s/gen:1e400 - timing_s/ref:-2.0 - timing_s/step:99999999999999999999999 - "
+        "x:123456789012345678901234567890\n"
         "step:2 - timing_s/gen:nan - timing_s/step:3.0\n"
     )
     out = verl.parse(path)
     validate(out.events)
-    assert any(w.endswith("4 timer values dropped: not a finite, non-negative duration under a year "
-                          "(timing_s/gen, timing_s/ref, timing_s/step)") for w in out.warnings)
+    assert any(
+        w.endswith(
+            "4 timer values dropped: not a finite, non-negative duration under a year "
+            "(timing_s/gen, timing_s/ref, timing_s/step)"
+        )
+        for w in out.warnings
+    )
     assert out.events.select("step", "name").rows() == [(2, "timing_s/step")]
     assert out.metrics["value"].to_list() == [1.2345678901234568e29]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.sampled_from(SAMPLES), st.integers(0, 2**32 - 1), st.sampled_from(["cut", "drop", "swap", "garble"]))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.sampled_from(SAMPLES),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(["cut", "drop", "swap", "garble"]),
+)
 def test_damaged_fixtures_never_crash(tmp_path, sample, seed, damage):
     assert FORMAT_OF[sample.name] is not None, sample.name
     rng = random.Random(seed)
@@ -135,7 +153,9 @@ def test_damaged_fixtures_never_crash(tmp_path, sample, seed, damage):
     outcome(parser_for(fmt), path)
 
 
-@pytest.mark.parametrize("sample", [s for s in SAMPLES if s.name != "nemo_rl_grpo_async.log"], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "sample", [s for s in SAMPLES if s.name != "nemo_rl_grpo_async.log"], ids=lambda p: p.name
+)
 def test_a_log_cut_before_its_first_record_is_not_recognised(tmp_path, sample: Path):
     """Forty bytes of a fixture hold no record its parser recognises (nemo_rl_grpo_async's first
     line already does): reading it is the clear not-a-format error, and the own parser, forced,

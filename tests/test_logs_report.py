@@ -14,12 +14,23 @@ import pytest
 import parsers
 
 ROOT = Path(__file__).resolve().parents[1]
-VERL_LOG = ROOT.parent / "shared" / "corpus" / "logs" / "verl" / "dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log"
+VERL_LOG = (
+    ROOT.parent
+    / "shared"
+    / "corpus"
+    / "logs"
+    / "verl"
+    / "dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log"
+)
 
 
 def logged(key: str) -> list[float]:
-    """Every value the log prints for ``key`` (one per step), read from its text, not by a parser."""
-    return [float(v) for v in re.findall(rf"{re.escape(key)}:([0-9.]+)", VERL_LOG.read_text(errors="replace"))]
+    """Every value the log prints for ``key`` (one per step), read from its text, not by a
+    parser."""
+    return [
+        float(v)
+        for v in re.findall(rf"{re.escape(key)}:([0-9.]+)", VERL_LOG.read_text(errors="replace"))
+    ]
 
 
 def rlperf(*args: str, cache: Path) -> subprocess.CompletedProcess:
@@ -42,24 +53,36 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_step_statistics_from_the_real_log(report: dict):
     stats = report["log_stats"][0]
     assert (stats["n_steps"], stats["first_step"], stats["last_step"]) == (335, 101, 435)
-    assert stats["median_s"] == pytest.approx(statistics.median(logged("timing_s/step")), rel=1e-12) == 10.63
+    assert (
+        stats["median_s"]
+        == pytest.approx(statistics.median(logged("timing_s/step")), rel=1e-12)
+        == 10.63
+    )
     step110 = next(s for s in report["log_steps"] if s["step"] == 110)
-    assert step110["total_s"] == pytest.approx(34.248) and step110["stages_s"] == pytest.approx(34.242)
+    assert step110["total_s"] == pytest.approx(34.248) and step110["stages_s"] == pytest.approx(
+        34.242
+    )
     assert step110["outlier"] and step110["outlier_cause"] == "checkpoint"
 
 
 def test_dominant_stage_weight_sync_and_long_tail(report: dict):
     dominant = report["log_dominant"][0]
-    # measured: equal to the log's own Σ gen ÷ Σ step (0.335983…) to the last bit; 1e-12 is float order
+    # measured: equal to the log's own Σ gen ÷ Σ step (0.335983…) to the last bit; 1e-12 is float
+    # order
     share = sum(logged("timing_s/gen")) / sum(logged("timing_s/step"))
     assert dominant["stage"] == "rollout" and dominant["share"] == pytest.approx(share, rel=1e-12)
     sync = report["log_weight_sync"][0]
     assert sync["status"] == "hidden" and sync["where"] == "timing_s/gen" and sync["share"] is None
     tail = report["log_long_tail_summary"][0]
-    lengths = parsers.parse_file(VERL_LOG).metrics.pivot(on="key", index="step", values="value", aggregate_function="last")
+    lengths = parsers.parse_file(VERL_LOG).metrics.pivot(
+        on="key", index="step", values="value", aggregate_function="last"
+    )
     ratio = lengths["response_length/max"] / lengths["response_length/mean"]
     assert tail["n_steps"] == 335 and tail["median_max_over_mean"] == pytest.approx(ratio.median())
-    assert tail["max_max_over_mean"] == pytest.approx(ratio.max()) and 1.9 < tail["median_max_over_mean"] < 2.0
+    assert (
+        tail["max_max_over_mean"] == pytest.approx(ratio.max())
+        and 1.9 < tail["median_max_over_mean"] < 2.0
+    )
     needs = {row["analysis"] for row in report["log_needs_trace"]}
     assert {"bubbles", "collectives", "critical_path", "weight_sync"} <= needs
 

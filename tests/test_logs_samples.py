@@ -15,8 +15,13 @@ from parsers.events import validate
 from taxonomy.profiles import classify, detect, load_profiles
 
 RUNS = Path(__file__).resolve().parents[1] / "sample_traces" / "runs"
-LOGGED = ["verl_grpo_colocated", "verl_ppo_disaggregated", "verl_grpo_one_step_off", "verl_ppo_colocated_nsys",
-          "openrlhf_ppo_disaggregated"]
+LOGGED = [
+    "verl_grpo_colocated",
+    "verl_ppo_disaggregated",
+    "verl_grpo_one_step_off",
+    "verl_ppo_colocated_nsys",
+    "openrlhf_ppo_disaggregated",
+]
 PROFILES = load_profiles()
 
 
@@ -33,7 +38,12 @@ def parsed(run: str, index: int = 0) -> parsers.ParsedSource:
 def analyze(out: parsers.ParsedSource) -> log_steps.LogSteps:
     names = out.events["name"].cast(pl.String)
     found = detect(names, out.meta, PROFILES)
-    return log_steps.compute(out.events, out.metrics, classify(names, "log", found, profiles=PROFILES), found.profile.metrics)
+    return log_steps.compute(
+        out.events,
+        out.metrics,
+        classify(names, "log", found, profiles=PROFILES),
+        found.profile.metrics,
+    )
 
 
 @pytest.mark.parametrize("run", LOGGED)
@@ -41,16 +51,29 @@ def test_log_timers_equal_the_driver_intervals(run):
     true = truth(run)
     out = parsed(run)
     assert out.warnings == []
-    logged = {(s, n): e - b for s, n, b, e in
-              out.events.select("step", pl.col("name").cast(pl.String), "start_ns", "end_ns").iter_rows()}
+    logged = {
+        (s, n): e - b
+        for s, n, b, e in out.events.select(
+            "step", pl.col("name").cast(pl.String), "start_ns", "end_ns"
+        ).iter_rows()
+    }
     checked = 0
     driver = [x for x in true["stages"] + true["spans"] if x["rank"] == -1]
     for interval in driver:
-        name = {"step": "step_total"}.get(interval["name"], interval["name"]) if run.startswith("openrlhf") else interval["name"]
-        keys = [k for k in (f"timing_s/{name}", f"timing/{name}") if (interval["step"], k) in logged]
+        name = (
+            {"step": "step_total"}.get(interval["name"], interval["name"])
+            if run.startswith("openrlhf")
+            else interval["name"]
+        )
+        keys = [
+            k for k in (f"timing_s/{name}", f"timing/{name}") if (interval["step"], k) in logged
+        ]
         for key in keys:
             # the harness logs seconds with 9 decimals: measured 0 ns off (1 µs was allowed)
-            assert logged[(interval["step"], key)] == interval["end_ns"] - interval["start_ns"], (interval, key)
+            assert logged[(interval["step"], key)] == interval["end_ns"] - interval["start_ns"], (
+                interval,
+                key,
+            )
             checked += 1
     assert checked >= 4 * true["config"]["steps"]
     assert out.meta["n_steps"] == true["config"]["steps"]
@@ -71,8 +94,11 @@ def test_checkpoints_sit_outside_the_step_as_the_run_did(run):
         row = result.steps.filter(pl.col("step") == span["step"]).row(0, named=True)
         inside = [x for x in true["stages"] if x["rank"] == -1 and x["step"] == span["step"]
                   and span["start_ns"] <= x["start_ns"] and x["end_ns"] <= span["end_ns"]]
-        untimed = (span["end_ns"] - span["start_ns"] - sum(x["end_ns"] - x["start_ns"] for x in inside)) / 1e9
-        # measured: at most 1.1e-16 s off (float seconds); 1e-12 s still fails at 1 ns (1e-6 was allowed)
+        untimed = (
+            span["end_ns"] - span["start_ns"] - sum(x["end_ns"] - x["start_ns"] for x in inside)
+        ) / 1e9
+        # measured: at most 1.1e-16 s off (float seconds); 1e-12 s still fails at 1 ns (1e-6 was
+        # allowed)
         assert row["total_s"] == pytest.approx((span["end_ns"] - span["start_ns"]) / 1e9, abs=1e-12)
         assert row["residual_s"] == pytest.approx(untimed, abs=1e-12)
     assert result.weight_sync["status"].to_list() == ["measured"]
@@ -100,10 +126,15 @@ def test_trl_logs_equal_the_trainer_log_history():
     assert state.meta["n_steps"] == console.meta["n_steps"] == true["config"]["steps"]
     history = [h for h in true["log_history"] if "loss" in h]
     for step, entry in enumerate(history, start=1):
-        from_state = dict(state.metrics.filter(pl.col("step") == step).select("key", "value").iter_rows())
-        from_console = dict(console.metrics.filter(pl.col("step") == step).select("key", "value").iter_rows())
+        from_state = dict(
+            state.metrics.filter(pl.col("step") == step).select("key", "value").iter_rows()
+        )
+        from_console = dict(
+            console.metrics.filter(pl.col("step") == step).select("key", "value").iter_rows()
+        )
         assert from_state["loss"] == entry["loss"]
-        # the console prints 4 significant digits (0.1925): at most 5e-4 of the value; measured 1.7e-4
+        # the console prints 4 significant digits (0.1925): at most 5e-4 of the value; measured
+        # 1.7e-4
         assert from_console["loss"] == pytest.approx(entry["loss"], rel=5e-4)
         assert from_console["completions/max_length"] == entry["completions/max_length"]
         timer = state.events.filter((pl.col("step") == step) & (pl.col("name") == "step_time"))

@@ -16,7 +16,9 @@ from parsers.events import validate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
-KINETO = sorted([*CORPUS.glob("HolisticTraceAnalysis/*.json.gz"), *CORPUS.glob("TraceLens/*.json.gz")])
+KINETO = sorted(
+    [*CORPUS.glob("HolisticTraceAnalysis/*.json.gz"), *CORPUS.glob("TraceLens/*.json.gz")]
+)
 
 
 def parse(name: str) -> parsers.ParsedSource:
@@ -27,7 +29,9 @@ def parse(name: str) -> parsers.ParsedSource:
 
 
 def rows(out: parsers.ParsedSource, name: str) -> pl.DataFrame:
-    return out.events.filter(pl.col("name") == name).with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e9).alias("s"))
+    return out.events.filter(pl.col("name") == name).with_columns(
+        ((pl.col("end_ns") - pl.col("start_ns")) / 1e9).alias("s")
+    )
 
 
 def test_ray_timeline_of_a_verl_run():
@@ -49,7 +53,9 @@ def test_areal_perf_tracer_jsonl():
     assert out.meta["producer"] == "areal-perf-tracer" and out.meta["rank"] == 0
     assert out.meta["time_base"].startswith("relative")
     rollout = rows(out, "train.rollout")
-    assert rollout["step"].to_list() == [3, 4] and rollout["s"].to_list() == pytest.approx([88.71, 88.71])
+    assert rollout["step"].to_list() == [3, 4] and rollout["s"].to_list() == pytest.approx(
+        [88.71, 88.71]
+    )
     forward = rows(out, "fsdp_engine.forward")
     assert forward["step"].to_list() == [3, 4] and forward["depth"].to_list() == [1, 1]
     marker = out.events.filter(pl.col("kind") == "marker")
@@ -66,10 +72,15 @@ def test_nemo_rl_trace_begin_end_pairs_and_step_spans():
     sync = rows(out, "transfer_and_update_weights")
     assert sync["depth"].to_list() == [2, 2] and sync["s"].to_list() == pytest.approx([2.91, 2.91])
     samples = rows(out, "sample_rollout")
-    assert samples["step"].to_list() == [1, 1, 2, 2] and sorted(samples["s"].to_list()) == pytest.approx([30, 30, 55, 55])
+    assert samples["step"].to_list() == [1, 1, 2, 2] and sorted(
+        samples["s"].to_list()
+    ) == pytest.approx([30, 30, 55, 55])
     assert rows(out, "step")["step"].to_list() == [1, 2]
     assert any("1 ranges never closed" in w for w in out.warnings)
-    assert out.metrics.select("step", "key", "value").rows() == [(1, "avg_reward", 0.32), (2, "avg_reward", 0.33)]
+    assert out.metrics.select("step", "key", "value").rows() == [
+        (1, "avg_reward", 0.32),
+        (2, "avg_reward", 0.33),
+    ]
 
 
 def complete_spans(text: str) -> int:
@@ -108,19 +119,57 @@ def test_kineto_traces_are_left_to_the_kineto_parser():
 
 def test_torch_events_merged_into_a_perf_tracer_stream_keep_their_kinds(tmp_path):
     lines = [
-        {"name": "train.ppo_update", "ph": "X", "ts": 10, "dur": 1000, "pid": 1, "tid": 2, "cat": "compute",
-         "args": {"global_step": 5, "rank": 3}},
-        {"name": "aten::mm", "ph": "X", "ts": 20, "dur": 100, "pid": 1, "tid": 2, "cat": "cpu_op", "args": {}},
-        {"name": "ampere_sgemm_128x64_tn", "ph": "X", "ts": 40, "dur": 50, "pid": 1, "tid": 9, "cat": "kernel",
-         "args": {"device": 0, "stream": 7, "correlation": 88}},
-        {"name": "void gemv()", "ph": "X", "ts": 60, "dur": 5, "pid": 1, "tid": 9, "cat": "kernel", "args": {}},
+        {
+            "name": "train.ppo_update",
+            "ph": "X",
+            "ts": 10,
+            "dur": 1000,
+            "pid": 1,
+            "tid": 2,
+            "cat": "compute",
+            "args": {"global_step": 5, "rank": 3},
+        },
+        {
+            "name": "aten::mm",
+            "ph": "X",
+            "ts": 20,
+            "dur": 100,
+            "pid": 1,
+            "tid": 2,
+            "cat": "cpu_op",
+            "args": {},
+        },
+        {
+            "name": "ampere_sgemm_128x64_tn",
+            "ph": "X",
+            "ts": 40,
+            "dur": 50,
+            "pid": 1,
+            "tid": 9,
+            "cat": "kernel",
+            "args": {"device": 0, "stream": 7, "correlation": 88},
+        },
+        {
+            "name": "void gemv()",
+            "ph": "X",
+            "ts": 60,
+            "dur": 5,
+            "pid": 1,
+            "tid": 9,
+            "cat": "kernel",
+            "args": {},
+        },
     ]
     path = tmp_path / "traces-r3.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     assert spans.sniff(read_head(path), path) == 85
     out = spans.parse(path)
     validate(out.events)
-    kinds = dict(out.events.select(pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String)).iter_rows())
+    kinds = dict(
+        out.events.select(
+            pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String)
+        ).iter_rows()
+    )
     assert kinds == {"train.ppo_update": "annotation", "aten::mm": "cpu_op",
                      "ampere_sgemm_128x64_tn": "kernel", "void gemv()": "annotation"}
     kernel = out.events.filter(pl.col("kind") == "kernel")

@@ -29,15 +29,25 @@ def analyze(out: parsers.ParsedSource, version: str | None = None) -> log_steps.
 
 
 def table(steps: dict[int, dict[str, float]]) -> pl.DataFrame:
-    rows = [{"step": s, "name": n, "start_ns": 0, "end_ns": round(v * 1e9)} for s, d in steps.items() for n, v in d.items()]
+    rows = [
+        {"step": s, "name": n, "start_ns": 0, "end_ns": round(v * 1e9)}
+        for s, d in steps.items()
+        for n, v in d.items()
+    ]
     return conform(pl.DataFrame(rows), kind="log_stage", synthetic_time=True)
 
 
-def verl_run(steps: dict[int, dict[str, float]], version: str, metrics: pl.DataFrame | None = None) -> log_steps.LogSteps:
+def verl_run(
+    steps: dict[int, dict[str, float]], version: str, metrics: pl.DataFrame | None = None
+) -> log_steps.LogSteps:
     events = table(steps)
     classes = classify(events["name"].cast(pl.String), "log", PROFILES["verl"], version, PROFILES)
-    empty = pl.DataFrame(schema={"source": pl.UInt32, "step": pl.Int32, "key": pl.String, "value": pl.Float64})
-    return log_steps.compute(events, metrics if metrics is not None else empty, classes, PROFILES["verl"].metrics)
+    empty = pl.DataFrame(
+        schema={"source": pl.UInt32, "step": pl.Int32, "key": pl.String, "value": pl.Float64}
+    )
+    return log_steps.compute(
+        events, metrics if metrics is not None else empty, classes, PROFILES["verl"].metrics
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +66,20 @@ def test_ppo_step_110_reconciles_with_its_total(ppo):
     assert step["stages_s"] == pytest.approx(34.242)
     assert step["residual_s"] == pytest.approx(0.006)
     assert step["outside_s"] == 0.0 and step["wall_s"] == pytest.approx(34.248)
-    assert step_stages(ppo, 110) == pytest.approx({
-        "rollout": 4.163, "reward": 0.037, "old_logprob": 0.476, "values": 0.547, "advantage": 0.009,
-        "critic_update": 2.282, "actor_update": 2.296, "evaluation": 6.277, "checkpoint": 18.155, "other": 0.006})
+    assert step_stages(ppo, 110) == pytest.approx(
+        {
+            "rollout": 4.163,
+            "reward": 0.037,
+            "old_logprob": 0.476,
+            "values": 0.547,
+            "advantage": 0.009,
+            "critic_update": 2.282,
+            "actor_update": 2.296,
+            "evaluation": 6.277,
+            "checkpoint": 18.155,
+            "other": 0.006,
+        }
+    )
     shares = ppo.stages.filter(pl.col("step") == 110)["share"].sum()
     assert shares == pytest.approx(1.0)
     assert ppo.notes == []
@@ -66,7 +87,10 @@ def test_ppo_step_110_reconciles_with_its_total(ppo):
 
 def test_ppo_every_step_reconciles(ppo):
     assert ppo.steps.height == 335
-    assert ppo.steps["residual_s"].min() >= 0.003 - 1e-9 and ppo.steps["residual_s"].max() <= 0.013 + 1e-9
+    assert (
+        ppo.steps["residual_s"].min() >= 0.003 - 1e-9
+        and ppo.steps["residual_s"].max() <= 0.013 + 1e-9
+    )
     assert (ppo.steps["total_s"] == ppo.steps["wall_s"]).all()
     assert ppo.stages.filter(~pl.col("in_step")).height == 0
 
@@ -79,7 +103,9 @@ def test_ppo_step_time_statistics_and_outliers(ppo):
     outliers = ppo.steps.filter(pl.col("outlier"))
     eval_steps = {*range(110, 431, 10), 435}
     assert eval_steps <= set(outliers["step"].to_list())
-    causes = outliers.filter(pl.col("step").is_in(list(eval_steps)))["outlier_cause"].unique().to_list()
+    causes = (
+        outliers.filter(pl.col("step").is_in(list(eval_steps)))["outlier_cause"].unique().to_list()
+    )
     assert causes == ["checkpoint"]
     wall = ppo.steps["wall_s"]
     mad = (wall - wall.median()).abs().median() * 1.4826
@@ -108,9 +134,19 @@ def test_ppo_long_tail_indicators(ppo):
 
 
 def test_v06_testing_and_checkpoint_outside_the_step():
-    result = verl_run({1: {"timing_s/gen": 5.0, "timing_s/update_actor": 3.0, "timing_s/step": 8.5},
-                       2: {"timing_s/gen": 5.0, "timing_s/update_actor": 3.0, "timing_s/testing": 4.0,
-                           "timing_s/save_checkpoint": 2.0, "timing_s/step": 8.5}}, "0.6")
+    result = verl_run(
+        {
+            1: {"timing_s/gen": 5.0, "timing_s/update_actor": 3.0, "timing_s/step": 8.5},
+            2: {
+                "timing_s/gen": 5.0,
+                "timing_s/update_actor": 3.0,
+                "timing_s/testing": 4.0,
+                "timing_s/save_checkpoint": 2.0,
+                "timing_s/step": 8.5,
+            },
+        },
+        "0.6",
+    )
     step = result.steps.filter(pl.col("step") == 2).row(0, named=True)
     assert (step["total_s"], step["outside_s"], step["wall_s"]) == (8.5, 6.0, 14.5)
     assert step["residual_s"] == pytest.approx(0.5)
@@ -120,13 +156,27 @@ def test_v06_testing_and_checkpoint_outside_the_step():
 
 
 def test_numbers_overrule_a_wrong_version_assumption():
-    steps = {1: {"timing_s/gen": 5.0, "timing_s/step": 5.2},
-             2: {"timing_s/gen": 5.0, "timing_s/testing": 4.0, "timing_s/save_checkpoint": 2.0, "timing_s/step": 5.2}}
+    steps = {
+        1: {"timing_s/gen": 5.0, "timing_s/step": 5.2},
+        2: {
+            "timing_s/gen": 5.0,
+            "timing_s/testing": 4.0,
+            "timing_s/save_checkpoint": 2.0,
+            "timing_s/step": 5.2,
+        },
+    }
     assumed_inside = verl_run(steps, "0.5")
     assert any("excludes evaluation and checkpoint" in n for n in assumed_inside.notes)
     assert assumed_inside.steps.filter(pl.col("step") == 2)["wall_s"].item() == pytest.approx(11.2)
-    inside = {1: {"timing_s/gen": 5.0, "timing_s/step": 5.2},
-              2: {"timing_s/gen": 5.0, "timing_s/testing": 4.0, "timing_s/save_checkpoint": 2.0, "timing_s/step": 11.2}}
+    inside = {
+        1: {"timing_s/gen": 5.0, "timing_s/step": 5.2},
+        2: {
+            "timing_s/gen": 5.0,
+            "timing_s/testing": 4.0,
+            "timing_s/save_checkpoint": 2.0,
+            "timing_s/step": 11.2,
+        },
+    }
     assumed_outside = verl_run(inside, "0.6")
     assert any("includes evaluation and checkpoint" in n for n in assumed_outside.notes)
     step = assumed_outside.steps.filter(pl.col("step") == 2).row(0, named=True)
@@ -134,30 +184,60 @@ def test_numbers_overrule_a_wrong_version_assumption():
 
 
 def test_a_part_moves_its_time_out_of_its_parent():
-    result = verl_run({1: {"timing_s/gen": 10.0, "timing_s/reshard": 1.5, "timing_s/generate_sequences": 8.0,
-                           "timing_s/update_actor": 4.0, "timing_s/step": 14.2}}, "0.5")
-    assert step_stages(result, 1) == pytest.approx({"rollout": 8.5, "weight_sync": 1.5, "actor_update": 4.0, "other": 0.2})
+    result = verl_run(
+        {
+            1: {
+                "timing_s/gen": 10.0,
+                "timing_s/reshard": 1.5,
+                "timing_s/generate_sequences": 8.0,
+                "timing_s/update_actor": 4.0,
+                "timing_s/step": 14.2,
+            }
+        },
+        "0.5",
+    )
+    assert step_stages(result, 1) == pytest.approx(
+        {"rollout": 8.5, "weight_sync": 1.5, "actor_update": 4.0, "other": 0.2}
+    )
     ws = result.weight_sync.row(0, named=True)
-    assert ws["status"] == "measured" and ws["share"] == pytest.approx(1.5 / 14.2) and ws["where"] == "timing_s/reshard"
+    assert (
+        ws["status"] == "measured"
+        and ws["share"] == pytest.approx(1.5 / 14.2)
+        and ws["where"] == "timing_s/reshard"
+    )
     assert "weight_sync" not in result.needs_trace["analysis"].to_list()
 
 
 def test_parts_longer_than_their_parent_are_capped_and_said():
-    result = verl_run({1: {"timing_s/gen": 1.0, "timing_s/reshard": 1.5, "timing_s/step": 1.0}}, "0.5")
+    result = verl_run(
+        {1: {"timing_s/gen": 1.0, "timing_s/reshard": 1.5, "timing_s/step": 1.0}}, "0.5"
+    )
     assert step_stages(result, 1) == pytest.approx({"rollout": 0.0, "weight_sync": 1.0})
     assert any("exceed their parent" in n for n in result.notes)
 
 
 def test_unknown_keys_are_reported_and_never_summed():
-    result = verl_run({1: {"timing_s/gen": 5.0, "timing_s/fork_filter": 3.0, "timing_s/step": 9.0},
-                       2: {"timing_s/gen": 5.0, "timing_s/fork_filter": 2.0, "timing_s/step": 8.0}}, "0.8")
+    result = verl_run(
+        {
+            1: {"timing_s/gen": 5.0, "timing_s/fork_filter": 3.0, "timing_s/step": 9.0},
+            2: {"timing_s/gen": 5.0, "timing_s/fork_filter": 2.0, "timing_s/step": 8.0},
+        },
+        "0.8",
+    )
     assert result.unclassified.rows() == [("timing_s/fork_filter", 2, 5.0)]
     assert step_stages(result, 1) == pytest.approx({"rollout": 5.0, "other": 4.0})
     assert result.weight_sync["status"].to_list() == ["not_logged"]
 
 
 def test_outlier_rule_and_cause():
-    steps = {s: {"timing_s/gen": 5.0, "timing_s/update_actor": 3.0 + 0.01 * s, "timing_s/step": 8.1 + 0.01 * s} for s in range(1, 10)}
+    steps = {
+        s: {
+            "timing_s/gen": 5.0,
+            "timing_s/update_actor": 3.0 + 0.01 * s,
+            "timing_s/step": 8.1 + 0.01 * s,
+        }
+        for s in range(1, 10)
+    }
     steps[10] = {"timing_s/gen": 25.0, "timing_s/update_actor": 3.1, "timing_s/step": 28.2}
     result = verl_run(steps, "0.8")
     flagged = result.steps.filter(pl.col("outlier"))
@@ -171,7 +251,9 @@ def test_step_total_from_the_sum_and_composite_labels():
     step = result.steps.filter(pl.col("step") == 2).row(0, named=True)
     assert step["total_from"] == "sum of stage timers" and step["residual_s"] == 0.0
     assert step["total_s"] == pytest.approx(86.55 + 6.11 + 5.93 + 0.29 + 31.02 + 4.20 + 11.4)
-    rollout = result.stages.filter((pl.col("step") == 2) & (pl.col("stage") == "rollout")).row(0, named=True)
+    rollout = result.stages.filter((pl.col("step") == 2) & (pl.col("stage") == "rollout")).row(
+        0, named=True
+    )
     assert (rollout["label"], rollout["composite"]) == ("rollout+reward", True)
 
 
@@ -179,21 +261,30 @@ def test_long_tail_needs_length_statistics():
     result = verl_run({1: {"timing_s/gen": 5.0, "timing_s/step": 5.0}}, "0.8")
     assert result.long_tail.height == 0
     assert "long_tail" in result.needs_trace["analysis"].to_list()
-    assert {"bubbles", "collectives", "critical_path"} <= set(result.needs_trace["analysis"].to_list())
+    assert {"bubbles", "collectives", "critical_path"} <= set(
+        result.needs_trace["analysis"].to_list()
+    )
 
 
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.floats(0.0, 50.0), st.floats(0.0, 20.0), st.floats(0.0, 5.0), st.floats(0.0, 3.0)),
-        min_size=1, max_size=6,
+        st.tuples(
+            st.floats(0.0, 50.0), st.floats(0.0, 20.0), st.floats(0.0, 5.0), st.floats(0.0, 3.0)
+        ),
+        min_size=1,
+        max_size=6,
     )
 )
 def test_shares_of_a_step_add_up(durations):
     steps = {}
     for i, (gen, actor, testing, untimed) in enumerate(durations, start=1):
-        steps[i] = {"timing_s/gen": gen, "timing_s/update_actor": actor, "timing_s/testing": testing,
-                    "timing_s/step": gen + actor + untimed}
+        steps[i] = {
+            "timing_s/gen": gen,
+            "timing_s/update_actor": actor,
+            "timing_s/testing": testing,
+            "timing_s/step": gen + actor + untimed,
+        }
     result = verl_run(steps, "0.6")
     inside = any("includes evaluation" in n for n in result.notes)
     for i, (gen, actor, testing, untimed) in enumerate(durations, start=1):
@@ -201,14 +292,21 @@ def test_shares_of_a_step_add_up(durations):
         outside = 0.0 if inside else testing
         assert step["wall_s"] == pytest.approx(gen + actor + untimed + outside, abs=1e-6)
         if step["wall_s"] > 0:
-            assert result.stages.filter(pl.col("step") == i)["share"].sum() == pytest.approx(1.0, abs=1e-6)
+            assert result.stages.filter(pl.col("step") == i)["share"].sum() == pytest.approx(
+                1.0, abs=1e-6
+            )
 
 
 def test_stage_rows_and_summary_have_one_order_whatever_the_grouping():
     """DeepSpeed-Chat's 'Others' timer and the residual 'other' share step, stage and label; the
     stage rows were sorted by those alone, so the two swapped between runs (the golden reports
     caught it). Every key column now orders them, and ties in seconds are broken by name."""
-    ds = CORPUS / "logs" / "deepspeed-chat" / "step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"
+    ds = (
+        CORPUS
+        / "logs"
+        / "deepspeed-chat"
+        / "step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"
+    )
     result = analyze(parsers.parse_file(ds))
     keys = ["step", "stage", "label", "composite", "in_step", "keys"]
     ties = result.stages.group_by("step", "stage", "label").len().filter(pl.col("len") > 1)

@@ -76,7 +76,9 @@ def test_csv_without_a_stats_table(tmp_path: Path) -> None:
 def test_stats_csv_with_broken_numbers(tmp_path: Path) -> None:
     bad = tmp_path / "x_nvtxpptrace.csv"
     text = (CORPUS / "pipit" / "trace.csv").read_text().splitlines()
-    bad.write_text("\n".join([text[0], text[1].replace("982845927", "9,82845927x"), *text[2:]]) + "\n")
+    bad.write_text(
+        "\n".join([text[0], text[1].replace("982845927", "9,82845927x"), *text[2:]]) + "\n"
+    )
     assert "cannot read" in one_line_error(bad)
 
 
@@ -84,10 +86,16 @@ def test_stats_csv_with_broken_numbers(tmp_path: Path) -> None:
 def test_cli_exit_status_two_with_one_line(tmp_path: Path, suffix: str) -> None:
     """``rlperf analyze`` on a bad export: one line naming the file, exit status 2."""
     bad = tmp_path / f"capture{suffix}"
-    bad.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100 if suffix == ".sqlite" else b"not a report")
+    bad.write_bytes(
+        b"SQLite format 3\x00" + b"\x00" * 100 if suffix == ".sqlite" else b"not a report"
+    )
     run = subprocess.run(
         [sys.executable, "-c", "from analyzer.cli import main; main()", "analyze", str(bad)],
-        capture_output=True, text=True, timeout=120, check=False, cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).resolve().parents[1],
         env={**os.environ, "RLPERF_CACHE_DIR": str(tmp_path / "cache")},
     )
     assert run.returncode == 2, run.stderr
@@ -142,13 +150,31 @@ CELLS = [
     (KERNEL, "demangledName", "'zz'", {"wrong_type_cells": 5}, {}),
     ("CUPTI_ACTIVITY_KIND_MEMCPY", "bytes", "'many'", {"wrong_type_cells": 15}, {}),
     ("CUPTI_ACTIVITY_KIND_MEMCPY", "bytes", "-1", {"negative_bytes": 15}, {}),
-    ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid", "NULL", {"dropped_no_process": 57}, {"runtime": 0}),
-    ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid", "'t'", {"wrong_type_cells": 95, "dropped_no_process": 57}, {"runtime": 0}),
+    (
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "globalTid",
+        "NULL",
+        {"dropped_no_process": 57},
+        {"runtime": 0},
+    ),
+    (
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "globalTid",
+        "'t'",
+        {"wrong_type_cells": 95, "dropped_no_process": 57},
+        {"runtime": 0},
+    ),
     ("CUPTI_ACTIVITY_KIND_RUNTIME", "eventClass", "'x'", {"wrong_type_cells": 95}, {"runtime": 0}),
     ("StringIds", "value", "x'ff00'", {"wrong_type_cells": 697}, {}),
     ("StringIds", "value", "CAST(x'ff41' AS TEXT)", {"undecodable_text": 697}, {}),
     ("NVTX_EVENTS", "text", "x'ff'", {"wrong_type_cells": 24}, {}),
-    ("NVTX_EVENTS", "start", "'abc'", {"wrong_type_cells": 24, "dropped_no_time": 22}, {"annotation": 0}),
+    (
+        "NVTX_EVENTS",
+        "start",
+        "'abc'",
+        {"wrong_type_cells": 24, "dropped_no_time": 22},
+        {"annotation": 0},
+    ),
     ("NVTX_EVENTS", "domainId", "'d'", {"wrong_type_cells": 24}, {}),
     ("NVTX_EVENTS", "globalTid", "NULL", {"dropped_no_process": 22}, {"annotation": 0}),
     ("TARGET_INFO_SYSTEM_ENV", "globalVid", "'x'", {"wrong_type_cells": 74}, {}),
@@ -156,7 +182,9 @@ CELLS = [
 ]
 
 
-@pytest.mark.parametrize(("table", "column", "value", "quality", "left"), CELLS, ids=lambda v: str(v)[:24])
+@pytest.mark.parametrize(
+    ("table", "column", "value", "quality", "left"), CELLS, ids=lambda v: str(v)[:24]
+)
 def test_wrong_typed_or_out_of_range_cells_are_counted_never_a_crash_or_a_wrap(
     tmp_path: Path, table: str, column: str, value: str, quality: dict, left: dict
 ) -> None:
@@ -177,7 +205,11 @@ def test_wrong_typed_or_out_of_range_cells_are_counted_never_a_crash_or_a_wrap(
 
 
 def test_a_time_shift_that_is_not_a_whole_number_is_ignored_and_counted(tmp_path: Path) -> None:
-    path = damaged(tmp_path, NVFUSER, "UPDATE META_DATA_EXPORT SET value = '1.5' WHERE name = 'EXPORT_PARAM_TIME_SHIFT'")
+    path = damaged(
+        tmp_path,
+        NVFUSER,
+        "UPDATE META_DATA_EXPORT SET value = '1.5' WHERE name = 'EXPORT_PARAM_TIME_SHIFT'",
+    )
     source = nsys.parse(path)
     assert source.meta["quality"] == {"unreadable_metadata": 1}
     assert any("EXPORT_PARAM_TIME_SHIFT is '1.5'" in w for w in source.warnings)
@@ -186,18 +218,26 @@ def test_a_time_shift_that_is_not_a_whole_number_is_ignored_and_counted(tmp_path
 
 def test_a_rank_variable_past_int32_is_no_evidence(tmp_path: Path) -> None:
     con = sqlite3.connect(PIPIT.resolve().as_uri() + "?mode=ro&immutable=1", uri=True)
-    env = con.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'").fetchone()[0]
+    env = con.execute(
+        "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'"
+    ).fetchone()[0]
     con.close()
     for var in ("SLURM_PROCID", "PMI_RANK"):
         assert f"{var}=0\x00" in env
         env = env.replace(f"{var}=0\x00", f"{var}=99999999999\x00")
     path = damaged(
-        tmp_path, PIPIT, "UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'DeviceEnvironment'", params=(env,)
+        tmp_path,
+        PIPIT,
+        "UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'DeviceEnvironment'",
+        params=(env,),
     )
     source = nsys.parse(path)
     assert source.meta["processes"][0]["rank_source"] == "NVTX thread name 'MPI Rank 0'"
     assert set(source.events["rank"]) == {0}
-    assert any("SLURM_PROCID, PMI_RANK in the captured environment" in w and "ignored" in w for w in source.warnings)
+    assert any(
+        "SLURM_PROCID, PMI_RANK in the captured environment" in w and "ignored" in w
+        for w in source.warnings
+    )
 
 
 def test_a_missing_time_column_leaves_that_table_out_with_a_count(tmp_path: Path) -> None:
@@ -219,10 +259,16 @@ def test_a_table_name_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     """SQLite refuses the schema with a message quoting the damaged name, which Python cannot
     decode: UnicodeDecodeError (no sqlite3.Error) escaped."""
     path = damaged(
-        tmp_path, PIPIT, "PRAGMA writable_schema=ON",
-        "UPDATE sqlite_master SET name = CAST(x'ac41' AS TEXT) WHERE name = 'CUPTI_ACTIVITY_KIND_MEMCPY'",
+        tmp_path,
+        PIPIT,
+        "PRAGMA writable_schema=ON",
+        "UPDATE sqlite_master SET name = CAST(x'ac41' AS TEXT) WHERE name = "
+        "'CUPTI_ACTIVITY_KIND_MEMCPY'",
     )
-    assert one_line_error(path, nsys.parse) == "SQLite database is truncated or corrupt (a schema name is not UTF-8)"
+    assert (
+        one_line_error(path, nsys.parse)
+        == "SQLite database is truncated or corrupt (a schema name is not UTF-8)"
+    )
 
 
 def test_a_missing_string_table_is_not_an_export(tmp_path: Path) -> None:
@@ -286,21 +332,30 @@ def test_a_markdown_file_that_names_stats_columns_is_no_stats_csv() -> None:
     assert nsys_stats.sniff(PPTRACE.read_bytes(), PPTRACE) == 90
 
 
-def test_an_empty_report_is_one_line_without_calling_nsys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_empty_report_is_one_line_without_calling_nsys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("RLPERF_CACHE_DIR", str(tmp_path / "cache"))
     empty = tmp_path / "capture.nsys-rep"
     empty.write_bytes(b"")
-    assert one_line_error(empty, nsys_rep.parse) == "empty file (0 bytes), not an Nsight Systems report"
+    assert (
+        one_line_error(empty, nsys_rep.parse)
+        == "empty file (0 bytes), not an Nsight Systems report"
+    )
 
 
-def test_a_report_nsys_cannot_read_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_report_nsys_cannot_read_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("RLPERF_CACHE_DIR", str(tmp_path / "cache"))
     junk = tmp_path / "junk.nsys-rep"
     junk.write_bytes(nsys_rep.REPORT_MAGIC + bytes(range(256)) * 8)
     assert one_line_error(junk).startswith("nsys export failed: ")
 
 
-def test_a_hanging_nsys_is_stopped_at_the_time_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hanging_nsys_is_stopped_at_the_time_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every nsys call is bounded: a stand-in nsys that never returns is killed (with its
     children) after ``$RLPERF_NSYS_TIMEOUT`` seconds; an unreadable value means the default."""
     fake = tmp_path / "bin" / "nsys"

@@ -80,10 +80,13 @@ def test_capture_is_exported_once_into_the_cache(capture, cache_env: Path) -> No
 
 
 def test_capture_times_are_the_wall_clock_epoch(capture, cache_env: Path) -> None:
-    """Absolute times (session start + session time) agree with the workload's own time.time_ns()."""
+    """Absolute times (session start + session time) agree with the workload's own
+    time.time_ns()."""
     report, truth, _ = capture
     ranges = nsys_rep.parse(report).events.filter(pl.col("kind") == "annotation").sort("end_ns")
-    offsets = [start - want["epoch_ns"] for start, want in zip(ranges["start_ns"], truth, strict=True)]
+    offsets = [
+        start - want["epoch_ns"] for start, want in zip(ranges["start_ns"], truth, strict=True)
+    ]
     assert max(abs(o) for o in offsets) <= RANGE_TOL_NS, offsets
 
 
@@ -100,7 +103,9 @@ def test_report_from_a_newer_nsys_names_both_versions(cache_env: Path) -> None:
     installed = nsys_rep.nsys_version()
     assert installed is not None
     if installed >= "2025.1":
-        pytest.fail(f"nsys {installed} reads 2025.1 reports; this test expects the 2022.4 CI package")
+        pytest.fail(
+            f"nsys {installed} reads 2025.1 reports; this test expects the 2022.4 CI package"
+        )
     with pytest.raises(InputError) as err:
         parsers.parse_file(NEWER_REPORT)
     message = str(err.value)
@@ -110,7 +115,9 @@ def test_report_from_a_newer_nsys_names_both_versions(cache_env: Path) -> None:
     assert "nsys export --type sqlite -o report1.sqlite report1.nsys-rep" in message
 
 
-def test_without_nsys_the_error_says_how_to_export(cache_env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_without_nsys_the_error_says_how_to_export(
+    cache_env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(InputError) as err:
         parsers.parse_file(NEWER_REPORT)

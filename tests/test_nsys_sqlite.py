@@ -94,7 +94,10 @@ def test_absolute_time_is_session_start_plus_session_time(path: Path, parsed) ->
 def test_bytes_and_copy_names_match_sql(parsed) -> None:
     for path in (PIPIT, NVFUSER, MFU):
         events = parsed[path].events
-        for kind, table in (("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY"), ("memset", "CUPTI_ACTIVITY_KIND_MEMSET")):
+        for kind, table in (
+            ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY"),
+            ("memset", "CUPTI_ACTIVITY_KIND_MEMSET"),
+        ):
             total = sql(path, f"SELECT total(bytes) FROM {table}")[0][0]
             assert events.filter(pl.col("kind") == kind)["bytes"].sum() == int(total)
     names = parsed[PIPIT].events.filter(pl.col("kind") == "memcpy").group_by("name").len()
@@ -103,7 +106,11 @@ def test_bytes_and_copy_names_match_sql(parsed) -> None:
         "Memcpy DtoH (Device -> Pageable)": 5,
     }
     syncs = parsed[NVFUSER].events.filter(pl.col("kind") == "gpu_sync")
-    assert sorted(syncs["name"].cast(pl.String)) == ["Context Sync", "Stream Wait Event", "Stream Wait Event"]
+    assert sorted(syncs["name"].cast(pl.String)) == [
+        "Context Sync",
+        "Stream Wait Event",
+        "Stream Wait Event",
+    ]
 
 
 def test_kernel_names_streams_devices_and_correlation(parsed) -> None:
@@ -113,11 +120,15 @@ def test_kernel_names_streams_devices_and_correlation(parsed) -> None:
     nccl = kernels.filter(pl.col("coll").is_not_null())
     assert nccl.height == 66
     assert set(nccl["coll"].cast(pl.String)) == {"send_recv"}
-    assert set(nccl["name"].cast(pl.String)) == {"ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<(unsigned long)4096>)"}
+    assert set(nccl["name"].cast(pl.String)) == {
+        "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<(unsigned long)4096>)"
+    }
     runtime = parsed[MFU].events.filter(pl.col("kind") == "runtime")
     # correlation ids are per process: both processes reuse the same numbers
     assert kernels.join(runtime, on="corr", how="inner").height > kernels.height
-    linked = kernels.join(runtime.select("pid", "corr", launch=pl.col("name")), on=["pid", "corr"], how="left")
+    linked = kernels.join(
+        runtime.select("pid", "corr", launch=pl.col("name")), on=["pid", "corr"], how="left"
+    )
     assert linked.height == kernels.height
     assert linked["launch"].null_count() == sql(
         MFU,
@@ -125,7 +136,12 @@ def test_kernel_names_streams_devices_and_correlation(parsed) -> None:
         "CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId AND "
         "(r.globalTid >> 24) = (k.globalPid >> 24))",
     )[0][0]
-    assert set(linked["launch"].drop_nulls().cast(pl.String)) <= {"cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC"}
+    assert set(linked["launch"].drop_nulls().cast(pl.String)) <= {
+        "cudaLaunchKernel",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cudaLaunchKernelExC",
+    }
 
 
 def test_runtime_names_lose_version_suffix_and_backtrace_twins(parsed) -> None:
@@ -140,7 +156,13 @@ def test_nvtx_names_domains_and_pytorch_ranges(parsed) -> None:
     assert parsed[PIPIT].meta["nvtx_domains"] == {0: "default", 1: "MPI"}
     assert parsed[MFU].meta["nvtx_domains"] == {0: "default", 1: None}
     names = parsed[MFU].events.filter(pl.col("kind") == "annotation")["name"].cast(pl.String)
-    registered = dict(sql(MFU, "SELECT s.value, count(*) FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId GROUP BY 1"))
+    registered = dict(
+        sql(
+            MFU,
+            "SELECT s.value, count(*) FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId GROUP "
+            "BY 1",
+        )
+    )
     assert registered["ncclSend"] == 132
     for name, n in registered.items():
         assert (names == name).sum() == n
@@ -179,10 +201,17 @@ def test_ranks_hosts_and_processes(parsed) -> None:
     assert pipit.meta["rank"] == 0 and pipit.meta["world_size"] == 2
     assert pipit.meta["processes"][0]["rank_source"] == "environment variable SLURM_PROCID"
     assert set(pipit.events["rank"]) == {0}
-    assert pipit.meta["host"] == "nid001608" and set(pipit.events["host"].cast(pl.String)) == {"nid001608"}
+    assert pipit.meta["host"] == "nid001608" and set(pipit.events["host"].cast(pl.String)) == {
+        "nid001608"
+    }
 
     mfu = parsed[MFU]
-    by_pid = dict(mfu.events.group_by("pid").agg(pl.col("rank").unique()).select("pid", pl.col("rank").list.first()).iter_rows())
+    by_pid = dict(
+        mfu.events.group_by("pid")
+        .agg(pl.col("rank").unique())
+        .select("pid", pl.col("rank").list.first())
+        .iter_rows()
+    )
     assert by_pid == {144: 0, 145: 1}
     assert any("torchrun" in w for w in mfu.warnings)
     assert any("time-window slice" in w for w in mfu.warnings)

@@ -35,7 +35,9 @@ NAMES = {
 def report_names() -> dict[str, str]:
     """The report names the installed nsys knows (new ones from ~2023, else the 2022 ones)."""
     rc, out, alive = nsys_capture.run_session(["nsys", "stats", "--help-reports"], 120, Path.cwd())
-    assert rc is not None and not alive, "nsys stats --help-reports (exits 1 in 2022.4 after listing)"
+    assert rc is not None and not alive, (
+        "nsys stats --help-reports (exits 1 in 2022.4 after listing)"
+    )
     return {key: next(n for n in names if f"  {n}" in out) for key, names in NAMES.items()}
 
 
@@ -50,7 +52,9 @@ def stats(path: Path, reports: list[str], work: Path, stdout: bool = False) -> l
         target = work / f"{path.stem}_stdout.csv"
         target.write_text(out)
         return [target]
-    rc, out, alive = nsys_capture.run_session([*argv, "-q", "-o", str(work / path.stem), str(copy)], 300, work)
+    rc, out, alive = nsys_capture.run_session(
+        [*argv, "-q", "-o", str(work / path.stem), str(copy)], 300, work
+    )
     assert rc == 0 and not alive, out[-500:]
     return [work / f"{path.stem}_{r}.csv" for r in reports]
 
@@ -62,7 +66,12 @@ def test_real_nvtx_pushpop_csv_from_the_corpus() -> None:
     events = source.events
     assert events.height == 131 and set(events["kind"].cast(pl.String)) == {"annotation"}
     first = events.row(0, named=True)
-    assert (first["name"], first["start_ns"], first["end_ns"], first["depth"]) == ("main", 982845927, 1987944256, 0)
+    assert (first["name"], first["start_ns"], first["end_ns"], first["depth"]) == (
+        "main",
+        982845927,
+        1987944256,
+        0,
+    )
     assert first["pid"] == first["tid"] == 3086332
     raw = pl.read_csv(PPTRACE_CSV)
     assert events["depth"].to_list() == raw["Lvl"].to_list()
@@ -90,8 +99,12 @@ def relative(source: parsers.ParsedSource, kind: str) -> pl.DataFrame:
 
 
 @pytest.mark.parametrize("export", [PIPIT, NVFUSER], ids=lambda p: p.name)
-def test_stats_csv_agrees_with_the_sqlite_parser(export: Path, report_names, tmp_path: Path) -> None:
-    files = stats(export, [report_names["gpu"], report_names["nvtx"], report_names["api"]], tmp_path)
+def test_stats_csv_agrees_with_the_sqlite_parser(
+    export: Path, report_names, tmp_path: Path
+) -> None:
+    files = stats(
+        export, [report_names["gpu"], report_names["nvtx"], report_names["api"]], tmp_path
+    )
     assert [parsers.sniff(f) for f in files] == ["nsys-stats-csv"] * 3
     from_csv = [parsers.parse_file(f) for f in files]
     for source in from_csv:
@@ -109,20 +122,25 @@ def test_stats_csv_agrees_with_the_sqlite_parser(export: Path, report_names, tmp
     nvtx_sqlite = relative(from_sqlite, "annotation")
     nvtx_csv = relative(from_csv[1], "annotation")
     assert nvtx_csv.height == nvtx_sqlite.height
-    # nsys stats prefixes names of named domains (``MPI:MPI_Send``); the SQLite path keeps them as recorded
+    # nsys stats prefixes names of named domains (``MPI:MPI_Send``); the SQLite path keeps them as
+    # recorded
     stripped = nvtx_csv.with_columns(pl.col("name").str.replace(r"^MPI:", ""))
     assert stripped.select("start", "end", "name", "tid", "depth").equals(
         nvtx_sqlite.select("start", "end", "name", "tid", "depth")
     )
     runtime_sqlite, runtime_csv = relative(from_sqlite, "runtime"), relative(from_csv[2], "runtime")
-    assert runtime_csv.select("start", "end", "name", "corr").equals(runtime_sqlite.select("start", "end", "name", "corr"))
+    assert runtime_csv.select("start", "end", "name", "corr").equals(
+        runtime_sqlite.select("start", "end", "name", "corr")
+    )
 
 
 def test_nsys_lvl_is_rechecked_against_the_times(report_names, tmp_path: Path) -> None:
     [csv] = stats(NVFUSER, [report_names["nvtx"]], tmp_path)
     source = parsers.parse_file(csv)
     lvl = pl.read_csv(csv)["Lvl"]
-    differ = int((source.events.sort("start_ns", "end_ns", descending=[False, True])["depth"] != lvl).sum())
+    differ = int(
+        (source.events.sort("start_ns", "end_ns", descending=[False, True])["depth"] != lvl).sum()
+    )
     if differ:
         assert any(f"{differ} of 13513 ranges" in w for w in source.warnings)
     assert source.events["depth"].max() == 18

@@ -16,7 +16,16 @@ sys.path.insert(0, str(HERE / "workloads"))
 import nsys_capture  # noqa: E402
 
 ENCLOSING_NS = 500_000
-NAMES = ["step 0", "rollout", "generate", "update_actor", "step 1", "rollout", "generate", "update_actor"]
+NAMES = [
+    "step 0",
+    "rollout",
+    "generate",
+    "update_actor",
+    "step 1",
+    "rollout",
+    "generate",
+    "update_actor",
+]
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +35,9 @@ def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[pl.DataFrame, pl.Dat
     mp = pytest.MonkeyPatch()
     mp.setenv("RLPERF_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     try:
-        report = nsys_capture.profile([sys.executable, str(HERE / "workloads" / "two_paths.py"), str(trace)], work)
+        report = nsys_capture.profile(
+            [sys.executable, str(HERE / "workloads" / "two_paths.py"), str(trace)], work
+        )
         kineto = parsers.parse_file(trace)
         nsys = parsers.parse_file(report)
     finally:
@@ -36,9 +47,18 @@ def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[pl.DataFrame, pl.Dat
     def ranges(source: parsers.ParsedSource) -> pl.DataFrame:
         parsers.validate(source.events)
         return (
-            source.events.filter((pl.col("kind") == "annotation") & pl.col("name").cast(pl.String).is_in(NAMES))
+            source.events.filter(
+                (pl.col("kind") == "annotation") & pl.col("name").cast(pl.String).is_in(NAMES)
+            )
             .sort("start_ns")
-            .select(name=pl.col("name").cast(pl.String), start="start_ns", dur=pl.col("end_ns") - pl.col("start_ns"), depth="depth", pid="pid", tid="tid")
+            .select(
+                name=pl.col("name").cast(pl.String),
+                start="start_ns",
+                dur=pl.col("end_ns") - pl.col("start_ns"),
+                depth="depth",
+                pid="pid",
+                tid="tid",
+            )
         )
 
     return ranges(kineto), ranges(nsys)

@@ -62,7 +62,9 @@ def test_an_output_that_cannot_take_a_report_is_refused_before_parsing(
 ):
     output = {"folder": str(tmp_path), "empty": "", "/dev/full": "/dev/full",
               "under a file": str(broken / "report.md")}[where]
-    line = one_line_error(rlperf("analyze", str(broken), "-f", "md", "-o", output, cache=tmp_path / "c"), *words)
+    line = one_line_error(
+        rlperf("analyze", str(broken), "-f", "md", "-o", output, cache=tmp_path / "c"), *words
+    )
     assert "traceEvents" not in line and "field type" not in line
 
 
@@ -74,16 +76,24 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path: Path
     soft = tmp_path / "soft.md"
     soft.symlink_to(trace)
     for output in (trace, hard, soft):
-        line = one_line_error(rlperf("analyze", str(trace), "-f", "md", "-o", str(output), cache=tmp_path / "c"),
-                              str(output), "is an input of this run")
+        line = one_line_error(
+            rlperf("analyze", str(trace), "-f", "md", "-o", str(output), cache=tmp_path / "c"),
+            str(output),
+            "is an input of this run",
+        )
         assert ("the same file as" in line) == (output != trace)
-    one_line_error(rlperf("analyze", str(run), "-o", str(trace), cache=tmp_path / "c"), "is an input of this run")
+    one_line_error(
+        rlperf("analyze", str(run), "-o", str(trace), cache=tmp_path / "c"),
+        "is an input of this run",
+    )
     assert digest(trace) == before
 
 
 def test_a_new_report_inside_the_run_folder_is_fine(tmp_path: Path, run: Path):
     for _ in range(2):  # the second time the report exists, and is no input: rlperf's own output
-        result = rlperf("analyze", str(run), "-f", "json", "-o", str(run / "report.json"), cache=tmp_path / "c")
+        result = rlperf(
+            "analyze", str(run), "-f", "json", "-o", str(run / "report.json"), cache=tmp_path / "c"
+        )
         assert result.returncode == 0, result.stderr
     assert (run / "report.json").read_text().startswith("{")
 
@@ -112,21 +122,36 @@ def test_every_command_that_writes_refuses_an_input(tmp_path: Path, run: Path, c
     assert digest(trace) == before
 
 
-@pytest.mark.parametrize("command", [["taxonomy"], ["demo"], ["audit", "{broken}", "--baseline", "{broken}"]])
-def test_commands_without_traces_check_their_output_too(tmp_path: Path, broken: Path, command: list[str]):
+@pytest.mark.parametrize(
+    "command", [["taxonomy"], ["demo"], ["audit", "{broken}", "--baseline", "{broken}"]]
+)
+def test_commands_without_traces_check_their_output_too(
+    tmp_path: Path, broken: Path, command: list[str]
+):
     flag = "--junit" if command[0] == "audit" else "-o"
     args = [part.format(broken=broken) for part in command]
     one_line_error(rlperf(*args, flag, str(tmp_path), cache=tmp_path / "c"), "is a directory")
 
 
 def test_png_charts_go_to_a_folder_but_not_under_a_file(tmp_path: Path, broken: Path):
-    one_line_error(rlperf("analyze", str(broken), "-f", "png", "-o", str(broken / "charts"), cache=tmp_path / "c"),
-                   "cannot be created")
-    line = one_line_error(rlperf("analyze", str(broken), "-f", "png", "-o", str(tmp_path), cache=tmp_path / "c"))
-    assert "field type" in line  # a folder is a valid place for charts: the trace's own error comes next
+    one_line_error(
+        rlperf(
+            "analyze", str(broken), "-f", "png", "-o", str(broken / "charts"), cache=tmp_path / "c"
+        ),
+        "cannot be created",
+    )
+    line = one_line_error(
+        rlperf("analyze", str(broken), "-f", "png", "-o", str(tmp_path), cache=tmp_path / "c")
+    )
+    # a folder is a valid place for charts: the trace's own error comes next
+    assert (
+        "field type" in line
+    )
 
 
-def test_a_failed_write_leaves_the_old_report_and_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_failed_write_leaves_the_old_report_and_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     report = tmp_path / "report.md"
     report.write_text("the last good report\n")
     os.chmod(report, 0o640)

@@ -54,14 +54,18 @@ def third_party_imports() -> dict[str, set[str]]:
 def test_every_import_is_a_runtime_dependency_or_an_extra():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     runtime = requirement_names(project["dependencies"])
-    extras = {extra: requirement_names(reqs) for extra, reqs in project["optional-dependencies"].items()}
+    extras = {
+        extra: requirement_names(reqs) for extra, reqs in project["optional-dependencies"].items()
+    }
     imports = third_party_imports()
     assert {"polars", "msgspec", "typer", "altair"} <= set(imports)
     for module, files in imports.items():
         if module in OPTIONAL:
             assert module in extras[OPTIONAL[module]], module
             continue
-        assert module in runtime, f"{module} (imported by {sorted(files)}) is not a runtime dependency"
+        assert module in runtime, (
+            f"{module} (imported by {sorted(files)}) is not a runtime dependency"
+        )
 
 
 def test_torch_is_never_a_runtime_dependency():

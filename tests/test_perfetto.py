@@ -37,15 +37,22 @@ def test_stage_tracks_load_back_intact(exported):
     stages = back.events.filter((pl.col("kind") == "annotation") & (pl.col("tid") == STAGE_TID))
     assert stages.height == written["stage_slices"] == run.stage_timeline.height
     expected = run.stage_timeline.select(
-        pl.col("rank").cast(pl.Int64).alias("pid"), pl.col("stage").cast(pl.String).alias("name"), "start_ns", "end_ns"
+        pl.col("rank").cast(pl.Int64).alias("pid"),
+        pl.col("stage").cast(pl.String).alias("name"),
+        "start_ns",
+        "end_ns",
     ).sort("pid", "start_ns")
-    got = stages.select("pid", pl.col("name").cast(pl.String), "start_ns", "end_ns").sort("pid", "start_ns")
+    got = stages.select("pid", pl.col("name").cast(pl.String), "start_ns", "end_ns").sort(
+        "pid", "start_ns"
+    )
     assert got.equals(expected)
 
 
 def merged(stages: pl.DataFrame) -> pl.DataFrame:
     """Back-to-back slices of one stage on one rank joined into one interval."""
-    new = (pl.col("stage") != pl.col("stage").shift(1).over("rank")) | (pl.col("start_ns") != pl.col("end_ns").shift(1).over("rank"))
+    new = (pl.col("stage") != pl.col("stage").shift(1).over("rank")) | (
+        pl.col("start_ns") != pl.col("end_ns").shift(1).over("rank")
+    )
     return (
         stages.sort("rank", "start_ns").with_columns(new.fill_null(True).cum_sum().alias("_g"))
         .group_by("rank", "stage", "_g").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
@@ -60,7 +67,11 @@ def test_stage_tracks_are_the_truths_stages(exported):
     run, out, _ = exported
     back = parsers.parse_file(out).events
     got = back.filter((pl.col("kind") == "annotation") & (pl.col("tid") == STAGE_TID)).select(
-        pl.col("pid").cast(pl.Int64).alias("rank"), pl.col("name").cast(pl.String).alias("stage"), "start_ns", "end_ns")
+        pl.col("pid").cast(pl.Int64).alias("rank"),
+        pl.col("name").cast(pl.String).alias("stage"),
+        "start_ns",
+        "end_ns",
+    )
     truth = load_truth(run.sources[0].path.parent)
     want = pl.DataFrame(truth["stages"]).filter(pl.col("rank") >= 0).select(
         pl.col("rank").cast(pl.Int64), "stage", "start_ns", "end_ns").sort("rank", "start_ns")
@@ -74,10 +85,18 @@ def test_device_work_loads_back_unchanged(exported):
     after = back.filter(pl.col("kind").is_in(GPU))
     summary = [pl.len(), pl.col("bytes").sum(), pl.col("coll").drop_nulls().len().alias("colls"),
                (pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns")]
-    a = before.group_by(pl.col("rank").cast(pl.Int64).alias("who"), "kind").agg(summary).sort("who", "kind")
+    a = (
+        before.group_by(pl.col("rank").cast(pl.Int64).alias("who"), "kind")
+        .agg(summary)
+        .sort("who", "kind")
+    )
     b = after.group_by(pl.col("pid").alias("who"), "kind").agg(summary).sort("who", "kind")
     assert a.equals(b)
-    busy_before = gpu_time(run.events).select(pl.col("rank").cast(pl.Int64), "busy_ns", "overlap_ns").sort("rank")
+    busy_before = (
+        gpu_time(run.events)
+        .select(pl.col("rank").cast(pl.Int64), "busy_ns", "overlap_ns")
+        .sort("rank")
+    )
     busy_after = gpu_time(back.with_columns(pl.col("pid").cast(pl.Int32).alias("rank"))).select(
         pl.col("rank").cast(pl.Int64), "busy_ns", "overlap_ns").sort("rank")
     assert busy_before.equals(busy_after)
@@ -89,7 +108,11 @@ def groups(events: pl.DataFrame) -> list[str]:
 
 
 def per_kind(events: pl.DataFrame, who: str) -> pl.DataFrame:
-    return events.group_by(pl.col(who).cast(pl.Int64).alias("who"), pl.col("kind").cast(pl.String)).len().sort("who", "kind")
+    return (
+        events.group_by(pl.col(who).cast(pl.Int64).alias("who"), pl.col("kind").cast(pl.String))
+        .len()
+        .sort("who", "kind")
+    )
 
 
 def test_trace_viewer_shape(exported):
@@ -99,19 +122,33 @@ def test_trace_viewer_shape(exported):
     assert document["baseTimeNanoseconds"] > 0 and document["rlperf"]["stage_tid"] == STAGE_TID
     slices = [e for e in events if e["ph"] == "X"]
     assert all(e["dur"] >= 0 and {"name", "cat", "pid", "tid", "ts"} <= set(e) for e in slices)
-    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"].endswith("_name")}
+    names = {
+        (e["pid"], e.get("tid")): e["args"]["name"]
+        for e in events
+        if e["ph"] == "M" and e["name"].endswith("_name")
+    }
     assert names[(0, None)].startswith("rank 0") and names[(0, STAGE_TID)] == "stages"
     bubbles = [e for e in slices if e["cat"] == BUBBLE_CATEGORY]
-    assert len(bubbles) == written["bubble_slices"] > 0 and all(e["tid"] == BUBBLE_TID for e in bubbles)
-    assert any(e["name"].startswith("largest bubble: ") and e["cname"] == "terrible" for e in bubbles)
+    assert len(bubbles) == written["bubble_slices"] > 0 and all(
+        e["tid"] == BUBBLE_TID for e in bubbles
+    )
+    assert any(
+        e["name"].startswith("largest bubble: ") and e["cname"] == "terrible" for e in bubbles
+    )
     starts = {e["id"]: e for e in events if e["ph"] == "s"}
     ends = {e["id"]: e for e in events if e["ph"] == "f"}
     assert len(starts) == written["flows"] > 0 and starts.keys() == ends.keys()
     on_track = [e for e in slices if e["tid"] == STAGE_TID]
     for flow in [*starts.values(), *ends.values()]:
-        holders = [s for s in on_track if s["pid"] == flow["pid"] and s["ts"] <= flow["ts"] <= s["ts"] + s["dur"]]
+        holders = [
+            s
+            for s in on_track
+            if s["pid"] == flow["pid"] and s["ts"] <= flow["ts"] <= s["ts"] + s["dur"]
+        ]
         assert [h["name"] for h in holders] == ["weight_sync"], flow
-    pools = dict(zip(run.pools["rank"].to_list(), run.pools["pool"].cast(pl.String).to_list(), strict=True))
+    pools = dict(
+        zip(run.pools["rank"].to_list(), run.pools["pool"].cast(pl.String).to_list(), strict=True)
+    )
     assert all(pools[s["pid"]] == "train" for s in starts.values())
     assert all(pools[f["pid"]] == "rollout" for f in ends.values())
 

@@ -25,7 +25,9 @@ from taxonomy.vocab import EXECUTION_MODES, PLACEMENTS
 @pytest.mark.parametrize("name", CPU_SCENARIOS)
 def test_cpu_runs(name: str) -> None:
     facts, cfg = sample_run(name).placement, truth_of(name)["config"]
-    assert (facts["placement"], facts["execution"]) == (cfg["placement"], cfg["execution"]), facts["evidence"]
+    assert (facts["placement"], facts["execution"]) == (cfg["placement"], cfg["execution"]), facts[
+        "evidence"
+    ]
     assert facts["placement"] in PLACEMENTS and facts["execution"] in EXECUTION_MODES
     assert len(facts["evidence"]) >= 2
 
@@ -34,23 +36,48 @@ def test_cpu_runs(name: str) -> None:
 def test_synthetic_runs(synth_dir: Path, scenario: str) -> None:  # noqa: F811
     run, t = synth_run(synth_dir, scenario)
     facts = run.placement
-    assert (facts["placement"], facts["execution"]) == (t["config"]["placement"], t["config"]["execution"]), facts["evidence"]
-    assert facts["pools"]["rollout"] == (t["config"]["pools"]["rollout"] if t["config"]["placement"] == "disaggregated" else [])
+    assert (facts["placement"], facts["execution"]) == (
+        t["config"]["placement"],
+        t["config"]["execution"],
+    ), facts["evidence"]
+    assert facts["pools"]["rollout"] == (
+        t["config"]["pools"]["rollout"] if t["config"]["placement"] == "disaggregated" else []
+    )
 
 
 def ranges(rows: list[tuple[int, str, int, int]]) -> pl.DataFrame:
     return pl.DataFrame(
-        [{"rank": r, "step": 1, "stage": s, "role": None, "name": s, "start_ns": a, "end_ns": b, "depth": 0,
-          "inferred": False, "confidence": 1.0} for r, s, a, b in rows]).cast(frames.STAGE_RANGES)
+        [
+            {
+                "rank": r,
+                "step": 1,
+                "stage": s,
+                "role": None,
+                "name": s,
+                "start_ns": a,
+                "end_ns": b,
+                "depth": 0,
+                "inferred": False,
+                "confidence": 1.0,
+            }
+            for r, s, a, b in rows
+        ]
+    ).cast(frames.STAGE_RANGES)
 
 
 def pools(assign: dict[int, str]) -> pl.DataFrame:
-    return pl.DataFrame({"rank": list(assign), "pool": list(assign.values()), "host": "h", "device": 0}).cast(frames.POOLS)
+    return pl.DataFrame(
+        {"rank": list(assign), "pool": list(assign.values()), "host": "h", "device": 0}
+    ).cast(frames.POOLS)
 
 
 def test_split_placement_actor_and_critic_on_disjoint_ranks() -> None:
-    rows = [(r, "rollout", 0, 100) for r in range(4)] + [(0, "actor_update", 200, 300), (1, "actor_update", 200, 300),
-                                                          (2, "critic_update", 200, 290), (3, "critic_update", 200, 290)]
+    rows = [(r, "rollout", 0, 100) for r in range(4)] + [
+        (0, "actor_update", 200, 300),
+        (1, "actor_update", 200, 300),
+        (2, "critic_update", 200, 290),
+        (3, "critic_update", 200, 290),
+    ]
     facts = infer_placement(pools(dict.fromkeys(range(4), "shared")), ranges(rows))
     assert facts["placement"] == "split" and "disjoint" in facts["evidence"][0]
 

@@ -20,9 +20,12 @@ from analyzer.report.charts import aggregate_timeline
 
 FIGURES_WITH_CHARTS = {"timeline", "stage_share", "bubbles", "collectives", "workdepth"}
 SIZE_LIMIT_64_RANKS = 3 * 1024 * 1024
-"""docs/reports.md: a 64-rank run's report stays under 3 MiB (the inlined Vega bundle is ~0.9 MiB)."""
+"""docs/reports.md: a 64-rank run's report stays under 3 MiB (the inlined Vega bundle is ~0.9
+MiB)."""
 
-pytestmark = pytest.mark.skipif(browser.chromium() is None, reason="needs Chromium (installed by tests/install-tools.sh)")
+pytestmark = pytest.mark.skipif(
+    browser.chromium() is None, reason="needs Chromium (installed by tests/install-tools.sh)"
+)
 
 
 def assert_draws_offline(page: Path, expected: set[str]) -> browser.Rendered:
@@ -38,7 +41,8 @@ def assert_draws_offline(page: Path, expected: set[str]) -> browser.Rendered:
 
 
 def assert_self_contained(text: str) -> None:
-    """No markup that loads anything (scripts are inline; the Chromium run shows they fetch nothing)."""
+    """No markup that loads anything (scripts are inline; the Chromium run shows they fetch
+    nothing)."""
     text = re.sub(r"(<script[^>]*>).*?</script>", r"\1</script>", text, flags=re.S | re.I)
     assert text.count("<script") >= 3
     assert not re.search(r"<(script|img|iframe)[^>]+src=", text, re.I)
@@ -81,11 +85,21 @@ class OnlySome:
 
 def test_missing_products_say_what_they_need(tmp_path: Path, made: Path):
     truth = products(load_truth(synthetic(made, "colocated")))
-    found = {f.key: f for f in charts.figures(OnlySome({"stage_timeline": truth["stage_timeline"]}))}
+    found = {
+        f.key: f for f in charts.figures(OnlySome({"stage_timeline": truth["stage_timeline"]}))
+    }
     assert found["timeline"].chart is not None
-    for key, product in (("stage_share", "breakdown"), ("bubbles", "bubbles"), ("collectives", "collectives_by_dim"),
-                         ("workdepth", "workdepth")):
-        assert found[key].chart is None and found[key].needs.startswith("needs ") and f"'{product}'" in found[key].needs
+    for key, product in (
+        ("stage_share", "breakdown"),
+        ("bubbles", "bubbles"),
+        ("collectives", "collectives_by_dim"),
+        ("workdepth", "workdepth"),
+    ):
+        assert (
+            found[key].chart is None
+            and found[key].needs.startswith("needs ")
+            and f"'{product}'" in found[key].needs
+        )
     empty = charts.figures(OnlySome({"bubbles": truth["bubbles"].clear()}))[2]
     assert "found nothing to show" in empty.needs
     page = html.Page("partial")
@@ -96,7 +110,15 @@ def test_missing_products_say_what_they_need(tmp_path: Path, made: Path):
 
 def test_sample_run_report_through_the_cli(tmp_path: Path):
     out = tmp_path / "report.html"
-    done = cli("analyze", str(RUNS / "verl_ppo_disaggregated"), "--format", "html", "-o", str(out), "--quiet")
+    done = cli(
+        "analyze",
+        str(RUNS / "verl_ppo_disaggregated"),
+        "--format",
+        "html",
+        "-o",
+        str(out),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     assert f"wrote the html report to {out}" in done.stderr
     run = analyzer.load([RUNS / "verl_ppo_disaggregated"])
@@ -106,11 +128,16 @@ def test_sample_run_report_through_the_cli(tmp_path: Path):
 
 
 def test_aggregated_timeline_keeps_the_majority_stage():
-    stages = pl.DataFrame({
-        "rank": [0, 0, 0, 1], "step": [1, 1, 1, 1], "stage": ["rollout", "reward", "actor_update", "rollout"],
-        "name": ["gen", "rm", "update", "gen"],
-        "start_ns": [0, 600, 700, 0], "end_ns": [600, 700, 1000, 1000],
-    })
+    stages = pl.DataFrame(
+        {
+            "rank": [0, 0, 0, 1],
+            "step": [1, 1, 1, 1],
+            "stage": ["rollout", "reward", "actor_update", "rollout"],
+            "name": ["gen", "rm", "update", "gen"],
+            "start_ns": [0, 600, 700, 0],
+            "end_ns": [600, 700, 1000, 1000],
+        }
+    )
     out = aggregate_timeline(stages, slices=10)
     rank0 = out.filter(pl.col("rank") == 0).sort("start_ns")
     # slice 6 (600–700) is all reward; slices 0–5 rollout; 7–9 actor_update
@@ -150,7 +177,10 @@ def test_demo_writes_the_report_and_says_where(tmp_path: Path):
         for label, _ in found:
             assert f"Run: {label}" in text
         drawable += sum(f.chart is not None for run in runs for f in charts.figures(run))
-        drawable += sum(f.chart is not None for f in charts.comparison_figures(compare(runs, [label for label, _ in found])))
+        drawable += sum(
+            f.chart is not None
+            for f in charts.comparison_figures(compare(runs, [label for label, _ in found]))
+        )
     assert drawable >= 5 * 7 + 2 * 2
     drawn = browser.render(tmp_path / "demo.html")
     assert drawn.console == []
@@ -175,7 +205,9 @@ def test_no_chromium_left_behind():
     import subprocess
     import sys
 
-    probe = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "rlperf-probe-marker"])
+    probe = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "rlperf-probe-marker"]
+    )
     try:
         assert running_with(b"rlperf-probe-marker") == [probe.pid]  # the scan sees a live process
     finally:
@@ -279,7 +311,10 @@ def test_png_decoder_reads_what_it_is_given(tmp_path: Path):
     pixels = rng.integers(0, 256, size=(5, 9, 3), dtype=np.uint8)
     raw = bytearray()
     for y, kind in enumerate((0, 1, 2, 3, 4)):
-        line, up = pixels[y].reshape(-1).astype(int), (pixels[y - 1].reshape(-1).astype(int) if y else np.zeros(27, int))
+        line, up = (
+            pixels[y].reshape(-1).astype(int),
+            (pixels[y - 1].reshape(-1).astype(int) if y else np.zeros(27, int)),
+        )
         left = np.concatenate([[0, 0, 0], line[:-3]])
         upleft = np.concatenate([[0, 0, 0], up[:-3]])
         if kind == 3:
@@ -293,11 +328,17 @@ def test_png_decoder_reads_what_it_is_given(tmp_path: Path):
         raw += bytes([kind]) + bytes(((line - pred) % 256).astype(np.uint8))
 
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
 
     png = tmp_path / "t.png"
-    png.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 9, 5, 8, 2, 0, 0, 0))
-                    + chunk(b"IDAT", zlib.compress(bytes(raw))) + chunk(b"IEND", b""))
+    png.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 9, 5, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(bytes(raw)))
+        + chunk(b"IEND", b"")
+    )
     assert (png_pixels(png) == pixels).all()
 
 
@@ -316,6 +357,12 @@ def test_docs_screenshots_are_the_reports_own(tmp_path: Path):
         assert f"(img/{name})" in text
         committed, fresh = png_pixels(docs / "img" / name), png_pixels(tmp_path / name)
         assert committed.shape == fresh.shape, name
-        off = np.abs(committed.astype(np.int16) - fresh.astype(np.int16)).max(axis=2) > SCREENSHOT_COLOUR_TOL
+        off = (
+            np.abs(committed.astype(np.int16) - fresh.astype(np.int16)).max(axis=2)
+            > SCREENSHOT_COLOUR_TOL
+        )
         assert off.sum() == 0, (name, int(off.sum()), np.argwhere(off)[:5].tolist())
-        assert len(np.unique(fresh.reshape(-1, fresh.shape[2]), axis=0)) > 50  # a drawn page, not a blank
+        # a drawn page, not a blank
+        assert (
+            len(np.unique(fresh.reshape(-1, fresh.shape[2]), axis=0)) > 50
+        )

@@ -52,17 +52,26 @@ def test_markdown_shows_the_numbers_of_each_figure(run):
     text = markdown.render(run)
     for figure in charts.figures(run):
         assert f"## {figure.title}" in text
-    idle = run.bubbles.group_by("cause").agg(pl.col("idle_ns").sum()).sort("idle_ns", descending=True)
-    windows = run.bubbles.group_by("step", "rank").agg(pl.col("window_ns").first())["window_ns"].sum()
+    idle = (
+        run.bubbles.group_by("cause").agg(pl.col("idle_ns").sum()).sort("idle_ns", descending=True)
+    )
+    windows = (
+        run.bubbles.group_by("step", "rank").agg(pl.col("window_ns").first())["window_ns"].sum()
+    )
     top_cause, top_ns = idle.row(0)
-    assert f"| {top_cause} | {cell(top_ns, 'duration')} | {cell(top_ns / windows, 'percent')} |" in text
+    assert (
+        f"| {top_cause} | {cell(top_ns, 'duration')} | {cell(top_ns / windows, 'percent')} |"
+        in text
+    )
     step_ns = run.overview.filter(pl.col("metric") == "step_time_ns")["value"].item()
     assert f"| step time (median) | {cell(step_ns, 'duration')} | step_time_ns |" in text
 
 
 def test_markdown_says_what_a_missing_product_needs(tmp_path: Path):
     out = tmp_path / "r.md"
-    done = cli("analyze", str(RUNS / "trl_grpo" / "logs"), "--format", "md", "-o", str(out), "--quiet")
+    done = cli(
+        "analyze", str(RUNS / "trl_grpo" / "logs"), "--format", "md", "-o", str(out), "--quiet"
+    )
     assert done.returncode == 0, done.stderr
     text = out.read_text()
     assert "## Per-rank timeline by stage" in text
@@ -90,7 +99,8 @@ def test_png_needs_an_output(tmp_path: Path):
 
 
 def test_sources_list_every_rank_a_file_holds(tmp_path: Path):
-    """One nsys export holds both ranks of the colocated run: every format's sources table says so."""
+    """One nsys export holds both ranks of the colocated run: every format's sources table says
+    so."""
     folder = RUNS / "verl_ppo_colocated_nsys"
     ranks = ",".join(str(r["rank"]) for r in load_truth(folder)["ranks"] if r["rank"] >= 0)
     assert ranks == "0,1"
@@ -111,7 +121,11 @@ def hostile_trace(root: Path, name: str = "script>.json", annotation: str = SCRI
     import gzip
     import json
 
-    trace = json.loads(gzip.decompress((CORPUS / "HolisticTraceAnalysis" / "event_sync_trace.json.gz").read_bytes()))
+    trace = json.loads(
+        gzip.decompress(
+            (CORPUS / "HolisticTraceAnalysis" / "event_sync_trace.json.gz").read_bytes()
+        )
+    )
     step = next(e for e in trace["traceEvents"] if e.get("name") == "ProfilerStep#100")
     trace["traceEvents"].append({**step, "name": annotation})
     folder = root / "<script>alert(1)<"
@@ -121,8 +135,14 @@ def hostile_trace(root: Path, name: str = "script>.json", annotation: str = SCRI
 
 
 def test_markdown_escapes_html_and_table_syntax_from_input_names():
-    assert markdown.escape("<b>a|b</b> & `c`\nd\x1b[31m") == "&lt;b&gt;a\\|b&lt;/b&gt; &amp; \\`c\\`<br>d\\x1b[31m"
-    assert cells("| " + markdown.escape("a\\|b") + " |") == ["a\\\\\0b"]  # a backslash cannot unescape a pipe
+    assert (
+        markdown.escape("<b>a|b</b> & `c`\nd\x1b[31m")
+        == "&lt;b&gt;a\\|b&lt;/b&gt; &amp; \\`c\\`<br>d\\x1b[31m"
+    )
+    # a backslash cannot unescape a pipe
+    assert cells("| " + markdown.escape("a\\|b") + " |") == [
+        "a\\\\\0b"
+    ]
 
 
 @pytest.mark.parametrize("fmt", ["md", "html"])

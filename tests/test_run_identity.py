@@ -53,7 +53,10 @@ def test_a_deepspeed_chat_log_and_a_verl_log_are_two_runs() -> None:
     found = runs_of(CORPUS / "logs")
     assert found == [
         ["step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"],
-        ["dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log", "chrisytz-verl_ppo_xla-tpu_verl_demo.log"],
+        [
+            "dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log",
+            "chrisytz-verl_ppo_xla-tpu_verl_demo.log",
+        ],
     ]
     error = refusal(CORPUS / "logs")
     assert "logs of different frameworks" in str(error).splitlines()[0]
@@ -70,17 +73,24 @@ def test_rl_insight_holds_two_profiler_sessions_and_a_copy() -> None:
     idle (90%)."""
     found = runs_of(RL_INSIGHT)
     assert found == [
-        ["agent_loop_rollout_replica_0__huawei_372640.1771730291744166997.pt.trace.json.gz",
-         "agent_loop_rollout_replica_0__huawei_372640.1771730370159969000.pt.trace.json.gz"],
-        ["actor_compute_log_prob__prof_rank-0_031847.json.gz", "actor_compute_log_prob__prof_rank-1_031847.json.gz"],
+        [
+            "agent_loop_rollout_replica_0__huawei_372640.1771730291744166997.pt.trace.json.gz",
+            "agent_loop_rollout_replica_0__huawei_372640.1771730370159969000.pt.trace.json.gz",
+        ],
+        [
+            "actor_compute_log_prob__prof_rank-0_031847.json.gz",
+            "actor_compute_log_prob__prof_rank-1_031847.json.gz",
+        ],
     ]
     run = analyzer.load([RL_INSIGHT], run="2")
     assert run.ranks == [0, 1] and len(run.sources) == 2
     copies = [w for w in run.warnings if "a copy of" in w]
     assert sorted(copies) == [
-        "actor_update__prof_rank-0_031904.json.gz: a copy of actor_compute_log_prob__prof_rank-0_031847.json.gz "
+        "actor_update__prof_rank-0_031904.json.gz: a copy of "
+        "actor_compute_log_prob__prof_rank-0_031847.json.gz "
         "(same ranks, events and time window); read once",
-        "actor_update__prof_rank-1_031904.json.gz: a copy of actor_compute_log_prob__prof_rank-1_031847.json.gz "
+        "actor_update__prof_rank-1_031904.json.gz: a copy of "
+        "actor_compute_log_prob__prof_rank-1_031847.json.gz "
         "(same ranks, events and time window); read once",
     ]
 
@@ -102,7 +112,10 @@ def test_two_nsys_captures_of_different_days_are_two_runs() -> None:
 def _shifted_copy(target: Path, hours: int) -> Path:
     shutil.copyfile(NSYS, target)
     with sqlite3.connect(target) as db:
-        db.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs + ?", (hours * HOUR_NS,))
+        db.execute(
+            "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs + ?",
+            (hours * HOUR_NS,),
+        )
     return target
 
 
@@ -142,13 +155,20 @@ def test_two_unrelated_kineto_traces_are_not_ranks_of_one_job() -> None:
 def test_overlapping_traces_that_both_state_rank_0_are_two_captures() -> None:
     """TraceLens' two SGLang captures overlap in time (17:14:24) but both are rank 0 of a world
     of 1: not one job's ranks."""
-    a = CORPUS / "TraceLens" / "inference" / "sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode.json.gz"
+    a = (
+        CORPUS
+        / "TraceLens"
+        / "inference"
+        / "sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode.json.gz"
+    )
     b = CORPUS / "TraceLens" / "sglang_Qwen3-8B_decode.json.gz"
     assert len(runs_of(a, b)) == 2
     assert "rank 0 in more than one capture" in str(refusal(a, b)).splitlines()[0]
 
 
-@pytest.mark.parametrize("folder", [*SAMPLES, *SYNTHETIC], ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize(
+    "folder", [*SAMPLES, *SYNTHETIC], ids=lambda p: f"{p.parent.name}/{p.name}"
+)
 def test_every_bundled_sample_is_one_run(folder: Path) -> None:
     """Traces of every rank, the controller's trace, logs and nsys exports of one run."""
     inputs = tuple(p for p in sorted(folder.iterdir()) if p.is_dir()) or (folder,)
@@ -168,7 +188,10 @@ def test_a_log_joins_traces_only_when_its_time_allows() -> None:
     foreign = CORPUS / "logs" / "verl"
     assert len(runs_of(traces, own_log)) == 1
     found = runs_of(traces, foreign)
-    assert found == [["dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log"], sorted(p.name for p in traces.rglob("*.json.gz"))]
+    assert found == [
+        ["dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log"],
+        sorted(p.name for p in traces.rglob("*.json.gz")),
+    ]
     sources = list(parsed(traces, foreign))
     log = next(s for s in sources if s.path.parent == foreign)
     trace_start = min(int(s.events["start_ns"].min()) for s in sources if s is not log)
@@ -197,18 +220,36 @@ def test_the_cli_lists_the_runs_and_analyses_the_one_chosen(tmp_path: Path) -> N
     refused = rlperf("analyze", str(logs), "-q", cache=tmp_path)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     lines = refused.stderr.strip().splitlines()
-    assert lines[0].startswith(f"rlperf: error: {logs}: 2 separate runs found (logs of different frameworks)")
-    assert lines[1].startswith("  run 1: deepspeed-chat/step3_actor_opt-1.3b") and "deepspeed_chat log" in lines[1]
+    assert lines[0].startswith(
+        f"rlperf: error: {logs}: 2 separate runs found (logs of different frameworks)"
+    )
+    assert (
+        lines[1].startswith("  run 1: deepspeed-chat/step3_actor_opt-1.3b")
+        and "deepspeed_chat log" in lines[1]
+    )
     assert "~2023-04-18 08:48:01 UTC" in lines[1]
-    assert lines[2].startswith("  run 2: verl/dstack-configs") and "2 verl-log; verl log; ~2025-05-22" in lines[2]
+    assert (
+        lines[2].startswith("  run 2: verl/dstack-configs")
+        and "2 verl-log; verl log; ~2025-05-22" in lines[2]
+    )
     assert lines[3].startswith("choose one with --run K") and len(lines) == 4
     chosen = rlperf("analyze", str(logs), "-q", "-f", "json", "--run", "2", cache=tmp_path)
     assert chosen.returncode == 0, chosen.stderr
     report = json.loads(chosen.stdout)
     assert [Path(s["path"]).parent.name for s in report["sources"]] == ["verl", "verl-tpu"]
-    assert "run 2 of 2 separate runs in the input (--run 2); the others are not analysed" in report["notes"]
-    by_prefix = rlperf("analyze", str(logs), "-q", "-f", "json", "--run", str(logs / "deep"), cache=tmp_path)
+    assert (
+        "run 2 of 2 separate runs in the input (--run 2); the others are not analysed"
+        in report["notes"]
+    )
+    by_prefix = rlperf(
+        "analyze", str(logs), "-q", "-f", "json", "--run", str(logs / "deep"), cache=tmp_path
+    )
     assert by_prefix.returncode == 0, by_prefix.stderr
-    assert [Path(s["path"]).parent.name for s in json.loads(by_prefix.stdout)["sources"]] == ["deepspeed-chat"]
+    assert [Path(s["path"]).parent.name for s in json.loads(by_prefix.stdout)["sources"]] == [
+        "deepspeed-chat"
+    ]
     wrong = rlperf("analyze", str(logs), "-q", "--run", "5", cache=tmp_path)
-    assert wrong.returncode == 2 and wrong.stderr.strip() == "rlperf: error: --run: no run 5 (the input holds 2: 1-2)"
+    assert (
+        wrong.returncode == 2
+        and wrong.stderr.strip() == "rlperf: error: --run: no run 5 (the input holds 2: 1-2)"
+    )

@@ -66,8 +66,12 @@ def salvaged_events(text: str, cut: int) -> int:
     return len(trace.traceEvents)
 
 
-@pytest.mark.parametrize(("trace", "whole_parse_every"), [(NCCL, 10), (VLLM, 1)], ids=["nccl_data", "vllm_graph"])
-def test_every_percent_cut_keeps_exactly_the_complete_events(tmp_path: Path, trace: Path, whole_parse_every: int):
+@pytest.mark.parametrize(
+    ("trace", "whole_parse_every"), [(NCCL, 10), (VLLM, 1)], ids=["nccl_data", "vllm_graph"]
+)
+def test_every_percent_cut_keeps_exactly_the_complete_events(
+    tmp_path: Path, trace: Path, whole_parse_every: int
+):
     text = gzip.decompress(trace.read_bytes()).decode()
     assert text.isascii()  # character offsets are byte offsets
     ends = event_ends(text)
@@ -101,9 +105,36 @@ def test_a_cut_trace_gives_the_table_of_the_events_before_the_cut(tmp_path: Path
 
 
 EVENTS = [
-    {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1.5, "dur": 2.25, "args": {"External id": 1}},
-    {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 5.5, "dur": 1.5, "args": {"External id": 2}},
-    {"ph": "X", "cat": "cpu_op", "name": "c", "pid": 1, "tid": 1, "ts": 9.5, "dur": 1.5, "args": {"External id": 3}},
+    {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "a",
+        "pid": 1,
+        "tid": 1,
+        "ts": 1.5,
+        "dur": 2.25,
+        "args": {"External id": 1},
+    },
+    {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "b",
+        "pid": 1,
+        "tid": 1,
+        "ts": 5.5,
+        "dur": 1.5,
+        "args": {"External id": 2},
+    },
+    {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "c",
+        "pid": 1,
+        "tid": 1,
+        "ts": 9.5,
+        "dur": 1.5,
+        "args": {"External id": 3},
+    },
 ]
 
 
@@ -144,7 +175,9 @@ def test_kineto_cut_keeps_only_the_closed_events(tmp_path: Path, where: str, mar
 
 
 @pytest.mark.parametrize(("where", "marker", "nth"), CUTS)
-def test_span_trace_cut_keeps_only_the_closed_events(tmp_path: Path, where: str, marker: str, nth: int):
+def test_span_trace_cut_keeps_only_the_closed_events(
+    tmp_path: Path, where: str, marker: str, nth: int
+):
     text = spans_text()
     cut = after(text, marker, nth)
     path = tmp_path / "cut.json"
@@ -156,7 +189,14 @@ def test_span_trace_cut_keeps_only_the_closed_events(tmp_path: Path, where: str,
 
 
 def test_kineto_cut_among_the_keys_after_the_events_keeps_every_event(tmp_path: Path):
-    text = json.dumps({"schemaVersion": 1, "traceEvents": EVENTS, "distributedInfo": {"rank": 3}, "traceName": "t"})
+    text = json.dumps(
+        {
+            "schemaVersion": 1,
+            "traceEvents": EVENTS,
+            "distributedInfo": {"rank": 3},
+            "traceName": "t",
+        }
+    )
     path = tmp_path / "cut.json"
     path.write_text(text[: text.index('"traceName"') + 5])
     parsed = kineto.parse(path)

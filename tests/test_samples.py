@@ -33,7 +33,9 @@ def truth(name: str) -> dict[str, Any]:
 def annotations(path: Path) -> pl.DataFrame:
     src = parsers.parse_file(path)
     validate(src.events, where=str(path))
-    return src.events.filter(pl.col("kind") == "annotation").with_columns(pl.col("name").cast(pl.String))
+    return src.events.filter(pl.col("kind") == "annotation").with_columns(
+        pl.col("name").cast(pl.String)
+    )
 
 
 def within(row: dict[str, Any], window: list[int]) -> bool:
@@ -41,8 +43,14 @@ def within(row: dict[str, Any], window: list[int]) -> bool:
 
 
 def test_the_expected_runs_are_committed_within_budget() -> None:
-    assert set(SCENARIOS) >= {"verl_grpo_colocated", "verl_ppo_disaggregated", "verl_grpo_one_step_off",
-                              "openrlhf_ppo_disaggregated", "verl_ppo_colocated_nsys", "trl_grpo"}
+    assert set(SCENARIOS) >= {
+        "verl_grpo_colocated",
+        "verl_ppo_disaggregated",
+        "verl_grpo_one_step_off",
+        "openrlhf_ppo_disaggregated",
+        "verl_ppo_colocated_nsys",
+        "trl_grpo",
+    }
     total = sum(f.stat().st_size for f in RUNS.rglob("*") if f.is_file())
     assert 100_000 < total <= SIZE_BUDGET
 
@@ -53,7 +61,10 @@ def test_truth_is_self_consistent(name: str) -> None:
     cfg = t["config"]
     assert (t["format"], t["synthetic"], t["generator"], t["scenario"]) == (
         "rlperf-truth/1", False, "sample_traces/harness", name)
-    assert cfg["algorithm"] in ("grpo", "ppo") and cfg["placement"] in ("colocated", "disaggregated")
+    assert cfg["algorithm"] in ("grpo", "ppo") and cfg["placement"] in (
+        "colocated",
+        "disaggregated",
+    )
     assert cfg["world_size"] == len({*cfg["pools"]["rollout"], *cfg["pools"]["train"]})
     assert t["clock"]["source"] == "time.time_ns"
     for entry in t["ranks"]:
@@ -161,7 +172,10 @@ def test_collectives_of_the_truth_are_in_the_traces(name: str) -> None:
     arguments; the groups are only in distributedInfo.pg_config."""
     t = truth(name)
     profiled = set(t["config"]["profiled_steps"])
-    desc = {"dp": "mesh_dp", "weight_sync": "openrlhf" if t["config"]["style"] == "openrlhf" else "weight_sync"}
+    desc = {
+        "dp": "mesh_dp",
+        "weight_sync": "openrlhf" if t["config"]["style"] == "openrlhf" else "weight_sync",
+    }
     kinds_seen = set()
     for entry in [e for e in t["ranks"] if e["rank"] >= 0]:
         src = parsers.parse_file(RUNS / name / entry["trace"])
@@ -172,14 +186,20 @@ def test_collectives_of_the_truth_are_in_the_traces(name: str) -> None:
             if c["rank"] != entry["rank"] or c["step"] not in profiled:
                 continue
             assert (desc.get(c["dim"], ""), c["pg_ranks"]) in groups or c["coll"] == "barrier"
-            calls = ev.filter((pl.col("kind") == "cpu_op") & (pl.col("coll") == c["coll"])
-                              & (pl.col("start_ns") >= c["start_ns"]) & (pl.col("end_ns") <= c["end_ns"]))
+            calls = ev.filter(
+                (pl.col("kind") == "cpu_op")
+                & (pl.col("coll") == c["coll"])
+                & (pl.col("start_ns") >= c["start_ns"])
+                & (pl.col("end_ns") <= c["end_ns"])
+            )
             assert calls.height == 1, (entry["rank"], c)
             assert calls["name"][0].startswith("c10d::")
             kinds_seen.add((c["coll"], c["dim"]))
         assert ev.filter(pl.col("name").str.starts_with("gloo:")).height > 0
     expected = {("all_reduce", "dp"), ("barrier", "weight_sync")}
-    expected.add(("all_gather" if t["config"]["placement"] == "colocated" else "broadcast", "weight_sync"))
+    expected.add(
+        ("all_gather" if t["config"]["placement"] == "colocated" else "broadcast", "weight_sync")
+    )
     assert kinds_seen >= expected
 
 
@@ -191,35 +211,61 @@ def test_one_step_off_overlaps_rollout_with_training() -> None:
     cfg = t["config"]
     ro_ranks, tr_ranks = set(cfg["pools"]["rollout"]), set(cfg["pools"]["train"])
     for k in range(1, cfg["steps"]):
-        gen = [s for s in t["stages"] if s["stage"] == "rollout" and s["step"] == k + 1 and s["rank"] >= 0]
+        gen = [
+            s
+            for s in t["stages"]
+            if s["stage"] == "rollout" and s["step"] == k + 1 and s["rank"] >= 0
+        ]
         train = [s for s in t["stages"] if s["rank"] in tr_ranks and s["step"] == k]
         assert gen and all(g["rank"] in ro_ranks for g in gen)
         overlap = sum(max(0, min(g["end_ns"], s["end_ns"]) - max(g["start_ns"], s["start_ns"]))
                       for g in gen for s in train)
         assert overlap > 0.3 * sum(g["end_ns"] - g["start_ns"] for g in gen), k
-    by_rank = {e["rank"]: annotations(RUNS / name / e["trace"]) for e in t["ranks"] if e["rank"] >= 0}
+    by_rank = {
+        e["rank"]: annotations(RUNS / name / e["trace"]) for e in t["ranks"] if e["rank"] >= 0
+    }
     gen = pl.concat([by_rank[r].filter(pl.col("name") == "generate_sequences") for r in ro_ranks])
     upd = pl.concat([by_rank[r].filter(pl.col("name").is_in(["compute_log_prob", "update_actor"]))
                      for r in tr_ranks])
     pairs = gen.join(upd, how="cross").filter(
-        (pl.col("start_ns") < pl.col("end_ns_right")) & (pl.col("start_ns_right") < pl.col("end_ns")))
+        (pl.col("start_ns") < pl.col("end_ns_right"))
+        & (pl.col("start_ns_right") < pl.col("end_ns"))
+    )
     assert pairs.height >= 2
 
 
-@pytest.mark.parametrize("name", [s for s in SCENARIOS if truth(s)["config"]["placement"] == "disaggregated"])
+@pytest.mark.parametrize(
+    "name", [s for s in SCENARIOS if truth(s)["config"]["placement"] == "disaggregated"]
+)
 def test_disaggregated_pools_are_disjoint(name: str) -> None:
     t = truth(name)
     ro, tr = set(t["config"]["pools"]["rollout"]), set(t["config"]["pools"]["train"])
     assert ro and tr and not ro & tr
     worker = [s for s in t["stages"] if s["rank"] >= 0]
     assert {s["rank"] for s in worker if s["stage"] == "rollout"} == ro
-    train_stages = {"old_logprob", "ref_logprob", "values", "critic_update", "actor_update", "checkpoint"}
+    train_stages = {
+        "old_logprob",
+        "ref_logprob",
+        "values",
+        "critic_update",
+        "actor_update",
+        "checkpoint",
+    }
     assert {s["rank"] for s in worker if s["stage"] in train_stages} == tr
     assert {e["pool"] for e in t["ranks"] if e["rank"] in ro} == {"rollout"}
     assert {e["pool"] for e in t["ranks"] if e["rank"] in tr} == {"train"}
-    sync = {int(r) for c in t["collectives"] if c["coll"] == "broadcast" for r in c["pg_ranks"].split(",")}
+    sync = {
+        int(r)
+        for c in t["collectives"]
+        if c["coll"] == "broadcast"
+        for r in c["pg_ranks"].split(",")
+    }
     assert sync & ro and sync & tr, "weight sync spans both pools"
-    names = {e["rank"]: set(annotations(RUNS / name / e["trace"])["name"]) for e in t["ranks"] if e["rank"] >= 0}
+    names = {
+        e["rank"]: set(annotations(RUNS / name / e["trace"])["name"])
+        for e in t["ranks"]
+        if e["rank"] >= 0
+    }
     gen_name = next(s["name"] for s in worker if s["stage"] == "rollout")
     upd_name = next(s["name"] for s in worker if s["stage"] == "actor_update")
     assert all(gen_name in names[r] and upd_name not in names[r] for r in ro)
@@ -234,9 +280,15 @@ def test_waits_sit_where_the_run_structure_puts_them(name: str) -> None:
         own[s["rank"]].append(s)
     causes = {w["cause"] for w in t["waits"]}
     assert "weight_sync" in causes
-    assert ("pool_wait" if t["config"]["placement"] == "disaggregated" else "rollout_tail") in causes
+    assert (
+        "pool_wait" if t["config"]["placement"] == "disaggregated" else "rollout_tail"
+    ) in causes
     for w in t["waits"]:
-        inside = [s for s in own[w["rank"]] if s["start_ns"] <= w["start_ns"] and w["end_ns"] <= s["end_ns"]]
+        inside = [
+            s
+            for s in own[w["rank"]]
+            if s["start_ns"] <= w["start_ns"] and w["end_ns"] <= s["end_ns"]
+        ]
         if w["cause"] == "weight_sync":
             assert [s["stage"] for s in inside] == ["weight_sync"]
         else:
@@ -258,7 +310,11 @@ def test_trl_run_has_no_stage_annotations_but_real_steps_and_collectives() -> No
         assert {"all_reduce", "all_gather"} <= colls
         window = entry["profile_window_ns"]
         for s in t["stages"]:
-            if s["rank"] == entry["rank"] and s["step"] in t["config"]["profiled_steps"] and s["stage"] != "checkpoint":
+            if (
+                s["rank"] == entry["rank"]
+                and s["step"] in t["config"]["profiled_steps"]
+                and s["stage"] != "checkpoint"
+            ):
                 assert within(s, window), s
 
 
@@ -266,7 +322,8 @@ def _log_timers(path: Path) -> pl.DataFrame:
     src = parsers.parse_file(path)
     validate(src.events, where=str(path))
     return src.events.filter(pl.col("kind") == "log_stage").select(
-        pl.col("name").cast(pl.String), "step", (pl.col("end_ns") - pl.col("start_ns")).alias("dur"))
+        pl.col("name").cast(pl.String), "step", (pl.col("end_ns") - pl.col("start_ns")).alias("dur")
+    )
 
 
 @pytest.mark.parametrize("name", [s for s in SCENARIOS if truth(s)["config"]["style"] == "verl"])
@@ -276,7 +333,9 @@ def test_verl_log_states_the_driver_timers(name: str) -> None:
     driver = [s for s in [*t["stages"], *t["spans"]] if s["rank"] == -1]
     assert len(driver) > 10
     for s in driver:
-        hit = timers.filter((pl.col("name") == f"timing_s/{s['name']}") & (pl.col("step") == s["step"]))
+        hit = timers.filter(
+            (pl.col("name") == f"timing_s/{s['name']}") & (pl.col("step") == s["step"])
+        )
         assert hit.height == 1, (s["step"], s["name"])
         # the harness prints its timers in seconds with 9 decimals: measured 0 ns off on every
         # driver timer (1 µs was allowed, room for a seconds-to-ns conversion that truncates)
@@ -286,12 +345,19 @@ def test_verl_log_states_the_driver_timers(name: str) -> None:
 def test_openrlhf_log_states_the_four_timers() -> None:
     t = truth("openrlhf_ppo_disaggregated")
     timers = _log_timers(RUNS / "openrlhf_ppo_disaggregated" / t["logs"][0])
-    driver = {(s["step"], s["name"]): s["end_ns"] - s["start_ns"] for s in [*t["stages"], *t["spans"]]
-              if s["rank"] == -1}
+    driver = {
+        (s["step"], s["name"]): s["end_ns"] - s["start_ns"]
+        for s in [*t["stages"], *t["spans"]]
+        if s["rank"] == -1
+    }
     for step in range(1, t["config"]["steps"] + 1):
         for key in ("generation", "make_experience", "ppo_train", "broadcast"):
             hit = timers.filter((pl.col("name") == f"timing/{key}") & (pl.col("step") == step))
-            assert hit.height == 1 and hit["dur"][0] == driver[(step, key)], (step, key)  # 9 decimals, as above
+            # 9 decimals, as above
+            assert hit.height == 1 and hit["dur"][0] == driver[(step, key)], (
+                step,
+                key,
+            )
 
 
 def test_trl_trainer_state_is_read_as_a_trl_log() -> None:
@@ -309,8 +375,14 @@ def test_harness_runs_a_short_scenario_end_to_end(tmp_path: Path) -> None:
     sc = replace(HARNESS["verl_grpo_colocated"], name="mini", steps=2, profiled_steps=(2,),
                  prompts_per_step=2, max_new_tokens=12)
     doc = run_scenario(sc, tmp_path / "mini")
-    assert {s["stage"] for s in doc["stages"] if s["step"] == 2} >= {"rollout", "actor_update", "checkpoint"}
+    assert {s["stage"] for s in doc["stages"] if s["step"] == 2} >= {
+        "rollout",
+        "actor_update",
+        "checkpoint",
+    }
     for entry in doc["ranks"]:
         ann = annotations(tmp_path / "mini" / entry["trace"])
         assert doc["clock"]["per_rank"][str(entry["rank"])]["matched"] >= 5
-        assert set(ann["name"]) >= {s["name"] for s in doc["stages"] if s["rank"] == entry["rank"] and s["step"] == 2}
+        assert set(ann["name"]) >= {
+            s["name"] for s in doc["stages"] if s["rank"] == entry["rank"] and s["step"] == 2
+        }

@@ -34,7 +34,11 @@ KERNELS = [(0, 5, 8, False), (1, 45, 47, False)] + [(r, a, b, True) for _, r, *_
 
 
 def test_wait_exposed_and_arrival_per_call() -> None:
-    waits = frames.check(compute_waits(collectives(CALLS), activity(KERNELS)), frames.COLLECTIVE_WAITS, "collective_waits")
+    waits = frames.check(
+        compute_waits(collectives(CALLS), activity(KERNELS)),
+        frames.COLLECTIVE_WAITS,
+        "collective_waits",
+    )
     got = waits.select("rank", "coll", "arrival_ns", "wait_ns", "exposed_ns").rows()
     assert got == [
         (0, "all_reduce", 20, 17, 27),  # waits [0, 20) except the kernel's 3
@@ -45,11 +49,20 @@ def test_wait_exposed_and_arrival_per_call() -> None:
 
 
 def test_by_dimension_with_bus_bandwidth() -> None:
-    by_dim = frames.check(compute_by_dim(compute_waits(collectives(CALLS), activity(KERNELS))), frames.COLLECTIVES_BY_DIM, "by_dim")
-    dp = by_dim.filter(pl.col("dim") == "dp").row(0, named=True)
-    assert (dp["count"], dp["bytes"], dp["time_ns"], dp["exposed_ns"], dp["wait_ns"], dp["transfer_ns"]) == (
-        3, 24 * MB, 60, 57, 27, 33
+    by_dim = frames.check(
+        compute_by_dim(compute_waits(collectives(CALLS), activity(KERNELS))),
+        frames.COLLECTIVES_BY_DIM,
+        "by_dim",
     )
+    dp = by_dim.filter(pl.col("dim") == "dp").row(0, named=True)
+    assert (
+        dp["count"],
+        dp["bytes"],
+        dp["time_ns"],
+        dp["exposed_ns"],
+        dp["wait_ns"],
+        dp["transfer_ns"],
+    ) == (3, 24 * MB, 60, 57, 27, 33)
     # all-reduce: busbw = bytes / transfer × 2(n−1)/n, bytes-weighted (equal bytes: the mean)
     transfers = [30 - 17, 20 - 10, 10 - 0]
     assert dp["busbw_gbps"] == pytest.approx(sum(8 * MB / t * 4 / 3 for t in transfers) / 3)
@@ -59,8 +72,14 @@ def test_by_dimension_with_bus_bandwidth() -> None:
 
 @pytest.mark.parametrize(
     ("coll", "n", "factor"),
-    [("all_reduce", 8, 2 * 7 / 8), ("all_gather", 4, 3 / 4), ("reduce_scatter", 2, 1 / 2), ("all_to_all", 8, 7 / 8),
-     ("broadcast", 8, 1.0), ("send", 2, 1.0)],
+    [
+        ("all_reduce", 8, 2 * 7 / 8),
+        ("all_gather", 4, 3 / 4),
+        ("reduce_scatter", 2, 1 / 2),
+        ("all_to_all", 8, 7 / 8),
+        ("broadcast", 8, 1.0),
+        ("send", 2, 1.0),
+    ],
 )
 def test_bus_bandwidth_factors_follow_nccl_tests(coll: str, n: int, factor: float) -> None:
     calls = [(-1, 0, coll, "dp", n, 1000, 0, 10, None)]
@@ -71,7 +90,9 @@ def test_bus_bandwidth_factors_follow_nccl_tests(coll: str, n: int, factor: floa
 
 
 def test_barrier_has_no_bus_bandwidth() -> None:
-    got = compute_by_dim(compute_waits(collectives([(-1, 0, "barrier", "world", 2, 0, 0, 10, None)]), activity([])))
+    got = compute_by_dim(
+        compute_waits(collectives([(-1, 0, "barrier", "world", 2, 0, 0, 10, None)]), activity([]))
+    )
     assert got["busbw_gbps"][0] is None and got["time_ns"][0] == 10
 
 
@@ -82,15 +103,26 @@ def test_stragglers_are_the_last_to_arrive() -> None:
         (1, 1, "all_reduce", "dp", 3, MB, 125, 130, None),
         (1, 2, "all_reduce", "dp", 3, MB, 110, 130, None),
     ]
-    got = frames.check(compute_stragglers(compute_waits(collectives(calls), activity(KERNELS))), frames.STRAGGLERS, "stragglers")
+    got = frames.check(
+        compute_stragglers(compute_waits(collectives(calls), activity(KERNELS))),
+        frames.STRAGGLERS,
+        "stragglers",
+    )
     assert got.rows() == [(1, 40, 1), (2, 27, 1)]  # most wait caused first
 
 
 def test_weight_sync_time_bytes_and_bandwidth() -> None:
     tl = frame(
-        {"rank": [0, 1, 1], "step": [1, 1, 1], "stage": ["weight_sync", "weight_sync", "actor_update"],
-         "role": ["actor", "rollout", "actor"], "name": ["update_weights"] * 3, "start_ns": [100, 110, 0],
-         "end_ns": [150, 160, 100], "inferred": [False] * 3},
+        {
+            "rank": [0, 1, 1],
+            "step": [1, 1, 1],
+            "stage": ["weight_sync", "weight_sync", "actor_update"],
+            "role": ["actor", "rollout", "actor"],
+            "name": ["update_weights"] * 3,
+            "start_ns": [100, 110, 0],
+            "end_ns": [150, 160, 100],
+            "inferred": [False] * 3,
+        },
         frames.STAGE_TIMELINE,
     )
     calls = [
@@ -99,9 +131,13 @@ def test_weight_sync_time_bytes_and_bandwidth() -> None:
         (-1, 1, "all_gather", "tp", 2, 500, 150, 155, "weight_sync"),
         (3, 0, "all_reduce", "dp", 2, 9999, 10, 20, "actor_update"),
     ]
-    steps = frame({"step": [1], "start_ns": [0], "end_ns": [200], "source": ["ProfilerStep"]}, frames.STEPS)
+    steps = frame(
+        {"step": [1], "start_ns": [0], "end_ns": [200], "source": ["ProfilerStep"]}, frames.STEPS
+    )
     got = frames.check(
-        compute_weight_sync(tl, compute_waits(collectives(calls), activity([])), steps), frames.WEIGHT_SYNC, "weight_sync"
+        compute_weight_sync(tl, compute_waits(collectives(calls), activity([])), steps),
+        frames.WEIGHT_SYNC,
+        "weight_sync",
     )
     row = got.row(0, named=True)
     assert (row["step"], row["time_ns"], row["bytes"]) == (1, 60, 1500)  # each instance once
@@ -112,9 +148,16 @@ call = st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(1, 20))
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(call, min_size=1, max_size=12), st.lists(call, max_size=12), st.randoms(use_true_random=False))
+@given(
+    st.lists(call, min_size=1, max_size=12),
+    st.lists(call, max_size=12),
+    st.randoms(use_true_random=False),
+)
 def test_waits_are_bounded_and_order_free(calls: list, kernels: list, rnd) -> None:
-    rows = [(i % 3 - (1 if i % 5 == 4 else 0), r, "all_reduce", "dp", 4, MB, a, a + d, None) for i, (r, a, d) in enumerate(calls)]
+    rows = [
+        (i % 3 - (1 if i % 5 == 4 else 0), r, "all_reduce", "dp", 4, MB, a, a + d, None)
+        for i, (r, a, d) in enumerate(calls)
+    ]
     acts = [(r, a, a + d, False) for r, a, d in kernels] + [(r[1], r[6], r[7], True) for r in rows]
     waits = compute_waits(collectives(rows), activity(acts))
     dur = waits["end_ns"] - waits["start_ns"]
@@ -123,7 +166,10 @@ def test_waits_are_bounded_and_order_free(calls: list, kernels: list, rnd) -> No
     compute = activity([k for k in acts if not k[3]])
     for row, w in zip(rows, waits.iter_rows(named=True), strict=True):
         covered = intervals.union(compute.filter(pl.col("rank") == row[1]))
-        hidden = sum(max(0, min(b, row[7]) - max(a, row[6])) for a, b in covered.select("start_ns", "end_ns").rows())
+        hidden = sum(
+            max(0, min(b, row[7]) - max(a, row[6]))
+            for a, b in covered.select("start_ns", "end_ns").rows()
+        )
         assert w["exposed_ns"] == (row[7] - row[6]) - hidden
     shuffled_rows, shuffled_acts = rows[:], acts[:]
     rnd.shuffle(shuffled_rows)
@@ -131,4 +177,6 @@ def test_waits_are_bounded_and_order_free(calls: list, kernels: list, rnd) -> No
     again = compute_waits(collectives(shuffled_rows), activity(shuffled_acts))
     key = ["rank", "start_ns", "end_ns", "instance"]
     assert again.sort(key).equals(waits.sort(key))
-    assert_frame_equal(compute_by_dim(again), compute_by_dim(waits), check_exact=False, rel_tol=1e-12)
+    assert_frame_equal(
+        compute_by_dim(again), compute_by_dim(waits), check_exact=False, rel_tol=1e-12
+    )

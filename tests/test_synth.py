@@ -42,7 +42,9 @@ def load(run_dir: Path) -> tuple[dict, pl.DataFrame]:
         assert parsed.meta["rank"] == entry["rank"]
         assert not parsed.warnings
         off = truth["clock_offsets_ns"][str(entry["rank"])]
-        frames.append(parsed.events.with_columns(t0=pl.col("start_ns") - off, t1=pl.col("end_ns") - off))
+        frames.append(
+            parsed.events.with_columns(t0=pl.col("start_ns") - off, t1=pl.col("end_ns") - off)
+        )
     return truth, pl.concat(frames)
 
 
@@ -100,7 +102,9 @@ def check_run(run_dir: Path) -> tuple[dict, pl.DataFrame]:
         assert s["stage"] in STAGE_NAMES
     per_rank_step: dict[tuple[int, int], int] = {}
     for s in truth["stage_durations"]:
-        per_rank_step[(s["rank"], s["step"])] = per_rank_step.get((s["rank"], s["step"]), 0) + s["duration_ns"]
+        per_rank_step[(s["rank"], s["step"])] = (
+            per_rank_step.get((s["rank"], s["step"]), 0) + s["duration_ns"]
+        )
     for (rank, step), total in per_rank_step.items():
         mine = [s for s in truth["stages"] if s["rank"] == rank and s["step"] == step]
         assert total == max(s["end_ns"] for s in mine) - min(s["start_ns"] for s in mine)
@@ -108,10 +112,16 @@ def check_run(run_dir: Path) -> tuple[dict, pl.DataFrame]:
     # the stage ranges are in the trace, under their names, at the true times plus the offset
     ann = events.filter(pl.col("kind") == "annotation").select(
         "rank", pl.col("name").cast(pl.String), "t0", "t1")
-    want = pl.DataFrame([(s["rank"], s["name"], s["start_ns"], s["end_ns"]) for s in truth["stages"]]
-                        + [(s["rank"], s["worker_name"], s["worker_start_ns"], s["worker_end_ns"])
-                           for s in truth["stages"] if "worker_name" in s],
-                        schema=["rank", "name", "t0", "t1"], orient="row")
+    want = pl.DataFrame(
+        [(s["rank"], s["name"], s["start_ns"], s["end_ns"]) for s in truth["stages"]]
+        + [
+            (s["rank"], s["worker_name"], s["worker_start_ns"], s["worker_end_ns"])
+            for s in truth["stages"]
+            if "worker_name" in s
+        ],
+        schema=["rank", "name", "t0", "t1"],
+        orient="row",
+    )
     # to the ns (measured 0 off on the four samples: the Kineto parser scales µs to ns in integers;
     # 1-2 ns were allowed while ts x 1000 was one float)
     found = want.join(ann, on=["rank", "name", "t0", "t1"])
@@ -123,25 +133,37 @@ def check_run(run_dir: Path) -> tuple[dict, pl.DataFrame]:
         nccl(events)
         .with_columns(dim=pl.col("pg").cast(pl.String).replace_strict(dims))
         .group_by("dim")
-        .agg(count=pl.len(), bytes=pl.col("bytes").sum(), time_ns=(pl.col("t1") - pl.col("t0")).sum())
+        .agg(
+            count=pl.len(), bytes=pl.col("bytes").sum(), time_ns=(pl.col("t1") - pl.col("t0")).sum()
+        )
         .sort("dim")
     )
     want_dims = truth["collectives_by_dim"]
     assert got["dim"].to_list() == [c["dim"] for c in want_dims]
     for row, c in zip(got.iter_rows(named=True), want_dims, strict=True):
         assert (row["count"], row["bytes"]) == (c["count"], c["bytes"])
-        assert row["time_ns"] == c["time_ns"], (row, c)  # measured 0 ns off (2 ns a call was allowed)
+        # measured 0 ns off (2 ns a call was allowed)
+        assert row["time_ns"] == c["time_ns"], (
+            row,
+            c,
+        )
         assert 0 <= c["wait_ns"] < c["time_ns"]
 
     # the clock offsets it injected are what the traces' collectives say
     est = estimate_offsets(events)
     assert set(est) == {e["rank"] for e in truth["ranks"]}
     for rank, off in est.items():
-        assert off == truth["clock_offsets_ns"][str(rank)], (rank, off)  # measured exact (2 ns allowed)
+        # measured exact (2 ns allowed)
+        assert off == truth["clock_offsets_ns"][str(rank)], (
+            rank,
+            off,
+        )
 
     # launches precede their kernels; host ops on a thread never overlap (all at depth 0)
     launch = events.filter(pl.col("kind") == "runtime").select("rank", "corr", rt_end="end_ns")
-    dev = events.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"])).join(launch, on=["rank", "corr"])
+    dev = events.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"])).join(
+        launch, on=["rank", "corr"]
+    )
     assert dev.height == events.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"])).height
     assert (dev["rt_end"] <= dev["start_ns"]).all()
     assert events.filter(pl.col("kind") == "cpu_op")["depth"].max() == 0
@@ -162,7 +184,9 @@ def _bitmap(pairs: list[tuple[int, int]]) -> np.ndarray:
 
 @settings(max_examples=300, deadline=None)
 @given(_spans, _spans)
-def test_interval_algebra_matches_a_bitmap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> None:
+def test_interval_algebra_matches_a_bitmap(
+    a: list[tuple[int, int]], b: list[tuple[int, int]]
+) -> None:
     sa = iv.span([p[0] for p in a], [p[1] for p in a])
     sb = iv.span([p[0] for p in b], [p[1] for p in b])
     ba, bb = _bitmap(a), _bitmap(b)
@@ -199,9 +223,13 @@ def test_truth_follows_the_definitions_on_a_hand_made_timeline() -> None:
     insts = {"pg": np.array([sync_pg]), "in_nelems": np.array([10]), "out_nelems": np.array([10])}
     code = {"rollout": 1, "old_logprob": 3, "weight_sync": 9}
     stages = {
-        "rank": np.array([0, 0, 1, 1]), "step": np.ones(4, dtype=np.int32),
-        "stage": np.array([code["rollout"], code["weight_sync"], code["old_logprob"], code["weight_sync"]]),
-        "start": np.array([0, 70, 40, 70]) * us, "end": np.array([40, 100, 60, 100]) * us,
+        "rank": np.array([0, 0, 1, 1]),
+        "step": np.ones(4, dtype=np.int32),
+        "stage": np.array(
+            [code["rollout"], code["weight_sync"], code["old_logprob"], code["weight_sync"]]
+        ),
+        "start": np.array([0, 70, 40, 70]) * us,
+        "end": np.array([40, 100, 60, 100]) * us,
         "role": np.zeros(4, dtype=np.int8),
     }
     stages["inner_start"], stages["inner_end"] = stages["start"], stages["end"]
@@ -220,16 +248,35 @@ def test_truth_follows_the_definitions_on_a_hand_made_timeline() -> None:
     assert {k: v // us for k, v in d1["idle_ns"].items() if v} == {
         "pool_wait": 40, "host_bound": 7, "stage_gap": 10, "weight_sync": 15}
     (ws,) = truth["collectives_by_dim"]
-    assert ws == {"dim": "weight_sync", "count": 2, "bytes": 40, "time_ns": 38 * us, "wait_ns": 8 * us}
+    assert ws == {
+        "dim": "weight_sync",
+        "count": 2,
+        "bytes": 40,
+        "time_ns": 38 * us,
+        "wait_ns": 8 * us,
+    }
     # critical path: weight_sync on rank 0 ends last (tie → lowest rank) → old_logprob on rank 1
     # (ends at 60 ≤ 70) → rollout on rank 0 (ends at 40 ≤ 40)
     cp = truth["critical_path"][0]
-    assert [(c["rank"], c["stage"]) for c in cp["chain"]] == [(0, "rollout"), (1, "old_logprob"), (0, "weight_sync")]
+    assert [(c["rank"], c["stage"]) for c in cp["chain"]] == [
+        (0, "rollout"),
+        (1, "old_logprob"),
+        (0, "weight_sync"),
+    ]
     assert (cp["rank"], cp["stage"]) == (0, "rollout")
-    assert CAUSES == ("weight_sync", "rollout_tail", "pool_wait", "sync_wait", "host_bound", "stage_gap", "other")
+    assert CAUSES == (
+        "weight_sync",
+        "rollout_tail",
+        "pool_wait",
+        "sync_wait",
+        "host_bound",
+        "stage_gap",
+        "other",
+    )
 
 
-# --- generated runs: 2, 8 and 64 ranks -------------------------------------------------------------
+# --- generated runs: 2, 8 and 64 ranks
+# -------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -242,7 +289,9 @@ def test_generated_run_matches_its_truth(tmp_path: Path, scenario: str, ranks: i
     generate(cfg, tmp_path, jobs=1)
     truth, _ = check_run(tmp_path)
     assert truth["config"]["world_size"] == ranks
-    assert {r["pool"] for r in truth["ranks"]} == ({"shared"} if cfg.placement == "colocated" else {"rollout", "train"})
+    assert {r["pool"] for r in truth["ranks"]} == (
+        {"shared"} if cfg.placement == "colocated" else {"rollout", "train"}
+    )
 
 
 def test_same_seed_gives_identical_bytes(tmp_path: Path) -> None:
@@ -254,7 +303,9 @@ def test_same_seed_gives_identical_bytes(tmp_path: Path) -> None:
     assert names == sorted(p.name for p in (tmp_path / "b").iterdir())
     for name in names:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
-    assert (tmp_path / "a" / "truth.json").read_bytes() != (tmp_path / "c" / "truth.json").read_bytes()
+    assert (tmp_path / "a" / "truth.json").read_bytes() != (
+        tmp_path / "c" / "truth.json"
+    ).read_bytes()
 
 
 def test_skew_is_what_the_offsets_say(tmp_path: Path) -> None:
@@ -303,26 +354,48 @@ def test_committed_samples_are_the_generators_output(tmp_path: Path) -> None:
 
 
 EXPECTED_COLLECTIVES = {
-    "colocated": {("all_gather", "mesh_fsdp"), ("reduce_scatter", "mesh_fsdp"), ("all_to_all", "mesh_sp"),
-                  ("all_reduce", "mesh_infer_tp")},
-    "disaggregated": {("all_reduce", "TENSOR_MODEL_PARALLEL_GROUP"), ("all_reduce", "DATA_PARALLEL_GROUP"),
-                      ("broadcast", "undefined")},
-    "one_step_off": {("send", "PIPELINE_MODEL_PARALLEL_GROUP"), ("recv", "PIPELINE_MODEL_PARALLEL_GROUP"),
-                     ("all_reduce", "DATA_PARALLEL_GROUP"), ("broadcast", "actor_rollout"),
-                     ("all_reduce", "TENSOR_MODEL_PARALLEL_GROUP")},
-    "stage_fused": {("all_reduce", "TENSOR_MODEL_PARALLEL_GROUP"), ("all_gather", "CONTEXT_PARALLEL_GROUP"),
-                    ("all_to_all", "EXPERT_MODEL_PARALLEL_GROUP"), ("all_reduce", "DATA_PARALLEL_GROUP")},
+    "colocated": {
+        ("all_gather", "mesh_fsdp"),
+        ("reduce_scatter", "mesh_fsdp"),
+        ("all_to_all", "mesh_sp"),
+        ("all_reduce", "mesh_infer_tp"),
+    },
+    "disaggregated": {
+        ("all_reduce", "TENSOR_MODEL_PARALLEL_GROUP"),
+        ("all_reduce", "DATA_PARALLEL_GROUP"),
+        ("broadcast", "undefined"),
+    },
+    "one_step_off": {
+        ("send", "PIPELINE_MODEL_PARALLEL_GROUP"),
+        ("recv", "PIPELINE_MODEL_PARALLEL_GROUP"),
+        ("all_reduce", "DATA_PARALLEL_GROUP"),
+        ("broadcast", "actor_rollout"),
+        ("all_reduce", "TENSOR_MODEL_PARALLEL_GROUP"),
+    },
+    "stage_fused": {
+        ("all_reduce", "TENSOR_MODEL_PARALLEL_GROUP"),
+        ("all_gather", "CONTEXT_PARALLEL_GROUP"),
+        ("all_to_all", "EXPERT_MODEL_PARALLEL_GROUP"),
+        ("all_reduce", "DATA_PARALLEL_GROUP"),
+    },
 }
 
 
 @pytest.mark.parametrize("scenario", list(SAMPLES))
 def test_sample_has_the_collectives_of_its_layout(samples: dict, scenario: str) -> None:
     truth, events = samples[scenario]
-    kinds = nccl(events).select(pl.col("coll").cast(pl.String), pl.col("pg_desc").cast(pl.String)).unique()
+    kinds = (
+        nccl(events)
+        .select(pl.col("coll").cast(pl.String), pl.col("pg_desc").cast(pl.String))
+        .unique()
+    )
     assert EXPECTED_COLLECTIVES[scenario] <= set(kinds.iter_rows())
     names = set(nccl(events)["name"].cast(pl.String).unique())
     assert all(n.startswith("ncclDevKernel_") for n in names)
-    assert events.filter(pl.col("kind") == "memcpy").height and events.filter(pl.col("kind") == "memset").height
+    assert (
+        events.filter(pl.col("kind") == "memcpy").height
+        and events.filter(pl.col("kind") == "memset").height
+    )
     if truth["config"]["placement"] == "disaggregated":
         pools = truth["config"]["pools"]
         sync = nccl(events).filter(pl.col("coll") == "broadcast")["pg_ranks"].unique().to_list()
@@ -332,7 +405,9 @@ def test_sample_has_the_collectives_of_its_layout(samples: dict, scenario: str) 
 
 
 def _ranges(events: pl.DataFrame, name: str) -> pl.DataFrame:
-    return events.filter((pl.col("kind") == "annotation") & (pl.col("name").cast(pl.String) == name))
+    return events.filter(
+        (pl.col("kind") == "annotation") & (pl.col("name").cast(pl.String) == name)
+    )
 
 
 def _step_of(truth: dict, t: pl.Expr) -> pl.Expr:
@@ -358,9 +433,12 @@ def test_one_step_off_overlaps_rollout_and_training(samples: dict) -> None:
     for w in truth["step_windows"]:
         in_step = (pl.col("t0") >= w["start_ns"]) & (pl.col("t1") <= w["end_ns"])
         gen = _ranges(events, "gen").filter(in_step)
-        busy = events.filter(pl.col("kind").eq("annotation") & pl.col("rank").is_in(train_pool)
-                             & pl.col("name").cast(pl.String).is_in(["old_log_prob", "ref", "update_actor"])
-                             & in_step)
+        busy = events.filter(
+            pl.col("kind").eq("annotation")
+            & pl.col("rank").is_in(train_pool)
+            & pl.col("name").cast(pl.String).is_in(["old_log_prob", "ref", "update_actor"])
+            & in_step
+        )
         g = iv.span(gen["t0"].to_numpy(), gen["t1"].to_numpy())
         t = iv.span(busy["t0"].to_numpy(), busy["t1"].to_numpy())
         assert iv.measure(iv.intersect(g, t)) > 0.5 * iv.measure(g)
@@ -383,12 +461,24 @@ def test_colocated_ranks_run_every_stage(samples: dict) -> None:
     assert truth["config"]["layout"]["style"] == "fsdp"
 
 
-# --- the command line ------------------------------------------------------------------------------
+# --- the command line
+# ------------------------------------------------------------------------------
 
 
 def test_cli_writes_a_run_and_rejects_bad_shapes(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "sample_traces.synth", "--scenario", "disaggregated", "--ranks", "4",
-           "--seed", "9", "-o", str(tmp_path / "run")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sample_traces.synth",
+        "--scenario",
+        "disaggregated",
+        "--ranks",
+        "4",
+        "--seed",
+        "9",
+        "-o",
+        str(tmp_path / "run"),
+    ]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "synthetic disaggregated: 4 ranks" in done.stdout
@@ -399,7 +489,8 @@ def test_cli_writes_a_run_and_rejects_bad_shapes(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "does not divide" in bad.stderr
 
 
-# --- nsys-schema SQLite -----------------------------------------------------------------------------
+# --- nsys-schema SQLite
+# -----------------------------------------------------------------------------
 
 
 def test_nsys_export_says_what_the_kineto_trace_says(tmp_path: Path) -> None:
@@ -415,10 +506,17 @@ def test_nsys_export_says_what_the_kineto_trace_says(tmp_path: Path) -> None:
         assert nsys.meta["rank"] == entry["rank"]
 
         def rows(events: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
-            return (events.filter(pl.col("kind").is_in(kinds))
-                    .select(pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String), "stream",
-                            "start_ns", "end_ns")
-                    .sort("start_ns", "stream", "name"))
+            return (
+                events.filter(pl.col("kind").is_in(kinds))
+                .select(
+                    pl.col("kind").cast(pl.String),
+                    pl.col("name").cast(pl.String),
+                    "stream",
+                    "start_ns",
+                    "end_ns",
+                )
+                .sort("start_ns", "stream", "name")
+            )
 
         assert rows(nsys.events, gpu).equals(rows(kineto.events, gpu))
         assert rows(nsys.events, ["annotation"]).equals(rows(kineto.events, ["annotation"]))

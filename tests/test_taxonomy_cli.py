@@ -32,9 +32,13 @@ def test_text_lists_every_part() -> None:
 def test_json_holds_every_rule() -> None:
     doc = json.loads(invoke("--format", "json").output)
     assert [r["stage"] for r in doc["stages"]["rows"]] == list(vocab.STAGE_NAMES)
-    assert len(doc["profiles"]["rows"]) == sum(len(p.rules) for p in profiles.load_profiles().values())
+    assert len(doc["profiles"]["rows"]) == sum(
+        len(p.rules) for p in profiles.load_profiles().values()
+    )
     rules = collectives.load_rules()
-    assert len(doc["collectives"]["rows"]) == len(rules.descriptions) + len(rules.kernels) + len(rules.patterns)
+    assert len(doc["collectives"]["rows"]) == len(rules.descriptions) + len(rules.kernels) + len(
+        rules.patterns
+    )
     assert {r["dim"] for r in doc["dimensions"]["rows"]} == set(vocab.DIMENSIONS)
 
 
@@ -48,9 +52,17 @@ def test_one_part_one_profile_markdown() -> None:
 
 def test_user_rules_are_shown_first(tmp_path: Path) -> None:
     user = tmp_path / "rules.toml"
-    user.write_text('[profile]\nname = "verl"\n\n[[rules]]\nmatch = "^my_gen$"\nsource = "trace"\nstage = "rollout"\nrelation = "stage"\n')
-    doc = json.loads(invoke("--part", "profiles", "--profile", "verl", "--rules", str(user), "-f", "json").output)
-    assert doc["profiles"]["rows"][0]["match"] == "^my_gen$" and doc["profiles"]["rows"][0]["rule"] == "user:1"
+    user.write_text(
+        '[profile]\nname = "verl"\n\n[[rules]]\nmatch = "^my_gen$"\nsource = "trace"\nstage = '
+        '"rollout"\nrelation = "stage"\n'
+    )
+    doc = json.loads(
+        invoke("--part", "profiles", "--profile", "verl", "--rules", str(user), "-f", "json").output
+    )
+    assert (
+        doc["profiles"]["rows"][0]["match"] == "^my_gen$"
+        and doc["profiles"]["rows"][0]["rule"] == "user:1"
+    )
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
@@ -58,12 +70,30 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "nosuch" in result.output
     missing, broken = tmp_path / "missing.toml", tmp_path / "broken.toml"
     broken.write_text("[[rules]]\nmatch = 'x'\nstage = 'launch'\nrelation = 'stage'\n")
-    for flag, path, problem in (("--collective-rules", missing, "cannot read"), ("--rules", broken, "rule 1: unknown stage 'launch'")):
-        done = subprocess.run([sys.executable, "-c", "from analyzer.cli import main; main()", "taxonomy", flag, str(path)],
-                              capture_output=True, text=True, timeout=120)
+    for flag, path, problem in (
+        ("--collective-rules", missing, "cannot read"),
+        ("--rules", broken, "rule 1: unknown stage 'launch'"),
+    ):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from analyzer.cli import main; main()",
+                "taxonomy",
+                flag,
+                str(path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 2 and done.stdout == ""
         line = done.stderr.strip()
-        assert line.startswith(f"rlperf: error: {path}: {problem}") and "\n" not in line and line.count(str(path)) == 1, line
+        assert (
+            line.startswith(f"rlperf: error: {path}: {problem}")
+            and "\n" not in line
+            and line.count(str(path)) == 1
+        ), line
 
 
 @pytest.mark.parametrize("part", ["stages", "collectives", "placements"])

@@ -18,8 +18,13 @@ from . import mutators, runner, seeds
 from .seeds import LOG_FORMATS
 
 WEIGHTS: dict[str, float] = {
-    "kineto": 0.25, "gzip": 0.06, "framework-spans": 0.07, "nsys-sqlite": 0.07, "nsys-stats-csv": 0.07,
-    **{fmt: 0.44 / len(LOG_FORMATS) for fmt in LOG_FORMATS}, runner.ORDER_FAMILY: 0.04,
+    "kineto": 0.25,
+    "gzip": 0.06,
+    "framework-spans": 0.07,
+    "nsys-sqlite": 0.07,
+    "nsys-stats-csv": 0.07,
+    **{fmt: 0.44 / len(LOG_FORMATS) for fmt in LOG_FORMATS},
+    runner.ORDER_FAMILY: 0.04,
 }
 """Share of the cases per family: Kineto traces are the most varied input, then the logs."""
 
@@ -38,10 +43,17 @@ def main(argv: list[str] | None = None) -> int:
     bank = seeds.build(cache)
     if args.case:
         return replay(bank, args.case, args.seed, Path(args.write) if args.write else cache)
-    settings = runner.Settings(seed=args.seed, workers=args.workers, case_timeout_s=args.timeout,
-                               analyze_every=args.analyze_every, memory_bytes=int(args.memory_gb * 2**30))
+    settings = runner.Settings(
+        seed=args.seed,
+        workers=args.workers,
+        case_timeout_s=args.timeout,
+        analyze_every=args.analyze_every,
+        memory_bytes=int(args.memory_gb * 2**30),
+    )
     families = args.families.split(",") if args.families else None
-    summary = runner.run(plan(args.cases, families), settings, bank, progress=_partial, every_s=args.report_every)
+    summary = runner.run(
+        plan(args.cases, families), settings, bank, progress=_partial, every_s=args.report_every
+    )
     print(f"seed {args.seed}, {summary.total()} cases, {args.workers} workers")
     print(summary.table())
     return 1 if summary.failures() else 0
@@ -77,13 +89,19 @@ def _arguments() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--families", help="comma-separated families (default: all)")
-    parser.add_argument("--timeout", type=float, default=20.0, help="seconds per case before it counts as a hang")
-    parser.add_argument("--memory-gb", type=float, default=3.0, help="address-space limit per worker")
+    parser.add_argument(
+        "--timeout", type=float, default=20.0, help="seconds per case before it counts as a hang"
+    )
+    parser.add_argument(
+        "--memory-gb", type=float, default=3.0, help="address-space limit per worker"
+    )
     parser.add_argument("--analyze-every", type=int, default=50)
     parser.add_argument("--case", help="replay one case, e.g. kineto#1234")
     parser.add_argument("--write", help="folder for the replayed case")
     parser.add_argument("--cache", help="folder for the seed bank")
-    parser.add_argument("--report-every", type=float, default=600.0, help="seconds between partial tables")
+    parser.add_argument(
+        "--report-every", type=float, default=600.0, help="seconds between partial tables"
+    )
     return parser
 
 

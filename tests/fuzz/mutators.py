@@ -71,8 +71,27 @@ def _kind(family: str) -> str:
 # --- evil values ---------------------------------------------------------------------------------
 
 HUGE_TEXT: tuple[str, ...] = (
-    "1e30", "-1e30", "1e400", "-1e16", str(2**63), str(2**63 - 1), str(-(2**63)), str(2**64), str(2**70),
-    "1" + "0" * 40, "NaN", "nan", "Infinity", "-Infinity", "inf", "-0", "0", "-1", "1.", ".5", "1e-300",
+    "1e30",
+    "-1e30",
+    "1e400",
+    "-1e16",
+    str(2**63),
+    str(2**63 - 1),
+    str(-(2**63)),
+    str(2**64),
+    str(2**70),
+    "1" + "0" * 40,
+    "NaN",
+    "nan",
+    "Infinity",
+    "-Infinity",
+    "inf",
+    "-0",
+    "0",
+    "-1",
+    "1.",
+    ".5",
+    "1e-300",
 )
 """Numbers as text, for logs and CSV cells (also JSON where JSON allows them)."""
 
@@ -81,16 +100,48 @@ def evil_value(rng: random.Random) -> Any:
     """A JSON value a parser must reject or clamp, never crash on or wrap."""
     pick = rng.randrange(9)
     if pick == 0:
-        return rng.choice([1e30, -1e30, -1e16, 2**63, 2**63 - 1, -(2**63), -(2**63) - 1, 2**64, 2**70, -1, 0, 1.5, 1e-300])
+        return rng.choice(
+            [
+                1e30,
+                -1e30,
+                -1e16,
+                2**63,
+                2**63 - 1,
+                -(2**63),
+                -(2**63) - 1,
+                2**64,
+                2**70,
+                -1,
+                0,
+                1.5,
+                1e-300,
+            ]
+        )
     if pick == 1:
         return Raw(rng.choice(["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1" + "0" * 400]))
     if pick == 2:
-        return rng.choice(["0x" + "f" * 40, "0x" + "f" * 16, "", "abc", "1.5", "-5", "NaN", "1e30", "\u202e\u2066bidi", "\x1b[31mred", "<script>x</script>"])
+        return rng.choice(
+            [
+                "0x" + "f" * 40,
+                "0x" + "f" * 16,
+                "",
+                "abc",
+                "1.5",
+                "-5",
+                "NaN",
+                "1e30",
+                "\u202e\u2066bidi",
+                "\x1b[31mred",
+                "<script>x</script>",
+            ]
+        )
     if pick == 3:
         return rng.choice([None, True, False, [], {}, [1, 2], {"a": 1}, [None]])
     if pick == 4:
         depth = rng.choice([40, 300, 1200, 5000, 40000])
-        return Raw("[" * depth + "]" * depth if rng.random() < 0.5 else '{"a":' * depth + "1" + "}" * depth)
+        return Raw(
+            "[" * depth + "]" * depth if rng.random() < 0.5 else '{"a":' * depth + "1" + "}" * depth
+        )
     if pick == 5:
         return "x" * rng.choice([300, 70_000, 2**20])
     if pick == 6:
@@ -132,7 +183,18 @@ def damage_bytes(data: bytes, rng: random.Random) -> tuple[bytes, str]:
         return bytes(buf), f"bitflip×{flips}"
     if pick == 2:
         at = rng.randrange(n)
-        junk = rng.choice([bytes(rng.randrange(256) for _ in range(rng.randint(1, 16))), b"{", b"}", b"]", b",", b'"', b"\x00", b"\xff\xfe"])
+        junk = rng.choice(
+            [
+                bytes(rng.randrange(256) for _ in range(rng.randint(1, 16))),
+                b"{",
+                b"}",
+                b"]",
+                b",",
+                b'"',
+                b"\x00",
+                b"\xff\xfe",
+            ]
+        )
         return data[:at] + junk + data[at:], f"insert@{at}"
     if pick == 3:
         at = rng.randrange(n)
@@ -145,15 +207,47 @@ def damage_bytes(data: bytes, rng: random.Random) -> tuple[bytes, str]:
 
 # --- JSON damage ---------------------------------------------------------------------------------
 
-EVENT_KEYS: tuple[str, ...] = ("ts", "dur", "pid", "tid", "name", "cat", "ph", "args", "id", "s", "bp")
+EVENT_KEYS: tuple[str, ...] = (
+    "ts",
+    "dur",
+    "pid",
+    "tid",
+    "name",
+    "cat",
+    "ph",
+    "args",
+    "id",
+    "s",
+    "bp",
+)
 ARG_KEYS: tuple[str, ...] = (
-    "correlation", "External id", "stream", "device", "Collective name", "In msg nelems", "Out msg nelems",
-    "Group size", "Process Group Ranks", "Process Group Name", "dtype", "bytes", "Trace iteration", "global_step",
-    "step", "rank", "Sequence number", "wait_on_stream",
+    "correlation",
+    "External id",
+    "stream",
+    "device",
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "Group size",
+    "Process Group Ranks",
+    "Process Group Name",
+    "dtype",
+    "bytes",
+    "Trace iteration",
+    "global_step",
+    "step",
+    "rank",
+    "Sequence number",
+    "wait_on_stream",
 )
 TOP_PATHS: tuple[tuple[str, ...], ...] = (
-    ("baseTimeNanoseconds",), ("distributedInfo", "rank"), ("distributedInfo", "world_size"),
-    ("distributedInfo", "pg_config"), ("deviceProperties",), ("displayTimeUnit",), ("schemaVersion",),
+    ("baseTimeNanoseconds",),
+    ("distributedInfo", "rank"),
+    ("distributedInfo", "world_size"),
+    ("distributedInfo", "pg_config"),
+    ("deviceProperties",),
+    ("displayTimeUnit",),
+    ("schemaVersion",),
     ("traceEvents",),
 )
 
@@ -213,7 +307,10 @@ def _json_mutation(doc: Any, rng: random.Random) -> str:
     if events is None or not events:
         return "no events"
     if pick == 6:
-        extra = [json.loads(json.dumps(e)) for e in rng.sample(events, min(len(events), rng.randint(1, 10)))]
+        extra = [
+            json.loads(json.dumps(e))
+            for e in rng.sample(events, min(len(events), rng.randint(1, 10)))
+        ]
         events.extend(extra)
         return f"duplicate {len(extra)} events"
     if pick == 7:
@@ -223,7 +320,9 @@ def _json_mutation(doc: Any, rng: random.Random) -> str:
         del events[rng.randrange(len(events)) :]
         return "drop tail events"
     times = rng.choice([200, 2000])
-    small = [e for e in events if isinstance(e, dict) and len(json.dumps(e)) < 1000] or [{"ph": "X", "ts": 1, "dur": 1}]
+    small = [e for e in events if isinstance(e, dict) and len(json.dumps(e)) < 1000] or [
+        {"ph": "X", "ts": 1, "dur": 1}
+    ]
     events.append(Raw(",".join([dumps(rng.choice(small)).decode()] * times)))
     return f"repeat one event ×{times}"
 
@@ -251,7 +350,11 @@ def dumps(doc: Any) -> bytes:
 def _json_case(case: Case, rng: random.Random) -> None:
     lines = case.name.endswith(".jsonl")
     try:
-        docs = [json.loads(line) for line in case.data.splitlines() if line.strip()] if lines else json.loads(case.data)
+        docs = (
+            [json.loads(line) for line in case.data.splitlines() if line.strip()]
+            if lines
+            else json.loads(case.data)
+        )
     except ValueError:
         _lines_case(case, rng)
         return
@@ -277,7 +380,10 @@ def _gzip_case(case: Case, rng: random.Random) -> None:
         cut = rng.randrange(2, n)
         packed, what = packed[:cut], f"gzip cut@{cut}/{n}"
     elif pick == 1:
-        packed, what = packed[:-8] + bytes(rng.randrange(256) for _ in range(4)) + packed[-4:], "gzip bad crc"
+        packed, what = (
+            packed[:-8] + bytes(rng.randrange(256) for _ in range(4)) + packed[-4:],
+            "gzip bad crc",
+        )
     elif pick == 2:
         size = rng.choice([0, 1, 2**32 - 1, 2**31, rng.randrange(2**32)])
         packed, what = packed[:-4] + size.to_bytes(4, "little"), f"gzip isize={size}"
@@ -307,7 +413,12 @@ def garbage_line(rng: random.Random, like: bytes) -> bytes:
     if pick == 1:
         return b"\x1b[36m" + like.rstrip(b"\n") + b"\x1b[0m\n"
     if pick == 2:
-        return like.rstrip(b"\n") + b" [repeated " + rng.choice(HUGE_TEXT).encode() + b"x across cluster]\n"
+        return (
+            like.rstrip(b"\n")
+            + b" [repeated "
+            + rng.choice(HUGE_TEXT).encode()
+            + b"x across cluster]\n"
+        )
     if pick == 3:
         return b"step:1 - " + b"timing_s/gen:1.0 " * (2**20 // 17) + b"\n"
     if pick == 4:
@@ -371,7 +482,19 @@ def _log_case(case: Case, rng: random.Random) -> None:
     _lines_case(case, rng)
 
 
-CSV_CELLS: tuple[str, ...] = ("abc", "", "1e400", "-5", "99999999999999999999", "1.5", '"', "NaN", "-1e16", "0x10", str(2**63))
+CSV_CELLS: tuple[str, ...] = (
+    "abc",
+    "",
+    "1e400",
+    "-5",
+    "99999999999999999999",
+    "1.5",
+    '"',
+    "NaN",
+    "-1e16",
+    "0x10",
+    str(2**63),
+)
 
 
 def _csv_case(case: Case, rng: random.Random) -> None:
@@ -388,10 +511,17 @@ def _csv_case(case: Case, rng: random.Random) -> None:
         header = lines[0].rstrip(b"\n").split(b",")
         j = rng.randrange(len(header))
         if rng.random() < 0.5:
-            lines = [b",".join(c for k, c in enumerate(line.rstrip(b"\n").split(b",")) if k != j) + b"\n" for line in lines]
+            lines = [
+                b",".join(c for k, c in enumerate(line.rstrip(b"\n").split(b",")) if k != j) + b"\n"
+                for line in lines
+            ]
             case.mutations.append(f"drop column {j}")
         else:
-            header[j] = re.sub(rb"\((ns|nsec)\)", rng.choice([b"(us)", b"(s)", b"(ms)", b"(x)"]), header[j]) if b"(" in header[j] else b"Start (ns)"
+            header[j] = (
+                re.sub(rb"\((ns|nsec)\)", rng.choice([b"(us)", b"(s)", b"(ms)", b"(x)"]), header[j])
+                if b"(" in header[j]
+                else b"Start (ns)"
+            )
             lines[0] = b",".join(header) + b"\n"
             case.mutations.append(f"header {j} → {header[j].decode(errors='replace')}")
     else:
@@ -405,17 +535,34 @@ def _csv_case(case: Case, rng: random.Random) -> None:
 # --- SQLite --------------------------------------------------------------------------------------
 
 HOT_CELLS: tuple[tuple[str, str], ...] = (
-    ("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"), ("TARGET_INFO_GPU", "cuDevice"), ("TARGET_INFO_GPU", "id"),
-    ("CUPTI_ACTIVITY_KIND_KERNEL", "start"), ("CUPTI_ACTIVITY_KIND_KERNEL", "end"),
-    ("CUPTI_ACTIVITY_KIND_KERNEL", "deviceId"), ("CUPTI_ACTIVITY_KIND_KERNEL", "streamId"),
-    ("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"), ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName"),
-    ("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"), ("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"),
-    ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"), ("CUPTI_ACTIVITY_KIND_RUNTIME", "start"),
-    ("CUPTI_ACTIVITY_KIND_MEMCPY", "bytes"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind"),
-    ("NVTX_EVENTS", "text"), ("NVTX_EVENTS", "start"), ("NVTX_EVENTS", "end"), ("NVTX_EVENTS", "eventType"),
-    ("NVTX_EVENTS", "textId"), ("StringIds", "value"), ("StringIds", "id"), ("PROCESSES", "pid"),
-    ("PROCESSES", "globalPid"), ("META_DATA_EXPORT", "value"), ("META_DATA_CAPTURE", "value"),
-    ("ThreadNames", "nameId"), ("TARGET_INFO_SYSTEM_ENV", "value"),
+    ("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"),
+    ("TARGET_INFO_GPU", "cuDevice"),
+    ("TARGET_INFO_GPU", "id"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "start"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "end"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "deviceId"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "streamId"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "start"),
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", "bytes"),
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind"),
+    ("NVTX_EVENTS", "text"),
+    ("NVTX_EVENTS", "start"),
+    ("NVTX_EVENTS", "end"),
+    ("NVTX_EVENTS", "eventType"),
+    ("NVTX_EVENTS", "textId"),
+    ("StringIds", "value"),
+    ("StringIds", "id"),
+    ("PROCESSES", "pid"),
+    ("PROCESSES", "globalPid"),
+    ("META_DATA_EXPORT", "value"),
+    ("META_DATA_CAPTURE", "value"),
+    ("ThreadNames", "nameId"),
+    ("TARGET_INFO_SYSTEM_ENV", "value"),
 )
 SQL_VALUES: tuple[Any, ...] = (
     "abc", "1.5", "", b"\x00\xff\x10", None, 2**63 - 1, -(2**63), -1, 0, 1e30, -1e16, 2**31, 1.5,

@@ -86,7 +86,11 @@ def _formats(root: Path) -> tuple[tuple[Path, str | None], ...]:
     provenance notes are not inputs)."""
     if not root.exists():
         return ()
-    files = [p for p in sorted(root.rglob("*")) if p.is_file() and p.name != "truth.json" and p.suffix != ".md"]
+    files = [
+        p
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "truth.json" and p.suffix != ".md"
+    ]
     return tuple((p, parsers.sniff(p)) for p in files)
 
 
@@ -135,8 +139,10 @@ def _kineto_windows(heads: list[_Head], rng: random.Random) -> list[list[int]]:
     """Three windows of event indices: around a profiler step (when the trace has one) and two
     at random places; each keeps up to 12 of the trace's metadata (``M``) events."""
     meta = [i for i, e in enumerate(heads) if e.ph == "M"][:12]
-    timed = sorted((i for i, e in enumerate(heads) if e.ph != "M" and isinstance(e.ts, (int, float))),
-                   key=lambda i: heads[i].ts)
+    timed = sorted(
+        (i for i, e in enumerate(heads) if e.ph != "M" and isinstance(e.ts, (int, float))),
+        key=lambda i: heads[i].ts,
+    )
     if not timed:
         return [meta + list(range(min(len(heads), KINETO_WINDOW)))]
     windows = []
@@ -183,7 +189,10 @@ def trimmed_export(path: Path) -> bytes:
         if lo is not None and "start" in cols:
             db.execute(f'DELETE FROM "{table}" WHERE start < ? OR start > ?', (lo - (hi - lo), hi))
         if table != "StringIds":
-            db.execute(f'DELETE FROM "{table}" WHERE rowid NOT IN (SELECT rowid FROM "{table}" LIMIT {TABLE_ROWS})')
+            db.execute(
+                f'DELETE FROM "{table}" WHERE rowid NOT IN (SELECT rowid FROM "{table}" LIMIT '
+                f'{TABLE_ROWS})'
+            )
     db.commit()
     with tempfile.TemporaryDirectory() as tmp:
         small = Path(tmp) / "trimmed.sqlite"
@@ -198,7 +207,9 @@ def trimmed_export(path: Path) -> bytes:
 
 def _kernel_window(db: sqlite3.Connection) -> tuple[int | None, int | None]:
     try:
-        starts = [r[0] for r in db.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start")]
+        starts = [
+            r[0] for r in db.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start")
+        ]
     except sqlite3.Error:
         return None, None
     if not starts:
@@ -235,18 +246,28 @@ def _stats_from_export(path: Path) -> tuple[bytes, bytes]:
     names = dict(db.execute("SELECT id, value FROM StringIds"))
     gpu = ["Start (ns),Duration (ns),CorrId,Bytes (MB),SrcMemKd,DstMemKd,Device,Ctx,Strm,Name"]
     for start, end, dev, ctx, strm, corr, name in db.execute(
-        "SELECT start, end, deviceId, contextId, streamId, correlationId, demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL"
+        "SELECT start, end, deviceId, contextId, streamId, correlationId, demangledName FROM "
+        "CUPTI_ACTIVITY_KIND_KERNEL"
     ):
-        gpu.append(f'{start},{end - start},{corr},,,,NVIDIA A100 ({dev}),{ctx},{strm},"{names.get(name, "")}"')
+        gpu.append(
+            f'{start},{end - start},{corr},,,,NVIDIA A100 '
+            f'({dev}),{ctx},{strm},"{names.get(name, "")}"'
+        )
     for start, end, dev, ctx, strm, corr, nbytes in db.execute(
-        "SELECT start, end, deviceId, contextId, streamId, correlationId, bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY"
+        "SELECT start, end, deviceId, contextId, streamId, correlationId, bytes FROM "
+        "CUPTI_ACTIVITY_KIND_MEMCPY"
     ):
-        gpu.append(f"{start},{end - start},{corr},{nbytes / 1e6},Pageable,Device,NVIDIA A100 ({dev}),{ctx},{strm},[CUDA memcpy Host-to-Device]")
+        gpu.append(
+            f"{start},{end - start},{corr},{nbytes / 1e6},Pageable,Device,NVIDIA A100 "
+            f"({dev}),{ctx},{strm},[CUDA memcpy Host-to-Device]"
+        )
     api = ["Start (ns),Duration (ns),Name,Result,CorrID,Pid,Tid,T-Pri,Thread Name"]
     for start, end, tid, corr, name in db.execute(
-        "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME LIMIT 60"
+        "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+        "LIMIT 60"
     ):
-        api.append(f"{start},{end - start},{names.get(name, '')},0,{corr},{(tid >> 24) & 0xFFFFFF},{tid & 0xFFFFFF},0,saxpy")
+        pid, thread = (tid >> 24) & 0xFFFFFF, tid & 0xFFFFFF
+        api.append(f"{start},{end - start},{names.get(name, '')},0,{corr},{pid},{thread},0,saxpy")
     db.close()
     return ("\n".join(gpu) + "\n").encode(), ("\n".join(api) + "\n").encode()
 

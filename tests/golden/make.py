@@ -106,15 +106,27 @@ def _cli(args: list[str]) -> tuple[int, str]:
 
 
 def render(path: Path) -> dict[str, Report]:
-    """``path``'s report in every format, through the command line, with a parse cache of its own."""
+    """``path``'s report in every format, through the command line, with a parse cache of its
+    own."""
     out: dict[str, Report] = {}
     with tempfile.TemporaryDirectory(prefix="rlperf-golden-") as tmp:
         os.environ["RLPERF_CACHE_DIR"] = str(Path(tmp) / "cache")
         os.environ.pop("RLPERF_NO_CACHE", None)
         for fmt, ext in FORMATS.items():
             target = Path(tmp) / f"report.{ext}"
-            status, err = _cli(["analyze", os.path.relpath(path, REPO), "--format", fmt, "--output", str(target),
-                                "--quiet", "--jobs", "1"])
+            status, err = _cli(
+                [
+                    "analyze",
+                    os.path.relpath(path, REPO),
+                    "--format",
+                    fmt,
+                    "--output",
+                    str(target),
+                    "--quiet",
+                    "--jobs",
+                    "1",
+                ]
+            )
             body = target.read_text(encoding="utf-8") if status == 0 else err
             out[fmt] = Report(status, normalise(body))
     return out
@@ -137,7 +149,11 @@ def render_all(inputs: dict[str, Path], workers: int = WORKERS) -> dict[str, dic
 
 
 def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+    return (
+        sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        if path.is_dir()
+        else path.stat().st_size
+    )
 
 
 def digest(text: str) -> str:
@@ -175,8 +191,11 @@ def write(rendered: dict[str, dict[str, Report]]) -> None:
     and format the SHA-256 and line count, the corpus files refused (exit status and first
     error line, not compared) and those left out for size."""
     kept = {n: r for n, r in rendered.items() if all(x.status == 0 for x in r.values())}
-    refused = {n: {fmt: f"{x.status}: {x.body.splitlines()[0] if x.body else ''}" for fmt, x in r.items()}
-               for n, r in rendered.items() if n not in kept}
+    refused = {
+        n: {fmt: f"{x.status}: {x.body.splitlines()[0] if x.body else ''}" for fmt, x in r.items()}
+        for n, r in rendered.items()
+        if n not in kept
+    }
     wanted = {report_file(n, fmt) for n in kept for fmt in FORMATS}
     for old in REPORTS.glob("*.gz"):
         if old not in wanted:
@@ -190,10 +209,16 @@ def write(rendered: dict[str, dict[str, Report]]) -> None:
         "nsys": nsys_version(),
         "left_out": corpus_left_out(),
         "refused": refused,
-        "inputs": {n: {fmt: {"sha256": digest(x.body), "lines": x.body.count("\n")} for fmt, x in r.items()}
-                   for n, r in kept.items()},
+        "inputs": {
+            n: {
+                fmt: {"sha256": digest(x.body), "lines": x.body.count("\n")} for fmt, x in r.items()
+            }
+            for n, r in kept.items()
+        },
     }
-    MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    MANIFEST.write_text(
+        json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
 
 
 def read_manifest() -> dict[str, Any]:
@@ -201,7 +226,8 @@ def read_manifest() -> dict[str, Any]:
 
 
 def inputs() -> dict[str, Path]:
-    """What the generator renders: every bundled sample run, every corpus file within the size bound."""
+    """What the generator renders: every bundled sample run, every corpus file within the size
+    bound."""
     return {**sample_inputs(), **corpus_files()}
 
 
@@ -213,13 +239,18 @@ def expected_inputs() -> dict[str, Path]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare with the stored reports, write nothing")
+    parser.add_argument(
+        "--check", action="store_true", help="compare with the stored reports, write nothing"
+    )
     args = parser.parse_args()
     rendered = render_all(inputs() if not args.check else expected_inputs())
     if not args.check:
         write(rendered)
         total = sum(p.stat().st_size for p in [MANIFEST, *REPORTS.glob("*.gz")])
-        print(f"wrote {len(rendered)} inputs x {len(FORMATS)} formats to {GOLDEN.relative_to(REPO)} ({total:,} bytes)")
+        print(
+            f"wrote {len(rendered)} inputs x {len(FORMATS)} formats to {GOLDEN.relative_to(REPO)} "
+            f"({total:,} bytes)"
+        )
         return
     from tests.test_golden import differences
 

@@ -120,7 +120,9 @@ def profile(command: list[str], out_dir: Path, name: str = "capture") -> Path:
             raise RuntimeError("nsys left a .qdstrm and no QdstrmImporter was found")
         rc, imported, alive = run_session([str(exe), "-i", str(stream)], IMPORT_TIMEOUT_S, out_dir)
         if alive or rc != 0:
-            raise RuntimeError(f"QdstrmImporter failed (status {rc}, left {alive}): {imported[-500:]}")
+            raise RuntimeError(
+                f"QdstrmImporter failed (status {rc}, left {alive}): {imported[-500:]}"
+            )
     if not report.is_file():
         raise RuntimeError(f"nsys profile produced no report (status {rc}): {output[-800:]}")
     return report

@@ -40,7 +40,13 @@ class timed:
         dur = time.perf_counter_ns() - self.t0
         _DEPTH -= 1
         RECORDS.append(
-            {"name": self.name, "depth": self.depth, "dur_ns": dur, "epoch_ns": self.epoch, "kind": "push/pop"}
+            {
+                "name": self.name,
+                "depth": self.depth,
+                "dur_ns": dur,
+                "epoch_ns": self.epoch,
+                "kind": "push/pop",
+            }
         )
 
 
