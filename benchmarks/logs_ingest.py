@@ -27,13 +27,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = (
-    ROOT.parent
-    / "shared"
-    / "corpus"
-    / "logs"
-    / "verl"
-    / "dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log"
+SOURCE = ROOT.parent / "shared" / "corpus" / "logs" / "verl" / (
+    "dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log"
 )
 
 RUNNER = r"""

@@ -22,11 +22,8 @@ from parsers.logs.values import python_literal
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
-DS_LOG = (
-    CORPUS
-    / "logs"
-    / "deepspeed-chat"
-    / "step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"
+DS_LOG = CORPUS / "logs" / "deepspeed-chat" / (
+    "step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"
 )
 LOG_MODULES = (verl, openrlhf, trl, nemo_rl, slime, areal, roll, deepspeed_chat)
 

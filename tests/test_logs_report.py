@@ -14,13 +14,8 @@ import pytest
 import parsers
 
 ROOT = Path(__file__).resolve().parents[1]
-VERL_LOG = (
-    ROOT.parent
-    / "shared"
-    / "corpus"
-    / "logs"
-    / "verl"
-    / "dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log"
+VERL_LOG = ROOT.parent / "shared" / "corpus" / "logs" / "verl" / (
+    "dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log"
 )
 
 

@@ -301,11 +301,8 @@ def test_stage_rows_and_summary_have_one_order_whatever_the_grouping():
     """DeepSpeed-Chat's 'Others' timer and the residual 'other' share step, stage and label; the
     stage rows were sorted by those alone, so the two swapped between runs (the golden reports
     caught it). Every key column now orders them, and ties in seconds are broken by name."""
-    ds = (
-        CORPUS
-        / "logs"
-        / "deepspeed-chat"
-        / "step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"
+    ds = CORPUS / "logs" / "deepspeed-chat" / (
+        "step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"
     )
     result = analyze(parsers.parse_file(ds))
     keys = ["step", "stage", "label", "composite", "in_step", "keys"]

@@ -318,10 +318,7 @@ def test_sniff_claims_verl_logs_only():
     head = PPO_LOG.read_bytes()[:262144]
     assert verl.sniff(head, PPO_LOG) == 90
     assert verl.sniff(CRASHED.read_bytes()[:262144], CRASHED) == 60
-    ds = (
-        CORPUS
-        / "logs"
-        / "deepspeed-chat"
-        / "step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"
+    ds = CORPUS / "logs" / "deepspeed-chat" / (
+        "step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"
     )
     assert verl.sniff(ds.read_bytes()[:262144], ds) == 0

@@ -155,11 +155,8 @@ def test_two_unrelated_kineto_traces_are_not_ranks_of_one_job() -> None:
 def test_overlapping_traces_that_both_state_rank_0_are_two_captures() -> None:
     """TraceLens' two SGLang captures overlap in time (17:14:24) but both are rank 0 of a world
     of 1: not one job's ranks."""
-    a = (
-        CORPUS
-        / "TraceLens"
-        / "inference"
-        / "sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode.json.gz"
+    a = CORPUS / "TraceLens" / "inference" / (
+        "sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode.json.gz"
     )
     b = CORPUS / "TraceLens" / "sglang_Qwen3-8B_decode.json.gz"
     assert len(runs_of(a, b)) == 2
