@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from . import analyses as _pipeline  # noqa: F401 (its modules declare every product on import)
+from .assemble import build
 from .ingest import ingest
+from .options import Options
 from .run import Run
 
-__all__ = ["Run", "load"]
+__all__ = ["Options", "Run", "load"]
 
 
 def load(
@@ -23,10 +26,12 @@ def load(
     use_cache: bool | None = None,
     progress: Callable[[Path], None] | None = None,
     run: str | int | None = None,
+    options: Options | None = None,
 ) -> Run:
     """Discover, parse and assemble the sources of one run; ``progress`` is called with each
     file as it is parsed. Sources of several runs raise :class:`analyzer.runs.RunsError` listing
-    them, unless ``run`` chooses one (its number as listed, or a prefix of its files' paths)."""
+    them, unless ``run`` chooses one (its number as listed, or a prefix of its files' paths).
+    ``options`` are the user's choices (``Options.checked`` checks them), seen by every step."""
     from .runs import choose
 
     if isinstance(paths, (str, Path)):
@@ -34,4 +39,4 @@ def load(
     paths = list(paths)
     found = ingest(paths, jobs=jobs, use_cache=use_cache, progress=progress)
     sources, chosen = choose(found.sources, run, paths)
-    return Run.from_sources(sources, unknown=found.unknown, notes=[*found.notes, *chosen])
+    return build(sources, options, unknown=found.unknown, notes=[*found.notes, *chosen])

@@ -1,6 +1,6 @@
-"""Run assembly: which rank (or the driver) every source is, one clock for all ranks, the steps.
+"""Run assembly: which rank (or the driver) every source is, one clock for all ranks.
 
-* **Ranks and roles** (:func:`assign_ranks`, called when a run is built): a rank from the trace
+* **Ranks and roles** (:func:`assign_ranks`, called by :func:`build`, which makes the run): a rank from the trace
   (``distributedInfo``, nsys environment), else from the file name (``rank-3``, ``rank3``),
   else the next free number. The single controller of verl/OpenRLHF-style runs is not a device:
   a source (or, in an Nsight report of the whole job, a process) without device work whose
@@ -17,14 +17,8 @@
   on ranks with device work, the outermost host collective ranges otherwise — with its process
   group filled from the source's ``pg_config`` and matched across members into instances by
   (group, ``seq``) or, without ``seq``, by order within the group.
-* **Steps** (product ``steps``): ``ProfilerStep#N`` ranges, else step-level ranges (verl
-  ``step``), else one step per rollout wave, else the log's step numbers. Trace steps are
-  renumbered to the log's numbering when logs of the same run come along (their stage
-  durations are matched). Stage ranges join the step they belong to (:func:`step_of`) and the
-  step window is ``[min start, max end)`` of its ranges over all ranks.
-* **Incomplete steps** (product ``incomplete_steps``): steps a trace does not cover — from where
-  a file cut short ends on, or one a rank's trace ends inside without closing its marker — are
-  left out of ``steps`` and every per-step product, with a warning (docs/assembly.md, Steps).
+The steps (``ProfilerStep#N``, step ranges, rollout waves, log steps) are
+:mod:`analyzer.steps`'s.
 """
 
 from __future__ import annotations
@@ -32,26 +26,23 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from parsers import ParsedSource
-from parsers.errors import InputError
+from parsers.discover import format_traits
 from parsers.events import GPU_ACTIVITY_KINDS, concat
+from parsers.source import RANK_IN_NAME_BOUNDED, SESSION_CLOCK, empty_metrics
 from taxonomy import profiles as tp
 
 from . import frames
-
-if TYPE_CHECKING:
-    from .run import Run
-
-PROVIDES = ("clock", "aligned", "collective_calls", "steps", "incomplete_steps")
+from .options import Options, Selection
+from .products import provides
+from .run import Run, SourceInfo
 
 DRIVER_FILE = re.compile(r"(?i)(^|[^a-z])(driver|controller|taskrunner|main_task)([^a-z]|$)")
-RANK_IN_FILE = re.compile(r"(?i)(?:^|[^a-z])rank[-_]?(\d{1,5})(?:[^0-9]|$)")
 SIGNIFICANCE = 3.0
 """An estimated offset is applied when |offset| > SIGNIFICANCE × its uncertainty (MAD)."""
 MIN_OFFSET_NS = 1_000
@@ -60,11 +51,6 @@ SYMMETRIC: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all
 """Collectives every member leaves together (the last arrival releases everyone)."""
 ROOTED_DISCOUNT = 1000
 """A pair linked by symmetric collectives outweighs this many rooted ones."""
-MATCH_TOLERANCE = 0.10
-"""Trace steps take a log's numbering when their stage durations agree within this (mean
-relative error; log rounding and the untimed driver work between timers stay well inside)."""
-CLEAR_MARGIN = 1.5
-"""…and the next-best numbering errs at least this many times more."""
 DRIVER = "driver"
 WORKER = "worker"
 LOG = "log"
@@ -73,13 +59,15 @@ LOG = "log"
 # --- ranks and roles ---------------------------------------------------------------------------
 
 
-def assign_ranks(parsed: list[ParsedSource]) -> tuple[pl.DataFrame, list[int], list[str], list[str]]:
+def assign_ranks(parsed: list[ParsedSource], options: Options | None = None) -> tuple[pl.DataFrame, list[int], list[str], list[str]]:
     """Events of all sources with ``source`` and ``rank`` filled, each source's rank (-1: several
-    or none) and role (``worker``, ``driver``, ``log``), and notes saying what was decided."""
+    or none) and role (``worker``, ``driver``, ``log``), and notes saying what was decided. The
+    driver is told by the names of its ranges, classified with the user's ``--rules`` and
+    ``--framework``."""
     notes: list[str] = []
     tables = [p.events.with_columns(pl.lit(i, dtype=pl.UInt32).alias("source")) for i, p in enumerate(parsed)]
     taken = {int(r) for t in tables for r in t["rank"].unique().to_list() if r is not None and r >= 0}
-    units = _units(parsed, tables)
+    units = _units(parsed, tables, options or Options())
     several = sum(u["trace"] for u in units) > 1
     fixes: dict[tuple[int, int | None], int] = {}
     next_free = 0
@@ -87,7 +75,7 @@ def assign_ranks(parsed: list[ParsedSource]) -> tuple[pl.DataFrame, list[int], l
         if not u["trace"] or u["rank"] >= 0:
             continue
         where = u["label"]
-        by_file = RANK_IN_FILE.search(u["file"]) if u["pid"] is None else None
+        by_file = RANK_IN_NAME_BOUNDED.search(u["file"]) if u["pid"] is None else None
         if u["driver_file"] or (several and u["driverish"]):
             u["role"] = DRIVER
             why = "its file name" if u["driver_file"] else "driver timers and no device work"
@@ -125,14 +113,15 @@ def assign_ranks(parsed: list[ParsedSource]) -> tuple[pl.DataFrame, list[int], l
     return concat(out), ranks, roles, notes
 
 
-def _units(parsed: list[ParsedSource], tables: list[pl.DataFrame]) -> list[dict[str, Any]]:
+def _units(parsed: list[ParsedSource], tables: list[pl.DataFrame], options: Options) -> list[dict[str, Any]]:
     """The processes of the run: a whole source, or one pid of a multi-process (nsys) source."""
     units = []
     names: set[str] = set()
     for table in tables:
         names.update(table.filter(pl.col("kind").is_in(["annotation", "gpu_annotation"]))["name"].cast(pl.String).unique().to_list())
-    profiles = tp.load_profiles()
-    detection = tp.detect(names, meta=next((p.meta for p in parsed if p.meta.get("framework")), None), profiles=profiles)
+    profiles = tp.load_profiles(options.rules)
+    meta = next((p.meta for p in parsed if p.meta.get("framework")), None)
+    detection = tp.detect(names, meta=meta, profiles=profiles, framework=options.framework)
     classes = tp.classify(names, "trace", detection, profiles=profiles)
     driver_names = set(classes.filter((pl.col("role") == "driver") & pl.col("relation").is_in(["stage", "step"]))["name"].to_list())
     other_names = set(classes.filter((pl.col("role") != "driver") & (pl.col("relation") == "stage"))["name"].to_list())
@@ -187,7 +176,7 @@ def collective_calls(events: pl.DataFrame, pg_config: dict[int, list[dict[str, A
         pl.col("pg").cast(pl.String), pl.col("pg_desc").cast(pl.String), "pg_ranks", "group_size", "bytes", "seq",
         "start_ns", "end_ns",
     )
-    calls = _fill_groups(calls, pg_config)
+    calls = fill_groups(calls, pg_config)
     return _instances(calls).select(CALL_COLUMNS).sort("rank", "start_ns")
 
 
@@ -200,7 +189,7 @@ def _outermost(rows: pl.DataFrame) -> pl.DataFrame:
     return ordered.filter(reach.is_null() | (pl.col("start_ns") >= reach))
 
 
-def _fill_groups(calls: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]]) -> pl.DataFrame:
+def fill_groups(calls: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]]) -> pl.DataFrame:
     """Group ranks and description from ``pg_config`` where rows name only the group; for rows
     with no group at all (gloo on CPU), the ranks that make calls of that kind the same number
     of times — named after the one ``pg_config`` group with exactly those ranks, and left
@@ -350,302 +339,50 @@ def aligned_events(events: pl.DataFrame, clock: pl.DataFrame, unaligned_sources:
 # --- steps -------------------------------------------------------------------------------------
 
 
-INT64 = (-(2**63), 2**63 - 1)
 
 
-@dataclass(frozen=True)
-class Selection:
-    """A ``--steps`` or ``--ranks`` selection as inclusive ranges, sorted and merged: ``0-10**10``
-    is one pair, not ten billion numbers (a list of them exhausted memory)."""
-
-    spans: tuple[tuple[int, int], ...]
-
-    def __contains__(self, value: object) -> bool:
-        return isinstance(value, int) and any(a <= value <= b for a, b in self.spans)
-
-    def count(self) -> int:
-        """How many values are selected (``len`` cannot say more than 2**63)."""
-        return sum(b - a + 1 for a, b in self.spans)
-
-    def __str__(self) -> str:
-        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.spans)
-
-    def expr(self, column: str) -> pl.Expr:
-        """Whether ``column`` lies in the selection (bounds past int64 cannot match a value)."""
-        inside = [pl.col(column).is_between(max(a, INT64[0]), min(b, INT64[1])) for a, b in self.spans]
-        return pl.any_horizontal(inside)
-
-    def within(self, values: Iterable[int]) -> list[int]:
-        """The ``values`` selected, sorted."""
-        return sorted({v for v in values if v in self})
-
-    def without(self, values: Iterable[int]) -> Selection:
-        """The selection less ``values``: what was asked for and is not there."""
-        return Selection(_merged(_cut(self.spans, sorted(set(values)))))
+# --- the run and its products --------------------------------------------------------------------
 
 
-def _cut(spans: Iterable[tuple[int, int]], holes: list[int]) -> list[tuple[int, int]]:
-    out = []
-    for a, b in spans:
-        for hole in holes:
-            if a <= hole <= b:
-                if a < hole:
-                    out.append((a, hole - 1))
-                a = hole + 1
-        if a <= b:
-            out.append((a, b))
-    return out
+def build(parsed: list[ParsedSource], options: Options | None = None, *, unknown: list[Path] | None = None,
+          notes: list[str] | None = None) -> Run:
+    """The run of ``parsed`` (one run's sources): ranks and roles assigned with the user's
+    options, events and metric rows concatenated, the parsers' warnings kept."""
+    options = options or Options()
+    events, ranks, roles, assembly_notes = assign_ranks(parsed, options)
+    infos = [SourceInfo(i, p.path, p.format, ranks[i], {**p.meta, "role": roles[i]}, p.warnings)
+             for i, p in enumerate(parsed)]
+    metrics = pl.concat([p.metrics for p in parsed if p.metrics.height] or [empty_metrics()], how="vertical")
+    return Run(sources=infos, events=events, metrics=metrics, warnings=[w for p in parsed for w in p.warnings],
+               notes=[*(notes or []), *assembly_notes], unknown=list(unknown or []), options=options)
 
 
-def _merged(spans: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    out: list[tuple[int, int]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return tuple(out)
+@provides("ranks")
+def ranks(events: pl.DataFrame) -> list[int]:
+    """The devices' ranks (the driver, rank -1, and logs are not devices)."""
+    return sorted(r for r in events["rank"].unique().to_list() if r is not None and r >= 0)
 
 
-def parse_selection(text: str | None) -> Selection | None:
-    """``"2-4,7"`` → the ranges 2-4 and 7; None or empty → no selection."""
-    if text is None or not str(text).strip():
-        return None
-    found = []
-    for part in str(text).split(","):
-        part = part.strip()
-        match = re.fullmatch(r"(-?\d{1,30})(?:\s*(?:-|\.\.)\s*(-?\d{1,30}))?", part)
-        if not match:
-            raise ValueError(f"bad selection {part!r} (use e.g. 2-4,7)")
-        a = int(match.group(1))
-        b = int(match.group(2)) if match.group(2) is not None else a
-        found.append((min(a, b), max(a, b)))
-    return Selection(_merged(found))
+def _unaligned_sources(sources: list[SourceInfo]) -> list[int]:
+    return [s.index for s in sources if str(s.meta.get("time_base", "")).startswith(("synthetic", "session-relative", "none"))
+            or SESSION_CLOCK in format_traits(s.format)]
 
 
-def step_markers(ranges: pl.DataFrame) -> tuple[pl.DataFrame, str]:
-    """Step-level ranges (``rank, step, start_ns, end_ns``) and what they are: ProfilerStep#N
-    (numbered by N), else a framework's step ranges (numbered by order on each rank), else one
-    step per rollout wave (rollout ranges that overlap across ranks), else nothing."""
-    steps = ranges.filter(pl.col("relation") == "step")
-    profiler = steps.filter(pl.col("name").str.starts_with("ProfilerStep#"))
-    if profiler.height:
-        return profiler.select(
-            "rank", pl.col("name").str.extract(r"#(\d+)$", 1).cast(pl.Int32).alias("step"), "start_ns", "end_ns"
-        ), "ProfilerStep"
-    if steps.height:
-        outer = _outermost_ranges(steps)
-        return outer.sort("rank", "start_ns").select(
-            "rank", (pl.int_range(pl.len()).over("rank") + 1).cast(pl.Int32).alias("step"), "start_ns", "end_ns"
-        ), "step ranges: " + ", ".join(sorted(outer["name"].unique().to_list()))
-    rollout = ranges.filter((pl.col("stage") == "rollout") & ~pl.col("inferred").fill_null(False))
-    if rollout.height == 0:
-        rollout = ranges.filter(pl.col("stage") == "rollout")
-    if rollout.height:
-        driver = rollout.filter(pl.col("rank") < 0)
-        waves = _waves(driver if driver.height else rollout)
-        return waves, "rollout waves"
-    return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64}), "none"
+@provides("collective_calls")
+def collective_calls_product(events: pl.DataFrame, sources: list[SourceInfo]) -> pl.DataFrame:
+    return collective_calls(events, pg_config(sources))
 
 
-def _outermost_ranges(rows: pl.DataFrame) -> pl.DataFrame:
-    ordered = rows.sort(["rank", "start_ns", "end_ns"], descending=[False, False, True])
-    reach = pl.col("end_ns").cum_max().shift(1).over("rank")
-    return ordered.filter(reach.is_null() | (pl.col("start_ns") >= reach))
+def pg_config(sources: list[SourceInfo]) -> dict[int, list[dict[str, Any]]]:
+    """Each source's process groups as its parser read them (Kineto ``distributedInfo``)."""
+    return {s.index: s.meta.get("pg_config") or [] for s in sources}
 
 
-def _waves(rollout: pl.DataFrame) -> pl.DataFrame:
-    """Each wave of overlapping rollout ranges starts a step that lasts until the next wave."""
-    ordered = rollout.sort("start_ns")
-    wave = (pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1)).fill_null(True).cum_sum().cast(pl.Int32)
-    starts = ordered.with_columns(wave.alias("step")).group_by("step").agg(pl.col("start_ns").min()).sort("step")
-    return starts.with_columns(
-        pl.lit(-2, pl.Int32).alias("rank"),
-        pl.col("start_ns").shift(-1).fill_null(pl.col("start_ns")).alias("end_ns"),
-    ).select("rank", "step", "start_ns", "end_ns")
+@provides("clock", schema=frames.CLOCK)
+def clock(collective_calls: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
+    return estimate_clock(collective_calls, ranks)
 
 
-def step_of(rows: pl.DataFrame, starts: pl.DataFrame) -> pl.Series:
-    """The step each row (``start_ns``) belongs to: the last step started at or before it (null
-    before the first). ``starts`` holds ``step, start_ns``."""
-    if rows.height == 0 or starts.height == 0:
-        return pl.Series("step", [None] * rows.height, dtype=pl.Int32)
-    keyed = rows.select(pl.col("start_ns").alias("t")).with_row_index("_row").sort("t")
-    found = keyed.join_asof(starts.sort("start_ns").select(pl.col("start_ns").alias("t"), "step"), on="t", strategy="backward")
-    return found.sort("_row")["step"].cast(pl.Int32)
-
-
-def log_step_stages(events: pl.DataFrame, classes: pl.DataFrame) -> pl.DataFrame:
-    """Per log step and stage, the seconds of the stage timers (composite timers left out)."""
-    logs = events.filter(pl.col("kind") == "log_stage").select(pl.col("name").cast(pl.String), "step", (pl.col("end_ns") - pl.col("start_ns")).alias("dur"))
-    if logs.height == 0 or classes.height == 0:
-        return pl.DataFrame(schema={"step": pl.Int32, "stage": pl.String, "dur": pl.Int64})
-    staged = classes.filter((pl.col("relation") == "stage") & (pl.col("covers").list.len().fill_null(0) <= 1) & (pl.col("stage") != "other"))
-    return (
-        logs.join(staged.select("name", pl.col("stage").cast(pl.String)), on="name")
-        .group_by("step", "stage").agg(pl.col("dur").sum())
-    )
-
-
-def match_log_steps(trace: pl.DataFrame, log: pl.DataFrame) -> tuple[int, float] | None:
-    """The shift k (trace step s is log step s + k) whose stage durations agree best, with its
-    mean relative error; None unless one shift agrees within :data:`MATCH_TOLERANCE` and
-    clearly better than any other. Both frames: step, stage, dur."""
-    if trace.height == 0 or log.height == 0:
-        return None
-    first, last = log["step"].min() - trace["step"].min(), log["step"].max() - trace["step"].max()
-    errors = (
-        trace.lazy().join(log.lazy(), on="stage", suffix="_log")
-        .with_columns((pl.col("step_log") - pl.col("step")).alias("k"))
-        .filter(pl.col("k").is_between(first, last))
-        .group_by("k").agg(
-            pl.col("step").n_unique().alias("matched"),
-            ((pl.col("dur") - pl.col("dur_log")).abs() / pl.col("dur_log").clip(lower_bound=1)).mean().alias("err"),
-        )
-        .filter(pl.col("matched") == trace["step"].n_unique())
-        .sort("err", "k").head(2).collect()
-    )
-    if errors.height == 0:
-        return None
-    best_err, best_k = float(errors["err"][0]), int(errors["k"][0])
-    clear = errors.height == 1 or errors["err"][1] >= CLEAR_MARGIN * best_err + 0.01
-    return (best_k, best_err) if best_err <= MATCH_TOLERANCE and clear else None
-
-
-# --- options -----------------------------------------------------------------------------------
-
-
-def assembly_options(*, framework: str | None = None, steps: str | None = None, ranks: str | None = None,
-                     rules: str | Path | None = None, layout: str | None = None) -> dict[str, Any]:
-    """``Run.options`` for ``--framework``, ``--steps``, ``--ranks``, ``--rules`` and ``--layout``,
-    checked before any file is read: a bad value is one :class:`InputError` line."""
-    from taxonomy.collectives import CollectiveRulesError, parse_layout
-
-    for flag, text in (("--steps", steps), ("--ranks", ranks)):
-        try:
-            parse_selection(text)
-        except ValueError as exc:
-            raise InputError(flag, str(exc)) from None
-    try:
-        profiles = tp.load_profiles(rules)
-    except tp.ProfileError as exc:
-        raise InputError(rules or "--rules", str(exc).removeprefix(f"{rules}: ")) from None
-    if framework and not any(framework == p.name or framework in p.frameworks for p in profiles.values()):
-        raise InputError("--framework", f"no profile {framework!r} (one of {', '.join(sorted(profiles))})")
-    if layout:
-        try:
-            parse_layout(layout)
-        except CollectiveRulesError as exc:
-            raise InputError("--layout", str(exc)) from None
-    given = {"framework": framework, "steps": steps, "ranks": ranks, "rules": str(rules) if rules else None, "layout": layout}
-    return {k: v for k, v in given.items() if v}
-
-
-# --- products ----------------------------------------------------------------------------------
-
-
-def _unaligned_sources(run: Run) -> list[int]:
-    return [s.index for s in run.sources if str(s.meta.get("time_base", "")).startswith(("synthetic", "session-relative", "none"))
-            or s.format.endswith("stats") or s.format.endswith("csv")]
-
-
-def _pg_config(run: Run) -> dict[int, list[dict[str, Any]]]:
-    return {s.index: s.meta.get("pg_config") or [] for s in run.sources}
-
-
-def provide(run: Run, name: str) -> Any:
-    if name == "collective_calls":
-        return collective_calls(run.events, _pg_config(run))
-    if name == "clock":
-        clock = estimate_clock(run.collective_calls, run.ranks)
-        return frames.check(clock, frames.CLOCK, "clock")
-    if name == "aligned":
-        ranks = parse_selection(run.options.get("ranks"))
-        return aligned_events(run.events, run.clock, _unaligned_sources(run), ranks)
-    if name == "steps":
-        return _steps(run)
-    if name == "incomplete_steps":
-        return _incomplete_steps(run)
-    raise KeyError(name)
-
-
-def _steps(run: Run) -> pl.DataFrame:
-    """The step windows over all ranks (docs/analyses.md §1), after the ``--steps`` selection."""
-    from .classify import step_table
-
-    table = step_table(run)
-    selected = parse_selection(run.options.get("steps"))
-    if selected is not None:
-        table = table.filter(selected.expr("step"))
-    table = table.filter(~pl.col("step").is_in(excluded_steps(run)))
-    return frames.check(table, frames.STEPS, "steps")
-
-
-# --- incomplete steps --------------------------------------------------------------------------
-
-
-def excluded_steps(run: Run) -> list[int]:
-    """Steps a trace leaves unobserved (product ``incomplete_steps``): no per-step analysis
-    reads them."""
-    return sorted(set(run.incomplete_steps["step"].to_list()))
-
-
-def trace_ends(events: pl.DataFrame, cut_sources: list[int]) -> pl.DataFrame:
-    """Per trace source and rank: where its data ends (``trace_end_ns``) and whether the file
-    was cut short. A writer emits a trace in runs (one thread's operators, then another's, then
-    the GPU work), so a cut stops the run of the last event the file holds — that thread or
-    stream has nothing after its last end — and loses every later run; for a cut file the end
-    is that thread's or stream's last end (rows keep the file's order)."""
-    rows = events.filter((pl.col("kind") != "log_stage") & ~pl.col("synthetic_time")).with_row_index("_row")
-    keys = ["source", "rank"]
-    lane = ["pid", "tid", "stream"]
-    ends = rows.group_by(keys).agg(pl.col("end_ns").max().alias("_end"))
-    cut = rows.filter(pl.col("source").is_in(cut_sources))
-    last = cut.sort("_row").group_by(keys).agg(pl.col(lane).last())
-    frontier = cut.join(last, on=[*keys, *lane]).group_by(keys).agg(pl.col("end_ns").max().alias("_cut"))
-    return ends.join(frontier, on=keys, how="left").select(
-        pl.col("source").cast(pl.UInt32), pl.col("rank").cast(pl.Int32), pl.col("_cut").is_not_null().alias("cut"),
-        pl.coalesce("_cut", "_end").alias("trace_end_ns"),
-    ).sort("source", "rank")
-
-
-def incomplete_steps(steps: pl.DataFrame, ends: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
-    """INCOMPLETE_STEPS from step windows (``step, start_ns, end_ns``), :func:`trace_ends`
-    and the step markers each rank closed (``rank, step``; empty when steps are not marked
-    per rank). A cut trace leaves every step not over before its data ends (a window that ends
-    just there was cut to the last complete event, not closed by the run); any trace
-    leaves a step it ends inside when it marks steps and has no marker of that one (its step
-    never closed). A rank finishing before the others (the window ends at the last rank's, or
-    at the driver's, end) is not a reason."""
-    windows = steps.select(pl.col("step").cast(pl.Int32), "start_ns", "end_ns")
-    cut = ends.filter(pl.col("cut")).join(windows, how="cross").filter(pl.col("end_ns") >= pl.col("trace_end_ns"))
-    marking = ends.filter(~pl.col("cut")).join(markers.select(pl.col("rank").cast(pl.Int32)).unique(), on="rank")
-    closed = markers.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32))
-    unclosed = (
-        marking.join(windows, how="cross")
-        .filter((pl.col("start_ns") < pl.col("trace_end_ns")) & (pl.col("trace_end_ns") < pl.col("end_ns")))
-        .join(closed, on=["rank", "step"], how="anti")
-    )
-    return pl.concat([
-        cut.with_columns(pl.lit("cut").alias("reason")),
-        unclosed.with_columns(pl.lit("unclosed").alias("reason")),
-    ], how="diagonal_relaxed").select(list(frames.INCOMPLETE_STEPS)).cast(frames.INCOMPLETE_STEPS).sort("step", "source", "rank")
-
-
-def _incomplete_steps(run: Run) -> pl.DataFrame:
-    from .classify import step_markers_closed, step_table
-
-    cut = [s.index for s in run.sources if s.meta.get("salvaged")]
-    found = incomplete_steps(step_table(run), trace_ends(run.aligned, cut), step_markers_closed(run))
-    frames.check(found, frames.INCOMPLETE_STEPS, "incomplete_steps")
-    for (source, reason), rows in found.group_by("source", "reason", maintain_order=True):
-        run.warnings.append(f"{run.sources[int(source)].path.name}: {_exclusion(reason, rows['step'].unique().sort().to_list())}")
-    return found
-
-
-def _exclusion(reason: str, steps: list[int]) -> str:
-    """Why ``steps`` are left out, as the warning and the data-quality section say it."""
-    listed = f"step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}"
-    if reason == "cut":
-        return f"cut short: its complete events end before step {steps[0]} does; {listed} excluded from the per-step analyses"
-    return f"the trace ends inside step {steps[0]}, before its own marker of that step closed; {listed} excluded from the per-step analyses"
+@provides("aligned")
+def aligned(events: pl.DataFrame, clock: pl.DataFrame, sources: list[SourceInfo], options: Options) -> pl.DataFrame:
+    return aligned_events(events, clock, _unaligned_sources(sources), options.rank_selection)

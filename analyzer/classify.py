@@ -27,34 +27,28 @@ Products (schemas in ``analyzer/frames.py``):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
+from parsers.discover import format_traits
 from parsers.events import GPU_ACTIVITY_KINDS, nesting_depth
+from parsers.source import CORRELATION_PER_PROCESS
 from taxonomy import collectives as tc
 from taxonomy import profiles as tp
-from taxonomy.vocab import DIM, POOL, ROLE, STAGE
+from taxonomy.vocab import DIM, POOL, ROLE, STAGE, TRAINER_STAGES
 
 from . import frames, intervals
-from .assemble import (
-    log_step_stages,
-    match_log_steps,
-    parse_selection,
-    step_markers,
-    step_of,
-)
-
-if TYPE_CHECKING:
-    from .run import Run
-
-PROVIDES = ("profile", "ranges", "stage_ranges", "stage_timeline", "pools", "classified", "collectives", "activity")
+from .assemble import fill_groups, pg_config
+from .infer import infer_ranges
+from .options import Options
+from .products import provides
+from .run import SourceInfo
+from .steps import is_staged, name_classes, select_steps, staged
 
 RANGE_KINDS = ("annotation",)
 PATTERN_FIRST = ("send", "recv", "send_recv", "all_to_all")
 """Collective kinds whose pattern rules outrank a rank pattern read without layout degrees."""
-UPDATE_STAGES = ("actor_update", "critic_update", "old_logprob", "ref_logprob", "values")
-"""Stages that mark a rank as part of the training pool (it holds the trained models)."""
 RANGES_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(), "source": pl.UInt32(), "pid": pl.Int64(), "tid": pl.Int64(), "name": pl.String(),
     "start_ns": pl.Int64(), "end_ns": pl.Int64(), "stage": STAGE, "role": ROLE, "relation": tp.RELATION,
@@ -65,15 +59,16 @@ RANGES_SCHEMA: dict[str, pl.DataType] = {
 # --- profile and name classes ------------------------------------------------------------------
 
 
-def detect_profile(run: Run) -> dict[str, Any]:
+@provides("profile")
+def detect_profile(events: pl.DataFrame, sources: list[SourceInfo], options: Options) -> dict[str, Any]:
     """The profile of the run: ``--framework`` if given, else a parser's ``framework``, else the
     one whose detection patterns match the most names."""
-    names = run.events.filter(pl.col("kind").is_in(["annotation", "gpu_annotation", "log_stage"]))["name"].cast(pl.String).unique()
-    framework = run.options.get("framework")
-    profiles = tp.load_profiles(run.options.get("rules"))
+    names = events.filter(pl.col("kind").is_in(["annotation", "gpu_annotation", "log_stage"]))["name"].cast(pl.String).unique()
+    framework = options.framework
+    profiles = tp.load_profiles(options.rules)
     if framework and not any(framework == p.name or framework in p.frameworks for p in profiles.values()):
         raise tp.ProfileError(f"--framework {framework}: no such profile ({', '.join(sorted(profiles))})")
-    meta = next((s.meta for s in run.sources if s.meta.get("framework")), {})
+    meta = next((s.meta for s in sources if s.meta.get("framework")), {})
     detection = tp.detect(names, meta=meta, profiles=profiles, framework=framework)
     return {
         "profile": detection.profile, "name": detection.profile.name, "title": detection.profile.title,
@@ -82,25 +77,19 @@ def detect_profile(run: Run) -> dict[str, Any]:
     }
 
 
-def name_classes(run: Run, names: pl.Series, source: str) -> pl.DataFrame:
-    facts = run.profile
-    return tp.classify(names, source, facts["detection"], profiles=facts["profiles"])
-
-
 # --- ranges, steps, stage ranges, timeline -------------------------------------------------------
 
 
-def all_ranges(run: Run) -> pl.DataFrame:
+@provides("ranges")
+def all_ranges(aligned: pl.DataFrame, profile: dict[str, Any]) -> pl.DataFrame:
     """Annotation ranges with their class; inferred ranges for ranks without stage annotations."""
-    from .infer import infer_ranges
-
-    ev = run.aligned.filter(pl.col("kind").is_in(list(RANGE_KINDS)) & (pl.col("end_ns") > pl.col("start_ns")))
-    ranges = _with_classes(run, ev.select("rank", "source", "pid", "tid", "name", "start_ns", "end_ns"))
-    named = ranges.filter(_is_staged() & ~pl.col("weak"))
-    workers = set(run.aligned.filter(pl.col("rank") >= 0)["rank"].unique().to_list())
+    ev = aligned.filter(pl.col("kind").is_in(list(RANGE_KINDS)) & (pl.col("end_ns") > pl.col("start_ns")))
+    ranges = _with_classes(profile, ev.select("rank", "source", "pid", "tid", "name", "start_ns", "end_ns"))
+    named = ranges.filter(is_staged() & ~pl.col("weak"))
+    workers = set(aligned.filter(pl.col("rank") >= 0)["rank"].unique().to_list())
     needs = sorted(workers - set(named["rank"].unique().to_list()))
     if needs:
-        inferred = infer_ranges(run.aligned.filter(pl.col("rank").is_in(needs)))
+        inferred = infer_ranges(aligned.filter(pl.col("rank").is_in(needs)))
         if inferred.height:
             inferred = inferred.with_columns(
                 pl.lit(None, pl.UInt32).alias("source"), pl.lit(-1, pl.Int64).alias("pid"), pl.lit(-1, pl.Int64).alias("tid"),
@@ -111,10 +100,10 @@ def all_ranges(run: Run) -> pl.DataFrame:
     return ranges.select(list(RANGES_SCHEMA)).cast(RANGES_SCHEMA)
 
 
-def _with_classes(run: Run, ev: pl.DataFrame) -> pl.DataFrame:
+def _with_classes(profile: dict[str, Any], ev: pl.DataFrame) -> pl.DataFrame:
     """Named rows with the class of their name: stage, role, relation, ``composite`` (one timer
     over several stages), ``weak`` (named by the generic fallback only), not inferred."""
-    classes = name_classes(run, ev["name"].cast(pl.String).unique(), "trace").select(
+    classes = name_classes(profile, ev["name"].cast(pl.String).unique(), "trace").select(
         "name", "stage", "role", "relation", "rule", (pl.col("covers").list.len().fill_null(0) > 1).alias("composite"))
     return ev.with_columns(pl.col("name").cast(pl.String)).join(classes, on="name", how="left").with_columns(
         pl.col("rule").fill_null("").str.starts_with(tp.GENERIC + ":").alias("weak"),
@@ -123,126 +112,12 @@ def _with_classes(run: Run, ev: pl.DataFrame) -> pl.DataFrame:
     ).drop("rule")
 
 
-def _is_staged() -> pl.Expr:
-    return pl.col("relation").is_in(["stage", "part"]) & (pl.col("stage") != "other") & ~pl.col("composite")
-
-
-def staged(ranges: pl.DataFrame) -> pl.DataFrame:
-    """Ranges that name a stage; generic-profile ranges only where no framework range of the
-    same rank encloses them."""
-    rows = ranges.filter(_is_staged())
-    strong = rows.filter(~pl.col("weak"))
-    weak = rows.filter(pl.col("weak"))
-    if weak.height and strong.height:
-        covered = intervals.overlap_each(weak, strong, by=["rank"])
-        weak = weak.filter(covered < (pl.col("end_ns") - pl.col("start_ns")))
-    return pl.concat([strong, weak]).sort("rank", "start_ns", "end_ns", descending=[False, False, True])
-
-
-def step_table(run: Run) -> pl.DataFrame:
-    """Step windows (docs/analyses.md §1) before the ``--steps`` selection."""
-    return _stepping(run)["steps"]
-
-
-def _stepping(run: Run) -> dict[str, Any]:
-    cache = run._products.setdefault("_stepping", {})
-    if cache:
-        return cache
-    ranges = run.ranges
-    markers, origin = step_markers(ranges)
-    rows = staged(ranges)
-    if markers.height:
-        starts = markers.group_by("step").agg(pl.col("start_ns").min()).sort("start_ns")
-        rows = rows.with_columns(step_of(rows, starts).alias("step"))
-        rows = _rollout_by_driver(rows)
-        windows = _windows(rows, markers if origin != "rollout waves" else markers.head(0), starts)
-    else:
-        rows = rows.with_columns(pl.lit(None, pl.Int32).alias("step"))
-        windows = _log_windows(run)
-        origin = "log" if windows.height else "none"
-    shift = 0
-    note = ""
-    logs = run.aligned.filter(pl.col("kind") == "log_stage")
-    if markers.height and logs.height:
-        log_classes = name_classes(run, logs["name"].cast(pl.String).unique(), "log")
-        trace = _trace_step_stages(rows)
-        found = match_log_steps(trace, log_step_stages(logs, log_classes))
-        if found is not None:
-            shift, err = found
-            note = f"trace steps numbered as the log's (shift {shift:+d}; stage durations agree within {err:.1%})"
-    if shift:
-        rows = rows.with_columns(pl.col("step") + shift)
-        windows = windows.with_columns(pl.col("step") + shift)
-    cache.update(rows=rows, steps=windows.with_columns(pl.lit(origin).alias("source")).select(list(frames.STEPS)).cast(frames.STEPS),
-                 origin=origin, note=note, shift=shift)
-    return cache
-
-
-def step_markers_closed(run: Run) -> pl.DataFrame:
-    """``rank, step``: the step markers each rank's trace closed, numbered as ``steps`` is
-    (empty when steps are not marked per rank: rollout waves, log steps)."""
-    markers, origin = step_markers(run.ranges)
-    if origin in ("rollout waves", "none"):
-        markers = markers.head(0)
-    shift = _stepping(run)["shift"]
-    return markers.select(pl.col("rank").cast(pl.Int32), (pl.col("step") + shift).cast(pl.Int32)).unique()
-
-
-def step_numbering(run: Run) -> str:
-    """How the trace's steps were numbered when a log renumbered them ("" otherwise)."""
-    return _stepping(run)["note"]
-
-
-def _rollout_by_driver(rows: pl.DataFrame) -> pl.DataFrame:
-    """A worker's rollout belongs to the step whose driver rollout range (verl ``gen``, the
-    controller collecting the results) is the first to end after it: with one-step-off
-    asynchrony the engines generate step s+1 while step s trains."""
-    driver = rows.filter((pl.col("rank") < 0) & (pl.col("stage") == "rollout") & pl.col("step").is_not_null())
-    if driver.height == 0:
-        return rows
-    marks = driver.group_by("step").agg(pl.col("end_ns").max().alias("t")).sort("t")
-    workers = (pl.col("rank") >= 0) & (pl.col("stage") == "rollout")
-    probe = rows.with_row_index("_row").filter(workers).select("_row", pl.col("end_ns").alias("t")).sort("t")
-    found = probe.join_asof(marks.rename({"step": "_s"}), on="t", strategy="forward")
-    return rows.with_row_index("_row").join(found.select("_row", "_s"), on="_row", how="left").with_columns(
-        pl.when(pl.col("_row").is_in(found["_row"].implode())).then(pl.col("_s")).otherwise(pl.col("step")).alias("step")
-    ).drop("_row", "_s")
-
-
-def _windows(rows: pl.DataFrame, markers: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
-    spans = pl.concat([
-        rows.filter(pl.col("step").is_not_null()).select("step", "start_ns", "end_ns"),
-        markers.select("step", "start_ns", "end_ns"),
-        starts.select("step", "start_ns", pl.col("start_ns").alias("end_ns")),
-    ])
-    return spans.group_by("step").agg(pl.col("start_ns").min(), pl.col("end_ns").max()).sort("step")
-
-
-def _log_windows(run: Run) -> pl.DataFrame:
-    logs = run.aligned.filter((pl.col("kind") == "log_stage") & pl.col("step").is_not_null())
-    return logs.group_by("step").agg(pl.col("start_ns").min(), pl.col("end_ns").max()).sort("step")
-
-
-def _trace_step_stages(rows: pl.DataFrame) -> pl.DataFrame:
-    """Per step and stage, the most time one rank spent in that stage's outermost ranges (the
-    driver's, when there is one: its timers are what a log reports)."""
-    if rows.height == 0:
-        return pl.DataFrame(schema={"step": pl.Int32, "stage": pl.String, "dur": pl.Int64})
-    if (rows["rank"] < 0).any():
-        rows = rows.filter(pl.col("rank") < 0)
-    merged = intervals.union(rows.filter(pl.col("step").is_not_null()).with_columns(pl.col("stage").cast(pl.String)),
-                             by=["step", "stage", "rank"])
-    return (
-        merged.group_by("step", "stage", "rank").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("dur"))
-        .group_by("step", "stage").agg(pl.col("dur").max())
-    )
-
-
-def stage_ranges(run: Run) -> pl.DataFrame:
-    rows = _stepping(run)["rows"]
+@provides("stage_ranges", schema=frames.STAGE_RANGES)
+def stage_ranges(stepping: dict[str, Any], options: Options, incomplete_steps: pl.DataFrame) -> pl.DataFrame:
+    rows = stepping["rows"]
     depth = nesting_depth(rows, ["rank"]) if rows.height else pl.Series("depth", [], dtype=pl.Int16)
     out = rows.with_columns(depth.alias("depth")).select(list(frames.STAGE_RANGES)).cast(frames.STAGE_RANGES)
-    return _select_steps(run, out)
+    return select_steps(out, options, incomplete_steps)
 
 
 def timeline(ranges: pl.DataFrame, keep: Sequence[str] = ()) -> pl.DataFrame:
@@ -266,30 +141,21 @@ def timeline(ranges: pl.DataFrame, keep: Sequence[str] = ()) -> pl.DataFrame:
     return pl.concat(pieces).sort("rank", "start_ns").cast(frames.STAGE_TIMELINE)
 
 
-def _select_steps(run: Run, frame: pl.DataFrame) -> pl.DataFrame:
-    """Rows of the ``--steps`` selection, without the steps a trace leaves incomplete."""
-    from .assemble import excluded_steps
-
-    selected = parse_selection(run.options.get("steps"))
-    frame = frame if selected is None else frame.filter(selected.expr("step"))
-    excluded = excluded_steps(run)
-    return frame.filter(~pl.col("step").is_in(excluded).fill_null(False)) if excluded else frame
-
-
 # --- pools ---------------------------------------------------------------------------------------
 
 
-def pools(run: Run) -> pl.DataFrame:
+@provides("pools", schema=frames.POOLS)
+def pools(aligned: pl.DataFrame, stage_ranges: pl.DataFrame) -> pl.DataFrame:
     """Pool of every rank (docs/analyses.md §1): rollout only → rollout, training models only →
     train, both (or neither) → shared."""
-    ev = run.aligned.filter(pl.col("rank") >= 0)
+    ev = aligned.filter(pl.col("rank") >= 0)
     ranks = ev.group_by("rank").agg(
         pl.col("host").cast(pl.String).drop_nulls().first().alias("host"),
         pl.col("device").filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("device") >= 0)).first().alias("device"),
     )
-    stages = run.stage_ranges.filter(pl.col("rank") >= 0).group_by("rank").agg(
+    stages = stage_ranges.filter(pl.col("rank") >= 0).group_by("rank").agg(
         (pl.col("stage") == "rollout").any().alias("gen"),
-        pl.col("stage").cast(pl.String).is_in(list(UPDATE_STAGES)).any().alias("train"),
+        pl.col("stage").cast(pl.String).is_in(list(TRAINER_STAGES)).any().alias("train"),
     )
     out = ranks.join(stages, on="rank", how="left").with_columns(
         pl.when(pl.col("gen") & ~pl.col("train")).then(pl.lit("rollout"))
@@ -309,7 +175,7 @@ def _anchors(ev: pl.DataFrame, formats: dict[int, str]) -> pl.DataFrame:
     nsys reports, pid), else the row's own start — and ``unlinked``: GPU work whose launch the
     trace lacks."""
     gpu = pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
-    by_pid = [s for s, f in formats.items() if f.startswith("nsys")]
+    by_pid = [s for s, f in formats.items() if CORRELATION_PER_PROCESS in format_traits(f)]
     link_pid = pl.when(pl.col("source").is_in(by_pid)).then(pl.col("pid")).otherwise(-1)
     launches = ev.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null()).select(
         "source", "corr", link_pid.alias("_lp"), pl.col("start_ns").alias("_launch")
@@ -320,16 +186,16 @@ def _anchors(ev: pl.DataFrame, formats: dict[int, str]) -> pl.DataFrame:
         pl.coalesce("_launch", "start_ns").alias("anchor"), (pl.col("_gpu") & pl.col("_launch").is_null()).alias("unlinked"))
 
 
-def device_timeline(run: Run) -> pl.DataFrame:
+def device_timeline(aligned: pl.DataFrame, profile: dict[str, Any], steps: pl.DataFrame) -> pl.DataFrame:
     """The stage timeline of the device-side annotations (Kineto ``gpu_user_annotation``): for
     GPU work whose launch the trace does not hold."""
-    ev = run.aligned.filter((pl.col("kind") == "gpu_annotation") & (pl.col("end_ns") > pl.col("start_ns")))
+    ev = aligned.filter((pl.col("kind") == "gpu_annotation") & (pl.col("end_ns") > pl.col("start_ns")))
     if ev.height == 0:
         return frames.empty(frames.STAGE_TIMELINE)
-    rows = staged(_with_classes(run, ev.select("rank", "name", "start_ns", "end_ns")))
+    rows = staged(_with_classes(profile, ev.select("rank", "name", "start_ns", "end_ns")))
     if rows.height == 0:
         return frames.empty(frames.STAGE_TIMELINE)
-    rows = rows.with_columns(_window_step(rows.select("start_ns").with_row_index("_row").rename({"start_ns": "t"}), run.steps).alias("step"))
+    rows = rows.with_columns(_window_step(rows.select("start_ns").with_row_index("_row").rename({"start_ns": "t"}), steps).alias("step"))
     rows = rows.with_columns(nesting_depth(rows, ["rank"]).alias("depth")).select(list(frames.STAGE_RANGES)).cast(frames.STAGE_RANGES)
     return timeline(rows)
 
@@ -353,25 +219,31 @@ def _stage_at(points: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _segments_with_confidence(run: Run) -> pl.DataFrame:
+@provides("segments")
+def segments(stage_ranges: pl.DataFrame) -> pl.DataFrame:
     """The stage timeline with the confidence of the range each segment is a piece of (the
     ``stage_timeline`` product is this without it)."""
-    if "_segments" not in run._products:
-        run._products["_segments"] = timeline(run.stage_ranges, keep=["confidence"])
-    return run._products["_segments"]
+    return timeline(stage_ranges, keep=["confidence"])
 
 
-def classified(run: Run) -> pl.DataFrame:
-    ev = run.aligned
-    anchors = _anchors(ev, {s.index: s.format for s in run.sources})
+@provides("stage_timeline", schema=frames.STAGE_TIMELINE)
+def stage_timeline(segments: pl.DataFrame) -> pl.DataFrame:
+    return segments.drop("confidence")
+
+
+@provides("classified")
+def classified(aligned: pl.DataFrame, events: pl.DataFrame, sources: list[SourceInfo], segments: pl.DataFrame,
+               profile: dict[str, Any], steps: pl.DataFrame, pools: pl.DataFrame, options: Options,
+               incomplete_steps: pl.DataFrame) -> pl.DataFrame:
+    ev = aligned
+    anchors = _anchors(ev, {s.index: s.format for s in sources})
     points = ev.select("rank").with_columns(anchors["anchor"].alias("t")).with_row_index("_row")
-    hit = _stage_at(points, _segments_with_confidence(run)).sort("_row")
+    hit = _stage_at(points, segments).sort("_row")
     if anchors["unlinked"].any():
         unlinked = points.filter(anchors["unlinked"])
-        on_device = _stage_at(unlinked, device_timeline(run)).filter(pl.col("stage").is_not_null())
+        on_device = _stage_at(unlinked, device_timeline(aligned, profile, steps)).filter(pl.col("stage").is_not_null())
         if on_device.height:
             hit = hit.update(on_device, on="_row")
-    steps = run.steps
     by_window = _window_step(points, steps)
     out = ev.with_columns(
         hit["stage"].alias("stage"), hit["role"].alias("role"),
@@ -380,7 +252,7 @@ def classified(run: Run) -> pl.DataFrame:
     )
     logs = ev.filter(pl.col("kind") == "log_stage")
     if logs.height:
-        lc = name_classes(run, logs["name"].cast(pl.String).unique(), "log").select(
+        lc = name_classes(profile, logs["name"].cast(pl.String).unique(), "log").select(
             "name", pl.col("stage").alias("_ls"), pl.col("role").alias("_lr"))
         out = out.with_columns(pl.col("name").cast(pl.String).alias("_name")).join(
             lc, left_on="_name", right_on="name", how="left", maintain_order="left"
@@ -391,15 +263,15 @@ def classified(run: Run) -> pl.DataFrame:
     out = out.with_columns(
         pl.when(pl.col("kind") == "log_stage").then(pl.col("step")).otherwise(pl.col("_step")).alias("step")
     ).drop("_step")
-    dims = _row_dims(run, out)
-    pool = run.pools.select("rank", "pool")
+    dims = _row_dims(out, sources, options, pools)
+    pool = pools.select("rank", "pool")
     out = out.with_columns(dims.alias("dim")).join(pool, on="rank", how="left", maintain_order="left")
     out = out.with_columns(
         pl.col("stage").cast(STAGE), pl.col("role").cast(ROLE), pl.col("dim").cast(DIM), pl.col("pool").cast(POOL),
         pl.col("inferred").cast(pl.Boolean), pl.col("confidence").cast(pl.Float32),
     )
-    out = out.select([*run.events.columns, *frames.CLASSIFIED_COLUMNS])
-    return _select_steps(run, out)
+    out = out.select([*events.columns, *frames.CLASSIFIED_COLUMNS])
+    return select_steps(out, options, incomplete_steps)
 
 
 def _window_step(points: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
@@ -414,17 +286,16 @@ def _window_step(points: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
 # --- collectives ---------------------------------------------------------------------------------
 
 
-def _dim_rules(run: Run) -> tc.CollectiveRules:
-    rules = tc.load_rules(run.options.get("collective_rules"))
-    layout = run.options.get("layout")
-    if layout:
-        given = tc.parse_layout(layout) if isinstance(layout, str) else layout
+def _dim_rules(options: Options) -> tc.CollectiveRules:
+    rules = tc.load_rules(options.collective_rules)
+    if options.layout:
+        given = tc.parse_layout(options.layout)
         rules = tc.CollectiveRules(rules.descriptions, rules.kernels, rules.patterns, given,
                                    rules.layout_note, rules.paths)
     return rules
 
 
-def group_dims(run: Run, groups: pl.DataFrame, rules: tc.CollectiveRules) -> pl.DataFrame:
+def group_dims(pools: pl.DataFrame, groups: pl.DataFrame, rules: tc.CollectiveRules) -> pl.DataFrame:
     """Per unique (group, pg_desc): the dimension from the description, else pool spanning
     (``gdim``, and ``by`` which of them decided), and what the rank layout says (``_layout``)."""
     groups = groups.unique(["group", "pg_desc"]).filter(pl.col("group").is_not_null())
@@ -432,7 +303,7 @@ def group_dims(run: Run, groups: pl.DataFrame, rules: tc.CollectiveRules) -> pl.
         return groups.with_columns(pl.lit(None, pl.String).alias("gdim"), pl.lit(None, pl.String).alias("by"),
                                    pl.lit(None, pl.String).alias("_layout"), pl.lit(True).alias("_weak"))
     by_desc = tc.description_dims(groups["pg_desc"], rules)
-    pool_of = dict(run.pools.select("rank", pl.col("pool").cast(pl.String)).iter_rows())
+    pool_of = dict(pools.select("rank", pl.col("pool").cast(pl.String)).iter_rows())
     ranks_text = [g.split("|", 1)[0] or None for g in groups["group"].to_list()]
     spans = tc.spans_pools(ranks_text, pool_of)
     out = groups.with_columns(by_desc.alias("_desc"), pl.Series("_span", spans))
@@ -458,10 +329,10 @@ def group_dims(run: Run, groups: pl.DataFrame, rules: tc.CollectiveRules) -> pl.
     ).select("group", "pg_desc", "gdim", "by", "_layout", "_weak")
 
 
-def _dims_for(run: Run, rows: pl.DataFrame) -> pl.DataFrame:
+def _dims_for(rows: pl.DataFrame, options: Options, pools: pl.DataFrame) -> pl.DataFrame:
     """``rows`` (group, pg_desc, name, coll, stage, bytes) → dim and ``dim_by``."""
-    rules = _dim_rules(run)
-    g = group_dims(run, rows.select("group", "pg_desc"), rules)
+    rules = _dim_rules(options)
+    g = group_dims(pools, rows.select("group", "pg_desc"), rules)
     names = rows["name"].unique()
     kd = pl.DataFrame({"name": names, "_kdim": tc.kernel_dims(names, rules)})
     out = rows.join(g, on=["group", "pg_desc"], how="left", nulls_equal=True, maintain_order="left").join(
@@ -481,10 +352,8 @@ def _dims_for(run: Run, rows: pl.DataFrame) -> pl.DataFrame:
     ).drop("gdim", "by", "_kdim", "_layout", "_weak")
 
 
-def _row_dims(run: Run, ev: pl.DataFrame) -> pl.Series:
+def _row_dims(ev: pl.DataFrame, sources: list[SourceInfo], options: Options, pools: pl.DataFrame) -> pl.Series:
     """Dimension of every collective row of the event table (null elsewhere)."""
-    from .assemble import _fill_groups, _pg_config
-
     coll = ev.with_row_index("_row").filter(pl.col("coll").is_not_null() & (pl.col("kind") != "log_stage"))
     if coll.height == 0:
         return pl.Series("dim", [None] * ev.height, dtype=DIM)
@@ -492,42 +361,45 @@ def _row_dims(run: Run, ev: pl.DataFrame) -> pl.Series:
         "_row", "rank", "source", pl.col("name").cast(pl.String), pl.col("coll").cast(pl.String), pl.col("pg").cast(pl.String),
         pl.col("pg_desc").cast(pl.String), "pg_ranks", "group_size", "bytes", "stage",
     )
-    filled = _fill_groups(calls, _pg_config(run))
-    dims = _dims_for(run, filled)
+    filled = fill_groups(calls, pg_config(sources))
+    dims = _dims_for(filled, options, pools)
     return pl.DataFrame({"_row": pl.int_range(ev.height, eager=True).cast(pl.UInt32)}).join(
         dims.select(pl.col("_row").cast(pl.UInt32), "dim"), on="_row", how="left").sort("_row")["dim"]
 
 
-def collectives(run: Run) -> pl.DataFrame:
-    calls = run.collective_calls
-    offsets = run.clock.select("rank", "offset_ns")
+@provides("collectives", schema=frames.COLLECTIVE_INSTANCES)
+def collectives(collective_calls: pl.DataFrame, clock: pl.DataFrame, stage_timeline: pl.DataFrame, steps: pl.DataFrame,
+                options: Options, pools: pl.DataFrame, incomplete_steps: pl.DataFrame) -> pl.DataFrame:
+    calls = collective_calls
+    offsets = clock.select("rank", "offset_ns")
     calls = calls.join(offsets, on="rank", how="left").with_columns(
         (pl.col("start_ns") - pl.col("offset_ns").fill_null(0)).alias("start_ns"),
         (pl.col("end_ns") - pl.col("offset_ns").fill_null(0)).alias("end_ns"),
     )
     points = calls.select("rank", pl.col("start_ns").alias("t")).with_row_index("_row")
-    hit = _stage_at(points, run.stage_timeline).sort("_row")
+    hit = _stage_at(points, stage_timeline).sort("_row")
     calls = calls.with_columns(
-        hit["stage"].alias("stage"), pl.coalesce(hit["seg_step"], _window_step(points, run.steps)).alias("step"),
+        hit["stage"].alias("stage"), pl.coalesce(hit["seg_step"], _window_step(points, steps)).alias("step"),
         (pl.col("kind") == "kernel").alias("on_device"),
     )
-    calls = _dims_for(run, calls)
+    calls = _dims_for(calls, options, pools)
     out = calls.select(
         "instance", "rank", "step", "coll", "dim", pl.col("pg"), "pg_ranks", "group_size", "bytes", "start_ns", "end_ns",
         "stage", "on_device", "pg_desc", "dim_by", "name",
     )
-    ranks = parse_selection(run.options.get("ranks"))
+    ranks = options.rank_selection
     if ranks is not None:
         out = out.filter(ranks.expr("rank"))
     out = out.cast(frames.COLLECTIVE_INSTANCES).sort("rank", "start_ns")
-    return _select_steps(run, out)
+    return select_steps(out, options, incomplete_steps)
 
 
 # --- activity ------------------------------------------------------------------------------------
 
 
-def activity(run: Run) -> pl.DataFrame:
-    cl = run.classified.filter(pl.col("rank") >= 0)
+@provides("activity", schema=frames.ACTIVITY)
+def activity(classified: pl.DataFrame) -> pl.DataFrame:
+    cl = classified.filter(pl.col("rank") >= 0)
     device = cl.filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("stream") >= 0))
     device_ranks = device["rank"].unique()
     host = cl.filter(~pl.col("rank").is_in(device_ranks.implode()) & (
@@ -539,27 +411,3 @@ def activity(run: Run) -> pl.DataFrame:
         pl.col("coll").is_not_null().alias("is_collective"),
     )
     return out.cast(frames.ACTIVITY).sort("rank", "start_ns")
-
-
-# --- products ------------------------------------------------------------------------------------
-
-
-def provide(run: Run, name: str) -> Any:
-    if name == "profile":
-        return detect_profile(run)
-    if name == "ranges":
-        return all_ranges(run)
-    if name == "stage_ranges":
-        return frames.check(stage_ranges(run), frames.STAGE_RANGES, "stage_ranges")
-    if name == "stage_timeline":
-        return frames.check(_segments_with_confidence(run).drop("confidence"), frames.STAGE_TIMELINE, "stage_timeline")
-    if name == "pools":
-        return frames.check(pools(run), frames.POOLS, "pools")
-    if name == "classified":
-        return classified(run)
-    if name == "collectives":
-        return frames.check(collectives(run), frames.COLLECTIVE_INSTANCES, "collectives")
-    if name == "activity":
-        return frames.check(activity(run), frames.ACTIVITY, "activity")
-    raise KeyError(name)
-

@@ -170,7 +170,7 @@ def main() -> None:
         say("Aborted!")
         raise SystemExit(1) from None
     except Exception as exc:
-        from .report.sections import describe, traceback_text, user_errors
+        from .failures import describe, traceback_text, user_errors
 
         if isinstance(exc, user_errors()):
             line, status = f"rlperf: error: {exc}", BAD_INPUT

@@ -28,22 +28,19 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from taxonomy.vocab import PREPARATION_STAGES
+from taxonomy.vocab import PREPARATION_STAGES, TRAINER_STAGES
 
 from . import intervals
-from .classify import step_numbering
+from .products import provides
 
 if TYPE_CHECKING:
     from .report.sections import Section
     from .run import Run
 
-PROVIDES = ("placement",)
-
 OVERLAP_MIN = 0.10
 """Generation overlapping at least this share of the train pool's training time is asynchrony."""
 FUSED_MIN = 0.05
 """Forward-only stages overlapping others' generation for this share of their time is fusion."""
-TRAINING = ("old_logprob", "ref_logprob", "values", "critic_update", "actor_update")
 
 
 def _runs(numbers: Iterable[int]) -> list[tuple[int, int]]:
@@ -104,7 +101,7 @@ def infer_placement(pools: pl.DataFrame, ranges: pl.DataFrame) -> dict[str, Any]
 def _execution(placement: str, by_pool: dict[str, list[int]], workers: pl.DataFrame, evidence: list[str]) -> str:
     if placement == "disaggregated":
         gen = workers.filter(pl.col("rank").is_in(by_pool["rollout"]) & (pl.col("stage") == "rollout"))
-        train = workers.filter(pl.col("rank").is_in(by_pool["train"]) & pl.col("stage").is_in(list(TRAINING)))
+        train = workers.filter(pl.col("rank").is_in(by_pool["train"]) & pl.col("stage").is_in(list(TRAINER_STAGES)))
         train_ns = _length(train)
         overlap = int(intervals.length(intervals.intersection(gen, train))["length_ns"][0]) if gen.height and train.height else 0
         share = overlap / train_ns if train_ns else 0.0
@@ -140,8 +137,9 @@ def _execution(placement: str, by_pool: dict[str, list[int]], workers: pl.DataFr
     return "sync"
 
 
-def provide(run: Run, name: str) -> dict[str, Any]:
-    return infer_placement(run.pools, run.stage_ranges)
+@provides("placement")
+def placement(pools: pl.DataFrame, stage_ranges: pl.DataFrame) -> dict[str, Any]:
+    return infer_placement(pools, stage_ranges)
 
 
 # --- report section: the run summary ----------------------------------------------------------
@@ -175,7 +173,7 @@ def summary(run: Run) -> pl.DataFrame:
     if steps.height:
         lengths = (steps["end_ns"] - steps["start_ns"]) / 1e6
         src = steps["source"][0]
-        numbering = step_numbering(run)
+        numbering = run.stepping["note"]
         rows.append(("steps", number_ranges(steps["step"].to_list()),
                      f"from {src}; median {lengths.median():.1f} ms" + (f"; {numbering}" if numbering else "")))
     else:

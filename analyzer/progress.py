@@ -24,6 +24,8 @@ from rich.progress import (
 
 from parsers.errors import printable
 
+from .options import Options
+
 
 class Steps:
     """The progress display of one command."""
@@ -57,7 +59,7 @@ class Steps:
 
 
 def load(paths: Iterable[Path], steps: Steps, *, jobs: int | None = None, no_cache: bool = False, label: str = "",
-         run: str | None = None, writes: Iterable[Path | None] = (), folder: bool = False):
+         run: str | None = None, writes: Iterable[Path | None] = (), folder: bool = False, options: Options | None = None):
     """:func:`analyzer.load` with a progress display per parsed file; ``run`` chooses one of several runs.
 
     ``writes`` are the files the command will write (``-o``; a folder of charts when ``folder``):
@@ -71,7 +73,7 @@ def load(paths: Iterable[Path], steps: Steps, *, jobs: int | None = None, no_cac
         check_output(output, folder=folder)
     with writing(writes), steps.step(f"Reading {label}".strip() if label else "Reading sources") as advance:
         return load_run(list(paths), jobs=jobs, use_cache=not no_cache, progress=lambda p: advance(what=shown(p.name)),
-                        run=run)
+                        run=run, options=options)
 
 
 def shown(name: object) -> str:

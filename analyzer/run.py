@@ -1,25 +1,24 @@
 """A run: every source of one training job, assembled into one event table, analysed lazily.
 
-``Run`` is the Python API (``analyzer.load(paths)``) and what every report renders. Every
+``Run`` is the Python API (``analyzer.load(paths)``) and what every report renders. It holds the
+run's inputs (sources, events, metric rows, the user's options, warnings and notes); every
 product of assembly and analysis (``run.gpu_time``, ``run.steps``, ``run.bubbles``, …) is
-computed on first access by the module that provides it (``analyzer.analyses.REGISTRY``) and
-cached; frames follow the schemas in ``analyzer/frames.py``.
+computed on first access by its declared provider (:mod:`analyzer.products`) and kept; frames
+follow the schemas in ``analyzer/frames.py``.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from parsers import ParsedSource
-from parsers.source import empty_metrics
-
-from .analyses import REGISTRY
+from . import frames
+from .failures import Failure
+from .options import Options
+from .products import INPUTS, LAZY, Lazy, ProductError, Products, Provider, providers
 
 
 @dataclass
@@ -35,98 +34,52 @@ class SourceInfo:
 
 
 @dataclass
-class Run:
+class Run(Products):
     sources: list[SourceInfo]
     events: pl.DataFrame
     metrics: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     unknown: list[Path] = field(default_factory=list)
-    options: dict[str, Any] = field(default_factory=dict)
-    _products: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        products = self.__dict__["_products"]
-        if name in products:
-            return products[name]
-        module = _providers().get(name)
-        if module is None:
-            raise AttributeError(f"Run has no product {name!r}")
-        products[name] = importlib.import_module(module).provide(self, name)
-        return products[name]
+    options: Options = field(default_factory=Options)
+    failures: dict[str, Failure] = field(default_factory=dict)
+    """What failed with an internal error so far (what → failure), in the order it happened."""
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    _resolving: list[str] = field(default_factory=list, repr=False)
 
     def product(self, name: str) -> Any:
-        """A product by name (same as the attribute)."""
-        return getattr(self, name)
+        """Product ``name``: computed once, from the products its provider's parameters name."""
+        if name in self._cache:
+            return self._cache[name]
+        provider = providers().get(name)
+        if provider is None:
+            raise ProductError(f"no provider of product {name!r}")
+        if name in self._resolving:
+            raise ProductError("products read each other in a cycle: " + " → ".join([*self._resolving, name]))
+        self._resolving.append(name)
+        try:
+            args = {p: self._argument(p, provider) for p in provider.params}
+            value = provider.fn(**args)
+        finally:
+            self._resolving.pop()
+        if provider.schema is not None:
+            value = frames.check(value, provider.schema, name)
+        self._cache[name] = value
+        return value
+
+    def _argument(self, param: str, provider: Provider) -> Any:
+        if param == LAZY:
+            return Lazy(self, provider.lazy, provider.name)
+        return getattr(self, param) if param in INPUTS else self.product(param)
 
     def provides(self, *names: str) -> bool:
-        """Whether every product in ``names`` is injected or computed by a registered module."""
-        return all(n in self.__dict__["_products"] or n in _providers() for n in names)
+        """Whether every product in ``names`` is injected or has a provider."""
+        return all(n in self._cache or n in providers() for n in names)
 
-    @classmethod
-    def from_sources(
-        cls, parsed: list[ParsedSource], *, unknown: list[Path] | None = None, notes: list[str] | None = None
-    ) -> Run:
-        events, infos, assembly_notes = _assign_ranks(parsed)
-        metrics = pl.concat([p.metrics for p in parsed if p.metrics.height] or [empty_metrics()], how="vertical")
-        warnings = [w for p in parsed for w in p.warnings]
-        return cls(
-            sources=infos,
-            events=events,
-            metrics=metrics,
-            warnings=warnings,
-            notes=[*(notes or []), *assembly_notes],
-            unknown=list(unknown or []),
-        )
+    def inject(self, **products: Any) -> None:
+        """Set products instead of computing them (tests, what-ifs): what reads them sees these."""
+        self._cache.update(products)
 
-    @property
-    def ranks(self) -> list[int]:
-        """The devices' ranks (the driver, rank -1, and logs are not devices)."""
-        return sorted(r for r in self.events["rank"].unique().to_list() if r is not None and r >= 0)
-
-    def summary(self) -> dict[str, Any]:
-        """Everything the reports show, as plain JSON-able data: one key per report section."""
-        from .report.sections import failures, sections
-
-        document: dict[str, Any] = {
-            "sources": [
-                {"path": str(s.path), "format": s.format, "rank": s.rank, "warnings": s.warnings}
-                for s in self.sources
-            ],
-            "unknown_files": [str(p) for p in self.unknown],
-            "notes": self.notes,
-            "warnings": self.warnings,
-        }
-        for section in sections(self):
-            document[section.key] = section.frame.to_dicts() if section.frame is not None else []
-            for name, frame in section.details.items():
-                document[name] = frame.to_dicts()
-        document["failures"] = [{"failed": f.what, "module": f.module, "error": f.error} for f in failures(self)]
-        return document
-
-
-@cache
-def _providers() -> dict[str, str]:
-    """Product name → module providing it."""
-    found: dict[str, str] = {}
-    for name in REGISTRY:
-        for product in importlib.import_module(name).PROVIDES:
-            if product in found:
-                raise RuntimeError(f"{product!r} provided by both {found[product]} and {name}")
-            found[product] = name
-    return found
-
-
-def _assign_ranks(parsed: list[ParsedSource]) -> tuple[pl.DataFrame, list[SourceInfo], list[str]]:
-    """Ranks and roles of the sources (``analyzer/assemble.py``); ``meta["role"]`` is ``worker``,
-    ``driver`` (the single controller, rank -1) or ``log``."""
-    from .assemble import assign_ranks
-
-    events, ranks, roles, notes = assign_ranks(parsed)
-    infos = [
-        SourceInfo(i, p.path, p.format, ranks[i], {**p.meta, "role": roles[i]}, p.warnings)
-        for i, p in enumerate(parsed)
-    ]
-    return events, infos, notes
+    def computed(self) -> set[str]:
+        """The products computed (or injected) so far."""
+        return set(self._cache)

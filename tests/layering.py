@@ -37,15 +37,20 @@ PLACEMENT: dict[str, str] = {
     "taxonomy": "taxonomy",
     # The core objects every step shares: the run, the frame schemas, interval algebra.
     "analyzer.run": "analyzer.model",
+    "analyzer.products": "analyzer.model",
+    "analyzer.options": "analyzer.model",
+    "analyzer.failures": "analyzer.model",
     "analyzer.frames": "analyzer.model",
     "analyzer.intervals": "analyzer.model",
     # Building a run from files: discovery and cache, run identity, ranks, clock, collectives.
-    "analyzer": "analyzer.assemble",  # the package itself: load() = ingest + runs + Run
+    # The package itself: load() = ingest + runs + build, with every provider imported.
+    "analyzer": "analyzer.analyses",
     "analyzer.assemble": "analyzer.assemble",
     "analyzer.runs": "analyzer.assemble",
     "analyzer.ingest": "analyzer.assemble",
     # Stages, steps, pools, dimensions, placement.
     "analyzer.classify": "analyzer.classify",
+    "analyzer.steps": "analyzer.classify",
     "analyzer.infer": "analyzer.classify",
     "analyzer.placement": "analyzer.classify",
     # The analyses (log_steps is the logs-only analysis, a pure function of the log rows).

@@ -112,7 +112,7 @@ def _device_products(truth, windows, timeline, pools) -> dict[str, pl.DataFrame]
 
 def inject(run, made: dict[str, pl.DataFrame]):
     """Put ``made`` into ``run`` as its products (before first access)."""
-    run._products.update(made)
+    run.inject(**made)
     return run
 
 

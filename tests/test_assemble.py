@@ -18,7 +18,8 @@ import pytest
 
 import analyzer
 from analyzer import frames
-from analyzer.assemble import estimate_clock, parse_selection
+from analyzer.assemble import estimate_clock
+from analyzer.options import parse_selection
 from analyzer.run import Run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -216,8 +217,7 @@ def test_one_step_off_rollout_belongs_to_the_step_that_consumes_it() -> None:
 
 
 def test_step_and_rank_selection() -> None:
-    run = analyzer.load(sample_inputs("verl_ppo_disaggregated"))
-    run.options.update(steps="3", ranks="1-2")
+    run = analyzer.load(sample_inputs("verl_ppo_disaggregated"), options=analyzer.Options(steps="3", ranks="1-2"))
     assert run.steps["step"].to_list() == [3]
     assert set(run.stage_ranges["step"].to_list()) == {3}
     assert set(run.stage_timeline["rank"].to_list()) <= {-1, 1, 2}

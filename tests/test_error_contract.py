@@ -20,7 +20,8 @@ import polars as pl
 import pytest
 from test_guidelines import collectives, make_run, row, steps
 
-from analyzer.analyses import guideline_metrics
+from analyzer.analyses import guideline_metrics, guidelines
+from analyzer.products import Lazy
 from analyzer.report.sections import describe, failures, sections
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,11 +69,17 @@ def failing_in(module: types.ModuleType, error: Exception) -> types.FunctionType
     return fn
 
 
-def rlperf(*args: str, fail: str = "", timeout: int = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def rlperf(
+    *args: str, fail: str = "", timeout: int = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """``rlperf ARGS`` in a fresh interpreter, with the analyses in ``fail`` raising."""
     return subprocess.run(
-        [sys.executable, "-c", DRIVER, fail, *args], capture_output=True, text=True, timeout=timeout,
-        cwd=ROOT, env={**os.environ, "RLPERF_NO_CACHE": "1", **(env or {})},
+        [sys.executable, "-c", DRIVER, fail, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "RLPERF_NO_CACHE": "1", **(env or {})},
     )
 
 
@@ -98,21 +105,37 @@ def test_g13_without_any_pipeline_group_facts_says_what_it_needs():
     run = make_run(steps=steps((0, 100)), collectives=bare)
     got = row(run, "G13")
     assert got["status"] == "not_evaluated" and got["value"] is None
-    assert got["evidence"] == ("needs the pipeline depth: 1 pipeline-parallel collectives in the trace name "
-                               "no process group size or members")
+    assert got["evidence"] == (
+        "needs the pipeline depth: 1 pipeline-parallel collectives in the trace name "
+        "no process group size or members"
+    )
     assert failures(run) == []
 
 
 TEXT_CONFIG = {
-    "world_size": "auto", "n_gpus_per_node": "eight", "train_batch_size": "1e999", "rollout_n": "0",
-    "rollout_tp": "2.5", "max_prompt_length": "-1", "max_response_length": None,
-    "config": {"actor_rollout_ref": {
-        "actor": {"ppo_epochs": "auto", "ppo_mini_batch_size": 0, "ppo_micro_batch_size_per_gpu": "x",
-                  "strategy": "megatron", "megatron": {"pipeline_model_parallel_size": "4",
-                                                       "tensor_model_parallel_size": True}},
-        "rollout": {"free_cache_engine": "no", "gpu_memory_utilization": "lots", "n": "many"},
-        "model": {"use_remove_padding": "maybe"},
-    }},
+    "world_size": "auto",
+    "n_gpus_per_node": "eight",
+    "train_batch_size": "1e999",
+    "rollout_n": "0",
+    "rollout_tp": "2.5",
+    "max_prompt_length": "-1",
+    "max_response_length": None,
+    "config": {
+        "actor_rollout_ref": {
+            "actor": {
+                "ppo_epochs": "auto",
+                "ppo_mini_batch_size": 0,
+                "ppo_micro_batch_size_per_gpu": "x",
+                "strategy": "megatron",
+                "megatron": {
+                    "pipeline_model_parallel_size": "4",
+                    "tensor_model_parallel_size": True,
+                },
+            },
+            "rollout": {"free_cache_engine": "no", "gpu_memory_utilization": "lots", "n": "many"},
+            "model": {"use_remove_padding": "maybe"},
+        }
+    },
 }
 
 
@@ -125,26 +148,49 @@ def test_config_facts_that_are_not_numbers_leave_every_guideline_judged():
     assert frame.filter(pl.col("evidence").str.starts_with("failed")).height == 0
     for gid in ("G8", "G13", "G15", "G17"):
         assert row(run, gid)["status"] == "not_evaluated", row(run, gid)["evidence"]
-    assert "micro-batch count" in row(run, "G13")["evidence"]  # pp = "4" is a number written as text
+    # pp = "4" is a number written as text
+    assert (
+        "micro-batch count" in row(run, "G13")["evidence"]
+    )
 
 
 def test_a_flag_written_as_text_is_read_as_that_flag():
     """``free_cache_engine: "False"`` is false (a non-empty string is truthy in Python)."""
     rollout = {"free_cache_engine": "False", "gpu_memory_utilization": "0.6"}
-    run = make_run(meta={"config": {"actor_rollout_ref": {"rollout": rollout}}}, placement=("colocated", "sync"))
+    run = make_run(
+        meta={"config": {"actor_rollout_ref": {"rollout": rollout}}},
+        placement=("colocated", "sync"),
+    )
     got = row(run, "G8")
     assert got["value"] == pytest.approx(0.6) and "free_cache_engine = false" in got["evidence"]
 
 
 def test_config_helpers_accept_only_what_they_promise():
-    run = make_run(meta={"a": "3", "b": 2.5, "c": "1e999", "d": True, "e": "0", "f": 10**400, "g": " TRUE "})
-    ev = guideline_metrics.Evidence(run, types.SimpleNamespace(config={k: (k,) for k in "abcdefg"}))
-    assert [guideline_metrics.config_count(ev, k) for k in "abcdefg"] == [3, None, None, None, None, None, None]
+    run = make_run(
+        meta={"a": "3", "b": 2.5, "c": "1e999", "d": True, "e": "0", "f": 10**400, "g": " TRUE "}
+    )
+    reads = Lazy(run, guidelines.EVIDENCE, "violations")
+    config = types.SimpleNamespace(config={k: (k,) for k in "abcdefg"})
+    ev = guideline_metrics.Evidence(reads, config)
+    assert [guideline_metrics.config_count(ev, k) for k in "abcdefg"] == [
+        3,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    ]
     assert [guideline_metrics.config_amount(ev, k) for k in "abcde"] == [3.0, 2.5, None, None, 0.0]
-    assert guideline_metrics.config_flag(ev, "g") is True and guideline_metrics.config_flag(ev, "a") is None
+    assert (
+        guideline_metrics.config_flag(ev, "g") is True
+        and guideline_metrics.config_flag(ev, "a") is None
+    )
 
 
-@pytest.mark.parametrize("name", ["test.json.gz", "sampled_rank-0.json.gz", "sampled_rank-1.json.gz"])
+@pytest.mark.parametrize(
+    "name", ["test.json.gz", "sampled_rank-0.json.gz", "sampled_rank-1.json.gz"]
+)
 def test_hta_traces_with_unsized_pipeline_groups_are_analysed(name: str):
     done = rlperf("analyze", str(HTA / name), "--format", "json", "--quiet")
     assert done.returncode == 0, done.stderr
@@ -165,30 +211,48 @@ def clean_report() -> dict:
     return json.loads(done.stdout)
 
 
-def test_a_failing_section_and_guideline_are_marked_and_the_rest_is_the_clean_report(clean_report, tmp_path):
+def test_a_failing_section_and_guideline_are_marked_and_the_rest_is_the_clean_report(
+    clean_report, tmp_path
+):
     out = tmp_path / "report.json"
-    done = rlperf("analyze", str(RUN), "--format", "json", "-o", str(out), "--quiet", fail=f"{SECTION};{G13}")
+    done = rlperf(
+        "analyze", str(RUN), "--format", "json", "-o", str(out), "--quiet", fail=f"{SECTION};{G13}"
+    )
     assert done.returncode == INTERNAL, done.stderr
     assert "Traceback" not in done.stderr
     internal = [line for line in stderr_lines(done) if "internal error" in line]
     assert internal == [  # the overview counts violations, so the guidelines are judged first
-        "rlperf: internal error in guideline G13 (analyzer.analyses.guideline_metrics): TypeError: boom in "
+        "rlperf: internal error in guideline G13 (analyzer.analyses.guideline_metrics): TypeError: "
+        "boom in "
         "pipeline_bubble; rerun with --debug for the traceback",
-        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in section; "
+        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in "
+        "section; "
         "rerun with --debug for the traceback",
     ]
     report = json.loads(out.read_text())
     assert {(f["failed"], f["module"]) for f in report["failures"]} == {
-        ("section bubbles", "analyzer.analyses.bubbles"), ("guideline G13", "analyzer.analyses.guideline_metrics")}
+        ("section bubbles", "analyzer.analyses.bubbles"),
+        ("guideline G13", "analyzer.analyses.guideline_metrics"),
+    }
     assert report["bubbles"] == [] and clean_report["bubbles"] != []
     # data_quality lists per-rank details in no fixed order yet (reported; not this contract)
-    untouched = set(clean_report) - {"bubbles", "guidelines", "overview", "failures", "data_quality"}
+    untouched = set(clean_report) - {
+        "bubbles",
+        "guidelines",
+        "overview",
+        "failures",
+        "data_quality",
+    }
     assert len(untouched) > 8
     for key in untouched:
         assert report[key] == clean_report[key], key
     g13 = next(g for g in report["guidelines"] if g["id"] == "G13")
     assert g13["status"] == "not_evaluated"
-    assert g13["evidence"] == "failed: internal error in analyzer.analyses.guideline_metrics: TypeError: boom in pipeline_bubble"
+    assert (
+        g13["evidence"]
+        == "failed: internal error in analyzer.analyses.guideline_metrics: TypeError: boom in "
+            "pipeline_bubble"
+    )
     others = [g for g in report["guidelines"] if g["id"] != "G13"]
     assert others == [g for g in clean_report["guidelines"] if g["id"] != "G13"]
 
@@ -199,8 +263,10 @@ def test_every_format_marks_the_failed_section(fmt: str, tmp_path: Path):
     done = rlperf("analyze", str(RUN), "--format", fmt, "-o", str(out), "--quiet", fail=SECTION)
     assert done.returncode == INTERNAL, done.stderr
     assert [line for line in stderr_lines(done) if line.startswith("rlperf: internal error")] == [
-        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in section; "
-        "rerun with --debug for the traceback"]
+        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in "
+        "section; "
+        "rerun with --debug for the traceback"
+    ]
     text = out.read_text()
     assert "failed: internal error in analyzer.analyses.bubbles: TypeError: boom in section" in text
     assert "Guidelines" in text and "Traceback" not in text
@@ -211,15 +277,21 @@ def test_debug_adds_the_traceback_and_keeps_the_status():
     assert done.returncode == INTERNAL
     assert "Traceback (most recent call last)" in done.stderr and "in fail" in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
-        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in section")
+        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in "
+        "section"
+    )
     assert json.loads(done.stdout)["bubbles"] == []
 
 
 def test_an_internal_error_outside_the_sections_is_one_line_and_exit_3():
-    done = rlperf("analyze", str(LOG), "--format", "json", "--quiet", fail="analyzer.assemble.assign_ranks")
+    done = rlperf(
+        "analyze", str(LOG), "--format", "json", "--quiet", fail="analyzer.assemble.assign_ranks"
+    )
     assert done.returncode == INTERNAL
     assert stderr_lines(done) == [
-        "rlperf: internal error in analyzer.assemble: TypeError: boom in assign_ranks; rerun with --debug for the traceback"]
+        "rlperf: internal error in analyzer.assemble: TypeError: boom in assign_ranks; rerun with "
+        "--debug for the traceback"
+    ]
     assert done.stdout == ""
     debug = rlperf("analyze", str(LOG), "--quiet", "--debug", fail="analyzer.assemble.assign_ranks")
     assert debug.returncode == INTERNAL and "Traceback (most recent call last)" in debug.stderr
@@ -235,8 +307,13 @@ def test_sections_in_process_mark_the_failure_and_record_it_once(monkeypatch):
     sections(run)
     assert [s.key for s in shown] == clean
     broken = next(s for s in shown if s.key == "gpu_time")
-    assert broken.frame is None and broken.note == "failed: internal error in analyzer.analyses.gpu_time: KeyError: 'rank'"
-    assert [(f.what, f.module) for f in failures(run)] == [("section gpu_time", "analyzer.analyses.gpu_time")]
+    assert (
+        broken.frame is None
+        and broken.note == "failed: internal error in analyzer.analyses.gpu_time: KeyError: 'rank'"
+    )
+    assert [(f.what, f.module) for f in failures(run)] == [
+        ("section gpu_time", "analyzer.analyses.gpu_time")
+    ]
 
 
 def test_bad_input_inside_a_section_stays_bad_input(monkeypatch):
@@ -265,7 +342,11 @@ def test_each_warning_is_one_stderr_line_and_in_the_report(fmt: str, tmp_path: P
     out = tmp_path / f"report.{fmt}"
     done = rlperf("analyze", str(LOG), "--format", fmt, "-o", str(out), "--quiet")
     assert done.returncode == 0, done.stderr
-    warned = [line.removeprefix("rlperf: warning: ") for line in stderr_lines(done) if line.startswith("rlperf: warning: ")]
+    warned = [
+        line.removeprefix("rlperf: warning: ")
+        for line in stderr_lines(done)
+        if line.startswith("rlperf: warning: ")
+    ]
     assert warned and all(w.startswith("verl_demo.log: ") for w in warned)
     text = out.read_text()
     if fmt == "json":
@@ -309,7 +390,9 @@ def test_a_selection_wholly_outside_the_run_is_one_line_and_exit_2(shape, option
     done = rlperf("analyze", str(RUN), option, asked, "--format", "json", "--quiet")
     noun = option.removeprefix("--")
     assert done.returncode == 2
-    assert stderr_lines(done) == [f"rlperf: error: {option}: asked for {noun} {asked}, but the run has {noun} {span(have)}"]
+    assert stderr_lines(done) == [
+        f"rlperf: error: {option}: asked for {noun} {asked}, but the run has {noun} {span(have)}"
+    ]
     assert done.stdout == ""
 
 
@@ -318,8 +401,11 @@ def test_a_selection_partly_outside_warns_and_keeps_the_part_inside(shape):
     asked = f"{have[-1]}-{have[-1] + 2}"
     done = rlperf("analyze", str(RUN), "--steps", asked, "--format", "json", "--quiet")
     assert done.returncode == 0, done.stderr
-    line = (f"--steps: steps {have[-1] + 1}-{have[-1] + 2} are not in the run (the run has steps {span(have)}); "
-            f"analysing steps {have[-1]}")
+    line = (
+        f"--steps: steps {have[-1] + 1}-{have[-1] + 2} are not in the run (the run has steps "
+        f"{span(have)}); "
+        f"analysing steps {have[-1]}"
+    )
     assert f"rlperf: warning: {line}" in stderr_lines(done)
     report = json.loads(done.stdout)
     assert line in report["warnings"]
@@ -329,7 +415,10 @@ def test_a_selection_partly_outside_warns_and_keeps_the_part_inside(shape):
 def test_a_framework_the_sources_contradict_is_a_warning():
     done = rlperf("analyze", str(LOG), "--framework", "trl", "--format", "json", "--quiet")
     assert done.returncode == 0, done.stderr
-    line = "--framework trl: verl_demo.log states framework verl; classifying with the trl profile as asked"
+    line = (
+        "--framework trl: verl_demo.log states framework verl; classifying with the trl profile "
+        "as asked"
+    )
     assert f"rlperf: warning: {line}" in stderr_lines(done)
     assert line in json.loads(done.stdout)["warnings"]
     agreeing = rlperf("analyze", str(LOG), "--framework", "verl", "--format", "json", "--quiet")
@@ -339,7 +428,9 @@ def test_a_framework_the_sources_contradict_is_a_warning():
 # --- the options themselves -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["analyze", "compare", "audit", "export", "crosscheck", "demo", "taxonomy"])
+@pytest.mark.parametrize(
+    "command", ["analyze", "compare", "audit", "export", "crosscheck", "demo", "taxonomy"]
+)
 def test_debug_is_a_documented_option_of_every_command(command: str):
     done = rlperf(command, "--help")
     assert done.returncode == 0, done.stderr

@@ -163,7 +163,7 @@ def test_a_gzipped_export_still_names_its_trace_and_reads_back(tmp_path: Path):
 
 
 def test_a_selection_is_ranges_merged_and_sorted():
-    from analyzer.assemble import parse_selection
+    from analyzer.options import parse_selection
 
     merged = parse_selection("8, 1-3 ,2..5,7,-2--1,0")
     assert merged.spans == ((-2, 5), (7, 8)) and str(merged) == "-2-5,7-8"
@@ -178,7 +178,7 @@ def test_a_selection_is_ranges_merged_and_sorted():
 def test_a_selection_filters_a_frame_even_past_int64():
     import polars as pl
 
-    from analyzer.assemble import parse_selection
+    from analyzer.options import parse_selection
 
     frame = pl.DataFrame({"step": [-3, 0, 2, 6, 2**31 - 1]}, schema={"step": pl.Int32})
     pick = parse_selection("-99999999999999999999-0,2,6-99999999999999999999")

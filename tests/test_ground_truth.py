@@ -123,7 +123,7 @@ def truth_run(folder: Path) -> tuple[Run, dict[str, Any]]:
     ):
         frames.check(frame, schema, what)
     run = Run(sources=[], events=empty_events(), metrics=pl.DataFrame())
-    run._products.update(
+    run.inject(
         steps=steps, pools=pools, stage_ranges=stage_ranges, stage_timeline=timeline, activity=activity,
         collectives=collectives,
     )

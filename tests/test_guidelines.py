@@ -25,6 +25,8 @@ from analyzer import frames
 from analyzer.analyses import guidelines as ga
 from analyzer.analyses.guideline_evidence import LOG_STAGES, LOG_STEPS, LOG_WEIGHT_SYNC
 from analyzer.analyses.guideline_metrics import METRICS
+from analyzer.options import Options
+from analyzer.report import json as json_report
 from analyzer.run import Run, SourceInfo
 from parsers.errors import InputError
 from parsers.events import conform, empty_events
@@ -68,11 +70,9 @@ def make_run(meta: dict[str, Any] | None = None, metrics: list[tuple[int, str, f
     ) if metrics else empty_metrics()
     run = Run(sources=[source], events=events if events is not None else empty_events(), metrics=logged)
     for name, schema in TRACE_PRODUCTS.items():
-        run._products[name] = frames.check(products.pop(name), schema, name) if name in products else frames.empty(schema)
-    for name in LOG_PRODUCTS:
-        run._products[name] = products.pop(name, pl.DataFrame())
-    run._products["placement"] = {"placement": placement[0], "execution": placement[1], "evidence": []}
-    run._products["aligned"] = run.events
+        run.inject(**{name: frames.check(products.pop(name), schema, name) if name in products else frames.empty(schema)})
+    run.inject(**{name: products.pop(name, pl.DataFrame()) for name in LOG_PRODUCTS})
+    run.inject(placement={"placement": placement[0], "execution": placement[1], "evidence": []}, aligned=run.events)
     assert not products, f"unknown products {list(products)}"
     return run
 
@@ -323,7 +323,7 @@ def test_a_user_file_changes_thresholds_drops_guidelines_and_adds_its_own(tmp_pa
     assert "G5" not in catalogue.ids and catalogue.disabled == ("G5",) and catalogue.ids[-1] == "U1"
     assert catalogue.keys["seqlen_max"] == ("my/seqlen_max", "global_seqlen/balanced_max", "global_seqlen/max")
     run = make_run(steps=steps((0, 100)), stage_timeline=timeline((0, 1, "rollout", 0, 70), (0, 1, "actor_update", 70, 100)))
-    run.options[ga.OPTION] = str(user)
+    run.options = Options(guidelines=str(user))
     got = fired(run, "G1", "error", 0.7)
     assert got["threshold"] == 0.65
     assert fired(run, "U1", "warn", 0.7)["source"] == "our CI budget"
@@ -728,7 +728,7 @@ def test_the_report_section_lists_violations_first_with_what_to_do():
     assert next(r for r in rows if r[0] == "G3")[2] == "not evaluated"
     assert all(r[5] is None for r in rows if not r[2].startswith(("warn", "error", "info")))
     assert section.note.startswith("2 violated (0 error, 2 warn, 0 info), 13 passed, 11 not evaluated.")
-    document = run.summary()["guidelines"]
+    document = json_report.summary(run)["guidelines"]
     assert document[0]["id"] == "G15" and document[0]["value"] == pytest.approx(0.6955, abs=1e-4)
 
 

@@ -16,8 +16,7 @@ import polars as pl
 import pytest
 from test_assemble import ANNOTATED, RUNS, sample_run, truth_of
 
-from analyzer.assemble import log_step_stages
-from analyzer.classify import name_classes, step_numbering
+from analyzer.steps import log_step_stages, name_classes
 
 BRACKET_NS = 300_000
 """The driver's trace range encloses its log timer: measured on the committed runs, every log
@@ -45,7 +44,7 @@ def driver_stages(name: str) -> pl.DataFrame:
 def test_log_timers_equal_the_traced_stage_times(name: str) -> None:
     run = sample_run(name)
     logs = run.classified.filter(pl.col("kind") == "log_stage")
-    classes = name_classes(run, logs["name"].cast(pl.String).unique(), "log")
+    classes = name_classes(run.profile, logs["name"].cast(pl.String).unique(), "log")
     log = log_step_stages(logs, classes).rename({"dur": "log"})
     trace = driver_stages(name)
     joined = trace.join(log, on=["step", "stage"], how="inner")
@@ -64,7 +63,7 @@ def test_trace_steps_are_numbered_as_in_the_log(name: str) -> None:
     log_steps = set(run.classified.filter(pl.col("kind") == "log_stage")["step"].to_list())
     assert set(run.steps["step"].to_list()) <= log_steps
     assert run.steps["step"].to_list() == truth_of(name)["config"]["profiled_steps"]
-    assert "numbered as the log's" in step_numbering(run)
+    assert "numbered as the log's" in run.stepping["note"]
 
 
 def test_step_timer_equals_the_step_range() -> None:

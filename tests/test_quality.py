@@ -20,11 +20,12 @@ from rich.console import Console
 import analyzer
 from analyzer import frames
 from analyzer.analyses.quality import TOTAL, parser_title
-from analyzer.assemble import incomplete_steps
+from analyzer.assemble import build
 from analyzer.report import html, markdown, text
 from analyzer.report import json as json_report
 from analyzer.report.sections import sections
 from analyzer.run import Run
+from analyzer.steps import incomplete_steps
 from parsers import ParsedSource
 from parsers.events import conform
 
@@ -151,7 +152,7 @@ def test_parser_tallies_render_under_any_key(tmp_path: Path):
     parsed.tally("clamped_ts", 4)
     parsed.tally("some_new_kind", 2)
     parsed.tally("clamped_ts", 1)
-    got = Run.from_sources([parsed]).data_quality
+    got = build([parsed]).data_quality
     rows = {r["check"]: r for r in got.filter(pl.col("file") == "rank0.json").iter_rows(named=True)}
     assert rows["parser:clamped_ts"]["count"] == 5 and rows["parser:clamped_ts"]["title"] == parser_title("clamped_ts")
     assert rows["parser:some_new_kind"]["count"] == 2 and rows["parser:some_new_kind"]["title"] == "some new kind"

@@ -43,7 +43,7 @@ def run_with(chain: list[tuple], rollout_ends: list[int], update_productive: lis
         frames.BUBBLES,
     )
     run = Run(sources=[], events=empty_events(), metrics=pl.DataFrame())
-    run._products.update(
+    run.inject(
         steps=steps, critical_path=critical, stage_ranges=ranges, stage_timeline=timeline, device_states=states,
         bubbles=bubbles,
     )

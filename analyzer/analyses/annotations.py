@@ -14,8 +14,8 @@ import polars as pl
 from parsers.events import nesting_depth
 
 from .. import intervals
+from ..products import provides
 
-PROVIDES = ("annotations",)
 OP_ID_SUFFIX = r", (?:op_id|seq) = \d+.*$"
 """PyTorch's emit_nvtx names every call apart (``aten::to, op_id = 999599``); grouped by op."""
 STEP_PREFIX = "ProfilerStep#"
@@ -48,8 +48,9 @@ def compute(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def provide(run, name: str) -> pl.DataFrame:
-    return compute(run.events)
+@provides("annotations")
+def annotations(events: pl.DataFrame) -> pl.DataFrame:
+    return compute(events)
 
 
 def section(run):

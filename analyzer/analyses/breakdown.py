@@ -22,8 +22,7 @@ import polars as pl
 from taxonomy.vocab import STAGE
 
 from .. import frames
-
-PROVIDES = ("breakdown", "critical_path")
+from ..products import provides
 
 CRITICAL_SLACK_NS = 100_000
 """Overlap still counted as "ends before" when walking the critical path (residual clock error)."""
@@ -206,10 +205,14 @@ def _ancestors(pred: np.ndarray, roots: np.ndarray) -> np.ndarray:
     return reached[:n]
 
 
-def provide(run, name: str) -> pl.DataFrame:
-    if name == "breakdown":
-        return compute_breakdown(run.stage_timeline, run.steps)
-    return compute_critical_path(run.stage_timeline, run.steps)
+@provides("breakdown")
+def breakdown(stage_timeline: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    return compute_breakdown(stage_timeline, steps)
+
+
+@provides("critical_path")
+def critical_path(stage_timeline: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    return compute_critical_path(stage_timeline, steps)
 
 
 def section(run):

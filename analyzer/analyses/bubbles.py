@@ -16,16 +16,14 @@ from __future__ import annotations
 import polars as pl
 
 from parsers.events import GPU_ACTIVITY_KINDS
-from taxonomy.vocab import IDLE_CAUSE, IDLE_CAUSES
+from taxonomy.vocab import IDLE_CAUSE, IDLE_CAUSES, IDLE_RULE_ORDER
 
 from .. import frames, intervals
+from ..products import provides
 
-PROVIDES = ("device_states", "bubbles", "largest_bubbles")
-
-RULES: tuple[str, ...] = (
-    "weight_sync", "rollout_tail", "pool_wait", "sync_wait", "host_bound", "stage_gap", "other",
-)
-"""The idle causes in precedence order (docs/analyses.md §4: first matching rule wins)."""
+RULES: tuple[str, ...] = IDLE_RULE_ORDER
+"""The idle causes in precedence order (docs/analyses.md §4: first matching rule wins), as the
+vocabulary declares them; ``compute_states`` holds one interval set per cause."""
 
 ROLLOUT_POOLS = ("rollout", "shared")
 SPLIT_POOLS = {"rollout": "train", "train": "rollout"}
@@ -185,17 +183,25 @@ def host_only(activity: pl.DataFrame) -> list[int]:
     return sorted(activity.group_by("rank").agg(device.any().alias("_d")).filter(~pl.col("_d"))["rank"].to_list())
 
 
-def provide(run, name: str) -> pl.DataFrame:
-    if name == "device_states":
-        skip = without_devices(run.activity, run.stage_ranges, run.ranks)
-        if skip:
-            keep = ~pl.col("rank").is_in(skip)
-            return compute_states(run.steps, run.pools.filter(keep), run.stage_ranges.filter(keep),
-                                  run.activity.filter(keep), run.collective_waits.filter(keep))
-        return compute_states(run.steps, run.pools, run.stage_ranges, run.activity, run.collective_waits)
-    if name == "bubbles":
-        return compute_bubbles(run.device_states, run.activity, run.steps)
-    return compute_largest(run.device_states)
+@provides("device_states")
+def device_states(activity: pl.DataFrame, stage_ranges: pl.DataFrame, ranks: list[int], steps: pl.DataFrame,
+                  pools: pl.DataFrame, collective_waits: pl.DataFrame) -> pl.DataFrame:
+    skip = without_devices(activity, stage_ranges, ranks)
+    if skip:
+        keep = ~pl.col("rank").is_in(skip)
+        return compute_states(steps, pools.filter(keep), stage_ranges.filter(keep),
+                              activity.filter(keep), collective_waits.filter(keep))
+    return compute_states(steps, pools, stage_ranges, activity, collective_waits)
+
+
+@provides("bubbles")
+def bubbles(device_states: pl.DataFrame, activity: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    return compute_bubbles(device_states, activity, steps)
+
+
+@provides("largest_bubbles")
+def largest_bubbles(device_states: pl.DataFrame) -> pl.DataFrame:
+    return compute_largest(device_states)
 
 
 def section(run):

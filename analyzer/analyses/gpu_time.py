@@ -15,8 +15,7 @@ import polars as pl
 from parsers.events import GPU_ACTIVITY_KINDS
 
 from .. import intervals
-
-PROVIDES = ("gpu_time",)
+from ..products import provides
 
 COLUMNS = [
     "rank", "trace_start_ns", "trace_end_ns", "gpu_start_ns", "gpu_end_ns", "gpu_window_ns",
@@ -71,8 +70,9 @@ def compute(events: pl.DataFrame, *, hta_compatible: bool = False) -> pl.DataFra
     return out.select(COLUMNS).sort("rank")
 
 
-def provide(run, name: str) -> pl.DataFrame:
-    return compute(run.events)
+@provides("gpu_time")
+def gpu_time(events: pl.DataFrame) -> pl.DataFrame:
+    return compute(events)
 
 
 def section(run):

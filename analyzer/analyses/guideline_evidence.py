@@ -24,7 +24,7 @@ from .. import intervals
 from .log_steps import one_per_key
 
 if TYPE_CHECKING:
-    from ..run import Run
+    from ..products import Lazy
 
 LOG_STAGES = "log_stages"
 """log_steps' per step × stage frame (step, stage, label, seconds, share, in_step, keys)."""
@@ -113,21 +113,21 @@ def run_value(frame: pl.DataFrame, check: Check) -> float | None:
 class Evidence:
     """Cached views over one run for the metrics of one catalogue."""
 
-    def __init__(self, run: Run, catalogue: Catalogue) -> None:
-        self.run = run
+    def __init__(self, products: Lazy, catalogue: Catalogue) -> None:
+        self.products = products
         self.catalogue = catalogue
 
     # --- products -------------------------------------------------------------------------
 
     def frame(self, name: str) -> pl.DataFrame | None:
         """A frame product with rows, or None when it is empty."""
-        value: pl.DataFrame = self.run.product(name)
+        value: pl.DataFrame = self.products[name]
         return value if value.height else None
 
     @cached_property
     def placement(self) -> tuple[str | None, str | None, str]:
         """(placement, execution mode, where from): the trace's inference, else the config."""
-        facts = self.run.placement
+        facts = self.products["placement"]
         if facts.get("placement"):
             return facts["placement"], facts.get("execution"), "trace"
         stated = self.config("placement")
@@ -231,7 +231,7 @@ class Evidence:
 
     @cached_property
     def _metric_keys(self) -> set[str]:
-        metrics = self.run.metrics
+        metrics = self.products["metrics"]
         return set(metrics["key"].unique().to_list()) if metrics.height else set()
 
     def logged(self, quantity: str) -> tuple[str, pl.DataFrame] | None:
@@ -240,14 +240,14 @@ class Evidence:
         key = next((k for k in self.candidates(quantity) if k in self._metric_keys), None)
         if key is None:
             return None
-        stated = self.run.metrics.filter((pl.col("key") == key) & pl.col("step").is_not_null() & pl.col("value").is_finite())
+        stated = self.products["metrics"].filter((pl.col("key") == key) & pl.col("step").is_not_null() & pl.col("value").is_finite())
         values = one_per_key(stated, ["step"], "value").select(pl.col("step").cast(pl.Int32), "value").sort("step")
         return (key, values) if values.height else None
 
     def timer(self, name: str) -> tuple[str, pl.DataFrame] | None:
         """Per-step seconds of the first log timer in ``[timers].name`` the run has."""
         names = self.catalogue.timers.get(name, ())
-        logs = self.run.events.filter(pl.col("kind") == "log_stage")
+        logs = self.products["events"].filter(pl.col("kind") == "log_stage")
         if not names or logs.height == 0:
             return None
         found = logs.filter(pl.col("name").cast(pl.String).is_in(list(names)))
@@ -265,7 +265,7 @@ class Evidence:
         """A run-config fact from the sources' meta: each ``[config]`` path is a top-level meta
         key, or a dotted path into ``meta["config"]``; the first stated value wins."""
         paths = self.catalogue.config.get(fact, ())
-        for source in self.run.sources:
+        for source in self.products["sources"]:
             meta = source.meta or {}
             for path in paths:
                 value = meta.get(path) if path in meta else _dig(meta.get("config"), path.split("."))

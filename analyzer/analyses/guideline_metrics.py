@@ -14,7 +14,7 @@ from collections.abc import Callable
 import polars as pl
 
 from taxonomy.guidelines import Check
-from taxonomy.vocab import PREPARATION_STAGES, TRAIN_STAGES
+from taxonomy.vocab import FORWARD_STAGES, TRAIN_STAGES
 
 from .. import intervals
 from .guideline_evidence import (
@@ -34,8 +34,6 @@ from .log_steps import TOTAL_FROM_STAGES
 
 Metric = Callable[[Evidence, Check], Result]
 
-PREP: tuple[str, ...] = tuple(s for s in PREPARATION_STAGES if s != "advantage")
-"""S2–S5: the forward-only stages between rollout and the updates."""
 OPTIMIZER_STEP = "Optimizer.step#"
 """Prefix of the profiler's optimizer-step range (``Optimizer.step#AdamW.step``)."""
 SEND = "send"
@@ -120,7 +118,7 @@ def updates_per_rollout(ev: Evidence) -> tuple[int | None, str]:
     ranges = ev.frame("stage_ranges")
     if ranges is None:
         return None, ""
-    marks = ev.run.aligned.filter(pl.col("kind").is_in(["annotation", "cpu_op", "python", "gpu_annotation"]))
+    marks = ev.products["aligned"].filter(pl.col("kind").is_in(["annotation", "cpu_op", "python", "gpu_annotation"]))
     names = [n for n in marks["name"].unique().cast(pl.String).to_list() if n and n.startswith(OPTIMIZER_STEP)]
     if not names:
         return None, ""
@@ -175,7 +173,7 @@ def unhidden_tail_share(ev: Evidence, check: Check) -> Result:
         return ends
     assert ev.timeline is not None
     tails = ends.select("step", pl.col("median_end").alias("start_ns"), pl.col("last_end").alias("end_ns"))
-    prep = ev.timeline.filter(pl.col("stage").cast(pl.String).is_in(list(PREP))).select("step", "start_ns", "end_ns")
+    prep = ev.timeline.filter(pl.col("stage").cast(pl.String).is_in(list(FORWARD_STAGES))).select("step", "start_ns", "end_ns")
     hidden = intervals.union_length(intervals.intersection(tails, prep, ["step"]), ["step"], "hidden") if prep.height else None
     frame = ends.join(hidden, on="step", how="left") if hidden is not None else ends.with_columns(pl.lit(0).alias("hidden"))
     frame = frame.select(
@@ -533,7 +531,7 @@ METRICS: dict[str, Metric] = {
     "weight_sync_share": weight_sync_share,
     "engine_memory_share": engine_memory_share,
     "old_logprob_share": old_logprob_share,
-    "preparation_share": _share(*PREP),
+    "preparation_share": _share(*FORWARD_STAGES),
     "unhidden_tail_share": unhidden_tail_share,
     "pipeline_bubble": pipeline_bubble,
     "dp_imbalance": dp_imbalance,

@@ -32,17 +32,29 @@ from taxonomy.guidelines import (
 )
 
 from .. import frames
-from ..report.sections import Column, Section, record_failure, user_errors
-from .guideline_evidence import Evidence, Inapplicable, Measured, Missing, Result, run_value
+from ..failures import Failure, record, user_errors
+from ..options import Options
+from ..products import Lazy, provides
+from ..report.sections import Column, Section
+from .guideline_evidence import (
+    LOG_STAGES,
+    LOG_STEPS,
+    LOG_WEIGHT_SYNC,
+    Evidence,
+    Inapplicable,
+    Measured,
+    Missing,
+    Result,
+    run_value,
+)
 from .guideline_metrics import METRICS
 
 if TYPE_CHECKING:
     from ..run import Run
 
-PROVIDES = ("violations",)
-
-OPTION = "guidelines"
-"""``Run.options`` key holding the user's guideline file (``rlperf analyze --guidelines``)."""
+EVIDENCE = ("steps", "stage_timeline", "stage_ranges", "pools", "placement", "activity", "bubbles", "collectives",
+            "weight_sync", "aligned", LOG_STAGES, LOG_STEPS, LOG_WEIGHT_SYNC, "metrics", "events", "sources")
+"""What the metrics may read (:class:`Evidence`), each only when a metric asks for it."""
 SCHEMA: dict[str, pl.DataType] = {**frames.VIOLATIONS, "metric": pl.String(), "heuristic": pl.Boolean()}
 STATUS_ORDER = {"violated": 0, "passed": 1, "not_evaluated": 2}
 SEVERITY_ORDER = {s: -i for i, s in enumerate(SEVERITIES)}
@@ -63,21 +75,23 @@ def load_catalogue(user: str | Path | None = None) -> Catalogue:
     return catalogue
 
 
-def provide(run: Run, name: str) -> pl.DataFrame:
-    return evaluate(run, load_catalogue(run.options.get(OPTION)))
+@provides("violations", lazy=EVIDENCE)
+def violations(lazy: Lazy, options: Options, failures: dict[str, Failure]) -> pl.DataFrame:
+    return evaluate(lazy, load_catalogue(options.guidelines), failures)
 
 
-def evaluate(run: Run, catalogue: Catalogue) -> pl.DataFrame:
-    """One row per guideline (:data:`SCHEMA`), violated first."""
-    evidence = Evidence(run, catalogue)
-    rows = [_judged(g, evidence) for g in catalogue.guidelines]
+def evaluate(products: Lazy, catalogue: Catalogue, failures: dict[str, Failure]) -> pl.DataFrame:
+    """One row per guideline (:data:`SCHEMA`), violated first; a guideline whose metric fails
+    with an internal error is kept in ``failures`` and marked so in its row."""
+    evidence = Evidence(products, catalogue)
+    rows = [_judged(g, evidence, failures) for g in catalogue.guidelines]
     frame = pl.DataFrame(rows, schema=SCHEMA, orient="row")
     order = pl.col("status").replace_strict(STATUS_ORDER, return_dtype=pl.Int8)
     severity = pl.col("severity").replace_strict(SEVERITY_ORDER, default=1, return_dtype=pl.Int8)
     return frame.with_row_index("_i").sort([order, severity, "_i"]).drop("_i")
 
 
-def _judged(g: Guideline, evidence: Evidence) -> tuple[Any, ...]:
+def _judged(g: Guideline, evidence: Evidence, failures: dict[str, Failure]) -> tuple[Any, ...]:
     """:func:`_judge`, or a row marked failed when its metric raises: one metric's bug leaves
     the other guidelines judged (docs/errors.md)."""
     try:
@@ -85,7 +99,7 @@ def _judged(g: Guideline, evidence: Evidence) -> tuple[Any, ...]:
     except user_errors():
         raise
     except Exception as exc:
-        marker = record_failure(evidence.run, f"guideline {g.id}", exc).marker
+        marker = record(failures, f"guideline {g.id}", exc).marker
         check = g.checks[0]
         return _row(g, check, "not_evaluated", None, None, check.first_threshold, None, None, None, None, marker)
 

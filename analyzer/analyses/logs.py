@@ -9,42 +9,44 @@ log timers. The log's names are classified by the run's detected framework profi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..products import provides
+from ..steps import name_classes
 from . import log_steps
 
 if TYPE_CHECKING:
     from ..run import Run
 
-PROVIDES = (*(f"log_{name}" for name in log_steps.OUTPUT_NAMES), "log_notes")
+@provides("log_result")
+def log_result(events: pl.DataFrame, metrics: pl.DataFrame, profile: dict[str, Any]) -> log_steps.LogSteps | None:
+    """The logs-only analysis of the run's log timers (None when it has none)."""
+    timers = events.filter(pl.col("kind") == "log_stage")
+    if timers.height == 0:
+        return None
+    classes = name_classes(profile, timers["name"].cast(pl.String).unique(), "log")
+    return log_steps.compute(events, metrics, classes, profile["detection"].profile.metrics)
 
 
-def provide(run: Run, name: str) -> Any:
-    result = _result(run)
-    if name == "log_notes":
-        return [] if result is None else result.notes
-    attr = name.removeprefix("log_")
-    if result is None:
-        return pl.DataFrame(schema=_empty_schema(attr))
-    return getattr(result, attr)
+def _output(attr: str) -> Callable[[log_steps.LogSteps | None], pl.DataFrame]:
+    def output(log_result: log_steps.LogSteps | None) -> pl.DataFrame:
+        return pl.DataFrame(schema=_empty_schema(attr)) if log_result is None else getattr(log_result, attr)
+
+    output.__qualname__ = output.__name__ = f"log_{attr}"
+    output.__doc__ = f"The log analysis' ``{attr}`` frame: {log_steps.OUTPUTS[attr]}."
+    return output
 
 
-def _result(run: Run) -> log_steps.LogSteps | None:
-    cached = run._products.get("_log_result", False)
-    if cached is not False:
-        return cached
-    timers = run.events.filter(pl.col("kind") == "log_stage")
-    result = None
-    if timers.height:
-        from ..classify import name_classes
+for _attr in log_steps.OUTPUT_NAMES:
+    provides(f"log_{_attr}")(_output(_attr))
 
-        names = timers["name"].cast(pl.String).unique()
-        profile = run.profile["detection"].profile
-        result = log_steps.compute(run.events, run.metrics, name_classes(run, names, "log"), profile.metrics)
-    run._products["_log_result"] = result
-    return result
+
+@provides("log_notes")
+def log_notes(log_result: log_steps.LogSteps | None) -> list[str]:
+    return [] if log_result is None else log_result.notes
 
 
 def _empty_schema(attr: str) -> dict[str, pl.DataType]:

@@ -10,15 +10,14 @@ keeps a null value and its text says what it needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
+from ..products import provides
 from ..report.units import cell
-
-PROVIDES = ("overview",)
 
 OVERVIEW: dict[str, pl.DataType] = {
     "metric": pl.String(),
@@ -62,10 +61,25 @@ METRICS: tuple[Metric, ...] = (
 METRIC_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 
 
-def provide(run, name: str) -> pl.DataFrame:
+READS = ("ranks", "steps", "gpu_time", "bubbles", "pools", "weight_sync", "collectives_by_dim", "workdepth",
+         "violations")
+
+
+@provides("overview")
+def overview(ranks: list[int], steps: pl.DataFrame, gpu_time: pl.DataFrame, bubbles: pl.DataFrame,
+             pools: pl.DataFrame, weight_sync: pl.DataFrame, collectives_by_dim: pl.DataFrame,
+             workdepth: pl.DataFrame, violations: pl.DataFrame) -> pl.DataFrame:
+    return compute(dict(ranks=ranks, steps=steps, gpu_time=gpu_time, bubbles=bubbles, pools=pools,
+                        weight_sync=weight_sync, collectives_by_dim=collectives_by_dim, workdepth=workdepth,
+                        violations=violations))
+
+
+def compute(products: Mapping[str, Any]) -> pl.DataFrame:
+    """OVERVIEW from ``products`` (any of :data:`READS`; one missing, or not a frame with the
+    columns a metric reads, leaves that metric's value null)."""
     values: dict[str, Any] = {}
     for collect in _COLLECTORS:
-        values.update(collect(run))
+        values.update(collect(products))
     rows = []
     for m in METRICS:
         value = values.get(m.name)
@@ -76,30 +90,38 @@ def provide(run, name: str) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=OVERVIEW, orient="row")
 
 
-def frame_of(run, name: str, *columns: str) -> pl.DataFrame | None:
+def frame_of(run: Any, name: str, *columns: str) -> pl.DataFrame | None:
     """Product ``name`` when the run provides it as a frame holding ``columns``, else None."""
     if not run.provides(name):
         return None
-    value = run.product(name)
+    return _frame(run.product(name), columns)
+
+
+def _frame(value: Any, columns: tuple[str, ...]) -> pl.DataFrame | None:
     if not isinstance(value, pl.DataFrame) or any(c not in value.columns for c in columns):
         return None
     return value
 
 
-def _ranks(run) -> dict[str, Any]:
-    return {"ranks": len(run.ranks)}
+def _in(products: Mapping[str, Any], name: str, *columns: str) -> pl.DataFrame | None:
+    return _frame(products.get(name), columns)
 
 
-def _steps(run) -> dict[str, Any]:
-    steps = frame_of(run, "steps", "step", "start_ns", "end_ns")
+def _ranks(products: Mapping[str, Any]) -> dict[str, Any]:
+    ranks = products.get("ranks")
+    return {"ranks": len(ranks)} if ranks is not None else {}
+
+
+def _steps(products: Mapping[str, Any]) -> dict[str, Any]:
+    steps = _in(products, "steps", "step", "start_ns", "end_ns")
     if steps is None or steps.height == 0:
         return {}
     length = steps["end_ns"] - steps["start_ns"]
     return {"steps": steps["step"].n_unique(), "step_time_ns": length.median(), "step_time_max_ns": length.max()}
 
 
-def _gpu(run) -> dict[str, Any]:
-    gpu = frame_of(run, "gpu_time", "busy_ns", "gpu_window_ns")
+def _gpu(products: Mapping[str, Any]) -> dict[str, Any]:
+    gpu = _in(products, "gpu_time", "busy_ns", "gpu_window_ns")
     if gpu is None:
         return {}
     gpu = gpu.filter(pl.col("gpu_window_ns").is_not_null() & (pl.col("gpu_window_ns") > 0))
@@ -109,13 +131,13 @@ def _gpu(run) -> dict[str, Any]:
     return {"gpu_busy_ns": gpu["busy_ns"].sum(), "gpu_idle_fraction": (window - gpu["busy_ns"].sum()) / window}
 
 
-def _idle(run) -> dict[str, Any]:
-    bubbles = frame_of(run, "bubbles", "step", "rank", "window_ns", "idle_ns")
+def _idle(products: Mapping[str, Any]) -> dict[str, Any]:
+    bubbles = _in(products, "bubbles", "step", "rank", "window_ns", "idle_ns")
     if bubbles is None or bubbles.height == 0:
         return {}
     per_device = bubbles.group_by("step", "rank").agg(pl.col("window_ns").first(), pl.col("idle_ns").sum())
     out = {"idle_fraction": _ratio(per_device)}
-    pools = frame_of(run, "pools", "rank", "pool")
+    pools = _in(products, "pools", "rank", "pool")
     if pools is not None:
         tagged = per_device.join(pools.select("rank", pl.col("pool").cast(pl.String)), on="rank", how="left")
         for pool, key in (("train", "trainer_idle_fraction"), ("rollout", "rollout_idle_fraction")):
@@ -130,31 +152,31 @@ def _ratio(per_device: pl.DataFrame) -> float | None:
     return per_device["idle_ns"].sum() / window if window else None
 
 
-def _weight_sync(run) -> dict[str, Any]:
-    sync = frame_of(run, "weight_sync", "time_ns")
-    steps = frame_of(run, "steps", "start_ns", "end_ns")
+def _weight_sync(products: Mapping[str, Any]) -> dict[str, Any]:
+    sync = _in(products, "weight_sync", "time_ns")
+    steps = _in(products, "steps", "start_ns", "end_ns")
     if sync is None or sync.height == 0 or steps is None:
         return {}
     total = (steps["end_ns"] - steps["start_ns"]).sum()
     return {"weight_sync_share": sync["time_ns"].sum() / total} if total else {}
 
 
-def _collectives(run) -> dict[str, Any]:
-    coll = frame_of(run, "collectives_by_dim", "exposed_ns")
+def _collectives(products: Mapping[str, Any]) -> dict[str, Any]:
+    coll = _in(products, "collectives_by_dim", "exposed_ns")
     if coll is None or coll["exposed_ns"].null_count() == coll.height:
         return {}
     return {"exposed_comm_ns": coll["exposed_ns"].sum()}
 
 
-def _workdepth(run) -> dict[str, Any]:
-    wd = frame_of(run, "workdepth", "parallelism")
+def _workdepth(products: Mapping[str, Any]) -> dict[str, Any]:
+    wd = _in(products, "workdepth", "parallelism")
     if wd is None or wd["parallelism"].null_count() == wd.height:
         return {}
     return {"parallelism": wd["parallelism"].mean()}
 
 
-def _guidelines(run) -> dict[str, Any]:
-    found = frame_of(run, "violations", "status", "severity")
+def _guidelines(products: Mapping[str, Any]) -> dict[str, Any]:
+    found = _in(products, "violations", "status", "severity")
     if found is None:
         return {}
     violated = found.filter(pl.col("status") == "violated")
@@ -164,7 +186,7 @@ def _guidelines(run) -> dict[str, Any]:
     }
 
 
-_COLLECTORS: tuple[Callable[[Any], dict[str, Any]], ...] = (
+_COLLECTORS: tuple[Callable[[Mapping[str, Any]], dict[str, Any]], ...] = (
     _ranks, _steps, _gpu, _idle, _weight_sync, _collectives, _workdepth, _guidelines,
 )
 

@@ -22,19 +22,38 @@ instants are zero-length by design. A clean run has no rows; the section then sa
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from parsers.discover import format_traits
 from parsers.events import GPU_ACTIVITY_KINDS, nesting_depth
+from parsers.source import CORRELATION_PER_PROCESS
 
 from .. import frames
+from ..products import provides
 from ..report.units import duration
+from ..run import SourceInfo
+from ..steps import exclusion, name_classes, trace_ends
 
 if TYPE_CHECKING:
     from ..run import Run
 
-PROVIDES = ("data_quality",)
+@dataclass(frozen=True)
+class Inputs:
+    """The products the checks read (those :func:`data_quality` declares)."""
+
+    events: pl.DataFrame
+    sources: list[SourceInfo]
+    aligned: pl.DataFrame
+    clock: pl.DataFrame
+    pools: pl.DataFrame
+    incomplete_steps: pl.DataFrame
+    step_table: pl.DataFrame
+    profile: dict[str, Any]
+    log_unclassified: pl.DataFrame
+
 
 TOTAL = "(all files)"
 """The ``file`` of the total rows."""
@@ -170,8 +189,9 @@ def thread_crossings(events: pl.DataFrame) -> Per:
 
 
 def _launch_pid(formats: dict[int, str]) -> pl.Expr:
-    """Correlation ids are per process in multi-process (nsys) sources, per file elsewhere."""
-    by_pid = [s for s, f in formats.items() if f.startswith("nsys")]
+    """Correlation ids are per process where the format says so (nsys reports of several
+    processes), per file elsewhere."""
+    by_pid = [s for s, f in formats.items() if CORRELATION_PER_PROCESS in format_traits(f)]
     return pl.when(pl.col("source").is_in(by_pid)).then(pl.col("pid")).otherwise(-1).alias("_lp")
 
 
@@ -224,60 +244,58 @@ def profiler_window_ns(meta: dict[str, Any]) -> tuple[int, int] | None:
 # --- run-level checks ------------------------------------------------------------------------------
 
 
-def _rank_sources(run: Run) -> pl.DataFrame:
+def _rank_sources(q: Inputs) -> pl.DataFrame:
     """``rank`` → the first source holding its rows."""
-    return run.events.filter(pl.col("rank") >= 0).group_by("rank").agg(pl.col("source").min())
+    return q.events.filter(pl.col("rank") >= 0).group_by("rank").agg(pl.col("source").min())
 
 
-def clock_offsets(run: Run) -> Per:
-    clock = run.clock.filter(pl.col("offset_ns") != 0).join(_rank_sources(run), on="rank")
+def clock_offsets(q: Inputs) -> Per:
+    clock = q.clock.filter(pl.col("offset_ns") != 0).join(_rank_sources(q), on="rank")
     if clock.height == 0:
         return _empty()
     return _details(clock, lambda r: f"rank {r['rank']}: {duration(r['offset_ns'])} ± {duration(r['uncertainty_ns'])} "
                                      f"from {r['matched']} matched collectives")
 
 
-def clock_unaligned(run: Run) -> Per:
+def clock_unaligned(q: Inputs) -> Per:
     """Ranks whose clock could not be checked against the others', where that matters: ranks
     of one capture, or all on one host, share one clock."""
-    sources = _rank_sources(run)
-    hosts = run.pools["host"].drop_nulls().unique()
-    if sources["source"].n_unique() < 2 or (hosts.len() == 1 and run.pools["host"].null_count() == 0):
+    sources = _rank_sources(q)
+    hosts = q.pools["host"].drop_nulls().unique()
+    if sources["source"].n_unique() < 2 or (hosts.len() == 1 and q.pools["host"].null_count() == 0):
         return _empty()
-    clock = run.clock.filter(~pl.col("aligned")).join(sources, on="rank")
+    clock = q.clock.filter(~pl.col("aligned")).join(sources, on="rank")
     return _details(clock, lambda r: f"rank {r['rank']}: times taken as recorded")
 
 
-def time_bases(run: Run) -> Per:
-    rows = [(s.index, 1, f"time base: {s.meta['time_base']}") for s in run.sources
+def time_bases(q: Inputs) -> Per:
+    rows = [(s.index, 1, f"time base: {s.meta['time_base']}") for s in q.sources
             if s.meta.get("role") != "log" and any(w in str(s.meta.get("time_base", "")).lower() for w in _NOT_EPOCH)]
     return _frame(rows)
 
 
-def skipped_categories(run: Run) -> Per:
+def skipped_categories(q: Inputs) -> Per:
     rows = [(s.index, len(cats), ", ".join(map(str, cats[:EXAMPLES])) + (" …" if len(cats) > EXAMPLES else ""))
-            for s in run.sources if (cats := list(s.meta.get("skipped_categories") or []))]
+            for s in q.sources if (cats := list(s.meta.get("skipped_categories") or []))]
     return _frame(rows)
 
 
-def unmapped_names(run: Run) -> tuple[Per, int]:
+def unmapped_names(q: Inputs) -> tuple[Per, int]:
     """Annotation names (collective ranges aside) that no rule of the run's profile maps."""
-    from ..classify import name_classes
-
-    ann = run.events.filter(pl.col("kind").is_in(["annotation", "gpu_annotation"]) & pl.col("coll").is_null()).select(
+    ann = q.events.filter(pl.col("kind").is_in(["annotation", "gpu_annotation"]) & pl.col("coll").is_null()).select(
         "source", pl.col("name").cast(pl.String))
     if ann.height == 0:
         return _empty(), 0
-    classes = name_classes(run, ann["name"].unique(), "trace")
+    classes = name_classes(q.profile, ann["name"].unique(), "trace")
     unknown = classes.filter(pl.col("relation") == "unknown").select("name")
     rows = ann.join(unknown, on="name")
     return _names(rows), rows["name"].n_unique()
 
 
-def unmapped_timers(run: Run) -> tuple[Per, int]:
+def unmapped_timers(q: Inputs) -> tuple[Per, int]:
     """Log timers no rule claims (the log analysis lists them as ``log_unclassified``)."""
-    names = run.log_unclassified.select("name")
-    rows = run.events.filter(pl.col("kind") == "log_stage").select("source", pl.col("name").cast(pl.String)).join(names, on="name")
+    names = q.log_unclassified.select("name")
+    rows = q.events.filter(pl.col("kind") == "log_stage").select("source", pl.col("name").cast(pl.String)).join(names, on="name")
     return _names(rows), rows["name"].n_unique()
 
 
@@ -293,28 +311,24 @@ def _names(rows: pl.DataFrame) -> Per:
     )
 
 
-def salvaged(run: Run) -> Per:
+def salvaged(q: Inputs) -> Per:
     """Files cut short: what was kept, where the data ends, which step the cut falls in."""
-    from ..assemble import trace_ends
-
-    cut = [s for s in run.sources if s.meta.get("salvaged")]
+    cut = [s for s in q.sources if s.meta.get("salvaged")]
     if not cut:
         return _empty()
-    ends = trace_ends(run.aligned, [s.index for s in cut]).group_by("source").agg(pl.col("trace_end_ns").min())
-    starts = run.aligned.group_by("source").agg(pl.col("start_ns").min(), pl.len().alias("kept"))
-    first = run.incomplete_steps.filter(pl.col("reason") == "cut").group_by("source").agg(pl.col("step").min())
+    ends = trace_ends(q.aligned, [s.index for s in cut]).group_by("source").agg(pl.col("trace_end_ns").min())
+    starts = q.aligned.group_by("source").agg(pl.col("start_ns").min(), pl.len().alias("kept"))
+    first = q.incomplete_steps.filter(pl.col("reason") == "cut").group_by("source").agg(pl.col("step").min())
     facts = (pl.DataFrame({"source": [s.index for s in cut]}, schema={"source": pl.UInt32})
              .join(starts, on="source", how="left").join(ends, on="source", how="left").join(first, on="source", how="left")
              .with_columns(pl.col("kept").fill_null(0)))
     meta = {s.index: s.meta["salvaged"] for s in cut}
-    stepped = _has_steps(run)
+    stepped = _has_steps(q)
     return _details(facts, lambda r: _salvage_text(meta[r["source"]], r, stepped), count="kept")
 
 
-def _has_steps(run: Run) -> bool:
-    from ..classify import step_table
-
-    return step_table(run).height > 0
+def _has_steps(q: Inputs) -> bool:
+    return q.step_table.height > 0
 
 
 def _salvage_text(kept: Any, row: dict[str, Any], stepped: bool) -> str:
@@ -332,22 +346,20 @@ def _salvage_text(kept: Any, row: dict[str, Any], stepped: bool) -> str:
     return f"{what}; {where}, {step}"
 
 
-def excluded_steps(run: Run) -> tuple[Per, int]:
-    from ..assemble import _exclusion
-
-    found = run.incomplete_steps
+def excluded_steps(q: Inputs) -> tuple[Per, int]:
+    found = q.incomplete_steps
     if found.height == 0:
         return _empty(), 0
     per = found.group_by("source", "reason", maintain_order=True).agg(pl.col("step").unique().sort())
-    rows = [(r["source"], len(r["step"]), _exclusion(r["reason"], r["step"])) for r in per.iter_rows(named=True)]
+    rows = [(r["source"], len(r["step"]), exclusion(r["reason"], r["step"])) for r in per.iter_rows(named=True)]
     merged = _frame(rows).group_by("source", maintain_order=True).agg(pl.col("count").sum(), pl.col("detail").str.join("; "))
     return merged, found["step"].n_unique()
 
 
-def parser_tallies(run: Run) -> pl.DataFrame:
+def parser_tallies(q: Inputs) -> pl.DataFrame:
     """``meta["quality"]`` of every source as rows ``source, check, title, count, detail``."""
     rows = [(s.index, f"parser:{k}", parser_title(str(k)), int(v), "counted by the parser")
-            for s in run.sources for k, v in sorted((s.meta.get("quality") or {}).items()) if _count(v)]
+            for s in q.sources for k, v in sorted((s.meta.get("quality") or {}).items()) if _count(v)]
     return pl.DataFrame(rows, schema={"source": pl.UInt32, "check": pl.String, "title": pl.String,
                                       "count": pl.Int64, "detail": pl.String}, orient="row")
 
@@ -378,11 +390,11 @@ def _details(facts: pl.DataFrame, text: Callable[[dict[str, Any]], str], count: 
 # --- the product and the section -------------------------------------------------------------------
 
 
-def _checks(run: Run) -> dict[str, tuple[Per, int | None]]:
+def _checks(q: Inputs) -> dict[str, tuple[Per, int | None]]:
     """Every computed check: per-source rows and, where a plain sum would count one thing
     twice (a name in several files, a step excluded by several traces), the total."""
-    events = run.events
-    formats = {s.index: s.format for s in run.sources}
+    events = q.events
+    formats = {s.index: s.format for s in q.sources}
     plain: dict[str, Callable[[], Per]] = {
         "duplicate": lambda: duplicates(events),
         "negative_duration": lambda: negative_durations(events),
@@ -391,33 +403,33 @@ def _checks(run: Run) -> dict[str, tuple[Per, int | None]]:
         "overlap_thread": lambda: thread_crossings(events),
         "started_before_launch": lambda: before_launch(events, formats),
         "stream_order": lambda: stream_disorder(events),
-        "outside_window": lambda: outside_window(events, run.sources),
-        "skipped_categories": lambda: skipped_categories(run),
-        "clock_offset": lambda: clock_offsets(run),
-        "clock_unaligned": lambda: clock_unaligned(run),
-        "clock_time_base": lambda: time_bases(run),
-        "salvaged": lambda: salvaged(run),
+        "outside_window": lambda: outside_window(events, q.sources),
+        "skipped_categories": lambda: skipped_categories(q),
+        "clock_offset": lambda: clock_offsets(q),
+        "clock_unaligned": lambda: clock_unaligned(q),
+        "clock_time_base": lambda: time_bases(q),
+        "salvaged": lambda: salvaged(q),
     }
     out: dict[str, tuple[Per, int | None]] = {k: (f(), None) for k, f in plain.items()}
-    out["unmapped_names"] = unmapped_names(run)
-    out["unmapped_timers"] = unmapped_timers(run)
-    out["excluded_steps"] = excluded_steps(run)
+    out["unmapped_names"] = unmapped_names(q)
+    out["unmapped_timers"] = unmapped_timers(q)
+    out["excluded_steps"] = excluded_steps(q)
     return {k: out[k] for k in TITLES}
 
 
-def compute(run: Run) -> pl.DataFrame:
+def compute(q: Inputs) -> pl.DataFrame:
     """DATA_QUALITY: per file (in source order) the parser's tallies, then the checks; then one
     total row per check found."""
-    checks = _checks(run)
+    checks = _checks(q)
     computed = [per.with_columns(pl.lit(key).alias("check"), pl.lit(TITLES[key]).alias("title"))
                 for key, (per, _) in checks.items() if per.height]
-    found = pl.concat([parser_tallies(run), *(c.select("source", "check", "title", "count", "detail") for c in computed)])
+    found = pl.concat([parser_tallies(q), *(c.select("source", "check", "title", "count", "detail") for c in computed)])
     if found.height == 0:
         return frames.empty(frames.DATA_QUALITY)
     order = {k: i for i, k in enumerate(TITLES)}
     found = found.with_columns(
         pl.col("check").replace_strict(order, default=-1, return_dtype=pl.Int32).alias("_order"))
-    names = pl.DataFrame({"source": [s.index for s in run.sources], "file": [s.path.name for s in run.sources]},
+    names = pl.DataFrame({"source": [s.index for s in q.sources], "file": [s.path.name for s in q.sources]},
                          schema={"source": pl.UInt32, "file": pl.String})
     per_file = found.join(names, on="source").sort("source", "_order", "check")
     distinct = {k: t for k, (_, t) in checks.items() if t is not None}
@@ -432,8 +444,12 @@ def compute(run: Run) -> pl.DataFrame:
     return pl.concat([per_file.select(cols), totals.select(cols)]).cast(frames.DATA_QUALITY)
 
 
-def provide(run: Run, name: str) -> pl.DataFrame:
-    return frames.check(compute(run), frames.DATA_QUALITY, "data_quality")
+@provides("data_quality", schema=frames.DATA_QUALITY)
+def data_quality(events: pl.DataFrame, sources: list[SourceInfo], aligned: pl.DataFrame, clock: pl.DataFrame,
+                 pools: pl.DataFrame, incomplete_steps: pl.DataFrame, step_table: pl.DataFrame,
+                 profile: dict[str, Any], log_unclassified: pl.DataFrame) -> pl.DataFrame:
+    return compute(Inputs(events, sources, aligned, clock, pools, incomplete_steps, step_table, profile,
+                          log_unclassified))
 
 
 def file_summary(run: Run, found: pl.DataFrame) -> pl.DataFrame:

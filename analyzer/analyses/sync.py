@@ -19,8 +19,7 @@ import polars as pl
 from taxonomy.vocab import STAGE
 
 from .. import frames, intervals
-
-PROVIDES = ("collective_waits", "collectives_by_dim", "weight_sync", "stragglers")
+from ..products import provides
 
 BUSBW_FACTOR: dict[str, tuple[float, float]] = {
     "all_reduce": (2.0, 0.0),
@@ -147,14 +146,24 @@ def compute_stragglers(waits: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def provide(run, name: str) -> pl.DataFrame:
-    if name == "collective_waits":
-        return compute_waits(run.collectives, run.activity)
-    if name == "collectives_by_dim":
-        return compute_by_dim(run.collective_waits)
-    if name == "weight_sync":
-        return compute_weight_sync(run.stage_timeline, run.collective_waits, run.steps)
-    return compute_stragglers(run.collective_waits)
+@provides("collective_waits")
+def collective_waits(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
+    return compute_waits(collectives, activity)
+
+
+@provides("collectives_by_dim")
+def collectives_by_dim(collective_waits: pl.DataFrame) -> pl.DataFrame:
+    return compute_by_dim(collective_waits)
+
+
+@provides("weight_sync")
+def weight_sync(stage_timeline: pl.DataFrame, collective_waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    return compute_weight_sync(stage_timeline, collective_waits, steps)
+
+
+@provides("stragglers")
+def stragglers(collective_waits: pl.DataFrame) -> pl.DataFrame:
+    return compute_stragglers(collective_waits)
 
 
 def section(run):

@@ -18,9 +18,8 @@ import polars as pl
 from taxonomy.vocab import TRAIN_STAGES
 
 from .. import frames, intervals
+from ..products import provides
 from .breakdown import critical_summary
-
-PROVIDES = ("workdepth",)
 
 
 def compute(
@@ -112,8 +111,10 @@ def _imbalance(stage_timeline: pl.DataFrame, states: pl.DataFrame) -> pl.DataFra
     return per_rank.group_by("step").agg((pl.col("_update").max() - pl.col("_update").mean()).round().cast(pl.Int64).alias("_imbalance"))
 
 
-def provide(run, name: str) -> pl.DataFrame:
-    return compute(run.steps, run.bubbles, run.critical_path, run.stage_ranges, run.stage_timeline, run.device_states)
+@provides("workdepth")
+def workdepth(steps: pl.DataFrame, bubbles: pl.DataFrame, critical_path: pl.DataFrame, stage_ranges: pl.DataFrame,
+              stage_timeline: pl.DataFrame, device_states: pl.DataFrame) -> pl.DataFrame:
+    return compute(steps, bubbles, critical_path, stage_ranges, stage_timeline, device_states)
 
 
 def section(run):

@@ -69,19 +69,18 @@ def analyze(
     self-contained file (works offline), md a Markdown report for a pull request, png the
     charts as images (-o names the file or folder), json a document usable as an audit baseline.
     """
-    from ..analyses.guidelines import OPTION, load_catalogue
-    from ..assemble import assembly_options
+    from ..analyses.guidelines import load_catalogue
+    from ..options import Options
     from ..progress import Steps, load
     from ..report.sections import sections
 
     if guidelines is not None:
         load_catalogue(guidelines)  # a bad file stops the command before any parsing
-    options = assembly_options(framework=framework, steps=steps_selected, ranks=ranks, rules=rules, layout=layout)
+    options = Options.checked(framework=framework, steps=steps_selected, ranks=ranks, rules=rules, layout=layout,
+                              guidelines=guidelines)
     steps = Steps(quiet)
-    run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[output], folder=fmt.value == "png")
-    run.options.update(options)
-    if guidelines is not None:
-        run.options[OPTION] = str(guidelines)
+    run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[output], folder=fmt.value == "png",
+               options=options)
     run.warnings.extend(selection_warnings(run) + framework_warnings(run))
     with steps.step("Analyzing"):
         sections(run)  # computes every product once, behind a progress display
@@ -93,13 +92,11 @@ def analyze(
 def selection_warnings(run) -> list[str]:
     """``--steps`` and ``--ranks`` against what the run has: none of it inside is an InputError
     naming the option (an empty report would look like a result), part of it a warning."""
-    from ..assemble import parse_selection
-    from ..classify import step_table
-
     out = []
-    for flag, noun, have in (("--steps", "steps", lambda: step_table(run)["step"].unique().to_list()),
-                             ("--ranks", "ranks", lambda: run.ranks)):
-        asked = parse_selection(run.options.get(flag.removeprefix("--")))
+    for flag, noun, have, asked in (
+        ("--steps", "steps", lambda: run.step_table["step"].unique().to_list(), run.options.step_selection),
+        ("--ranks", "ranks", lambda: run.ranks, run.options.rank_selection),
+    ):
         if asked is None:
             continue
         present = sorted(set(have()))
@@ -117,10 +114,10 @@ def framework_warnings(run) -> list[str]:
     """``--framework`` against the framework a source states (a log header names it)."""
     from taxonomy.profiles import load_profiles
 
-    asked = run.options.get("framework")
+    asked = run.options.framework
     if not asked:
         return []
-    profiles = load_profiles(run.options.get("rules")).values()
+    profiles = load_profiles(run.options.rules).values()
 
     def profile(name: str) -> str:
         return next((p.name for p in profiles if name == p.name or name in p.frameworks), name)

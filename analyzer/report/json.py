@@ -7,13 +7,33 @@ import math
 from typing import Any
 
 from ..run import Run
+from .sections import failures, sections
 
 SCHEMA = "rlperf-report/1"
 
 
 def render(run: Run) -> str:
-    document = {"schema": SCHEMA, **run.summary()}
+    document = {"schema": SCHEMA, **summary(run)}
     return json.dumps(_clean(document), indent=2, default=str)
+
+
+def summary(run: Run) -> dict[str, Any]:
+    """Everything the reports show, as plain JSON-able data: one key per report section."""
+    document: dict[str, Any] = {
+        "sources": [
+            {"path": str(s.path), "format": s.format, "rank": s.rank, "warnings": s.warnings}
+            for s in run.sources
+        ],
+        "unknown_files": [str(p) for p in run.unknown],
+        "notes": run.notes,
+        "warnings": run.warnings,
+    }
+    for section in sections(run):
+        document[section.key] = section.frame.to_dicts() if section.frame is not None else []
+        for name, frame in section.details.items():
+            document[name] = frame.to_dicts()
+    document["failures"] = [{"failed": f.what, "module": f.module, "error": f.error} for f in failures(run)]
+    return document
 
 
 def _clean(value: Any) -> Any:

@@ -13,18 +13,34 @@ can still write every other section and then exit with the internal-error status
 from __future__ import annotations
 
 import importlib
-import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import polars as pl
 
-from parsers.errors import InputError, printable
+from ..failures import Failure, describe, record, user_errors
 
-from ..analyses import REGISTRY
+__all__ = ["Column", "Failure", "Section", "describe", "failures", "record_failure", "sections", "user_errors"]
 
 if TYPE_CHECKING:
     from ..run import Run
+
+REGISTRY: tuple[str, ...] = (
+    "analyzer.assemble",
+    "analyzer.classify",
+    "analyzer.placement",
+    "analyzer.analyses.overview",
+    "analyzer.analyses.quality",
+    "analyzer.analyses.logs",
+    "analyzer.analyses.gpu_time",
+    "analyzer.analyses.annotations",
+    "analyzer.analyses.breakdown",
+    "analyzer.analyses.bubbles",
+    "analyzer.analyses.sync",
+    "analyzer.analyses.workdepth",
+    "analyzer.analyses.guidelines",
+)
+"""Modules with a report section (``section(run)``), in report order."""
 
 FORMATS = ("text", "duration", "percent", "bytes", "number", "bandwidth")
 
@@ -59,74 +75,14 @@ class Section:
         return [list(r) for r in self.frame.select([c.name for c in self.shown_columns()]).iter_rows()]
 
 
-PACKAGES = ("analyzer", "parsers", "taxonomy")
-"""rlperf's own packages: an internal error is named after the deepest of their frames."""
-FAILURES = "_failures"
-"""``run._products`` key of the failures recorded so far (what failed → :class:`Failure`)."""
-
-
-@dataclass(frozen=True)
-class Failure:
-    """An unexpected error inside one analysis (a bug, not bad input)."""
-
-    what: str
-    """What could not be built, e.g. ``section bubbles``, ``guideline G13``."""
-    module: str
-    """The rlperf module whose code raised it."""
-    error: str
-    """``TypeError: …`` on one line."""
-    traceback: str
-
-    @property
-    def marker(self) -> str:
-        """What the report shows in place of the failed part."""
-        return f"failed: internal error in {self.module}: {self.error}"
-
-
-def user_errors() -> tuple[type[Exception], ...]:
-    """Errors that mean bad input (exit status 2), never an internal error."""
-    from taxonomy.collectives import CollectiveRulesError
-    from taxonomy.guidelines import GuidelineError
-    from taxonomy.profiles import ProfileError
-
-    return InputError, ProfileError, GuidelineError, CollectiveRulesError
-
-
-def describe(exc: BaseException, what: str = "") -> Failure:
-    """``exc`` as a :class:`Failure`, named after the deepest rlperf frame that raised it."""
-    module = next((m for m in reversed(_modules(exc)) if m.split(".")[0] in PACKAGES), "rlperf")
-    message = printable(" ".join(str(exc).split()))
-    error = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return Failure(what or module, module, error, traceback_text(exc))
-
-
-def traceback_text(exc: BaseException) -> str:
-    """The traceback of ``exc`` with every exception message escaped onto one line
-    (:func:`printable`): only the frames' own line breaks remain, so a name in a message
-    cannot drive the terminal or pass for another line under ``--debug``."""
-    structural = ("Traceback", "  ", "\n")
-    chunks = traceback.TracebackException.from_exception(exc).format()
-    return "".join(c if c.startswith(structural) else printable(c.rstrip("\n")) + "\n" for c in chunks)
-
-
-def _modules(exc: BaseException) -> list[str]:
-    """The module of every frame ``exc`` passed through, outermost first."""
-    out, tb = [], exc.__traceback__
-    while tb is not None:
-        out.append(str(tb.tb_frame.f_globals.get("__name__", "")))
-        tb = tb.tb_next
-    return out
-
-
 def record_failure(run: Run, what: str, exc: Exception) -> Failure:
     """Keep ``exc`` on the run as the failure of ``what`` (once, however often it is rebuilt)."""
-    found: dict[str, Failure] = run._products.setdefault(FAILURES, {})
-    return found.setdefault(what, describe(exc, what))
+    return record(run.failures, what, exc)
 
 
 def failures(run: Run) -> list[Failure]:
     """The failures recorded on ``run``, in the order they happened."""
-    return list(run._products.get(FAILURES, {}).values())
+    return list(run.failures.values())
 
 
 def sections(run: Run) -> list[Section]:

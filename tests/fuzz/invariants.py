@@ -45,7 +45,7 @@ def report(run: Any, text: str, sections: list[Any]) -> list[str]:
 
 
 def _products(run: Any) -> set[str]:
-    return set(run.__dict__.get("_products", {}))
+    return set(run.computed())
 
 
 def _frames(section: Any) -> list[tuple[str, pl.DataFrame]]:

@@ -318,7 +318,7 @@ def analyse_paths(paths: list[Path]) -> dict[str, Any]:
         return {"outcome": "crash", "kind": first.error.split(":")[0], "where": first.module,
                 "message": f"{first.what}: {first.error}"}
     problems = invariants.report(run, text, sections)
-    if "bubbles" in run.__dict__.get("_products", {}):
+    if "bubbles" in run.computed():
         problems += invariants.bubbles(run.bubbles)
     if problems:
         return {"outcome": "invariant", "kind": "report", "where": problems[0].split(":")[0], "message": "; ".join(problems)}
