@@ -71,6 +71,15 @@ def parser_for(fmt: str) -> ModuleType:
     raise KeyError(fmt)
 
 
+def format_traits(fmt: str) -> frozenset[str]:
+    """The traits (``parsers.source.FORMAT_TRAITS``) the parser of ``fmt`` declares; none for a
+    format no parser reads."""
+    try:
+        return frozenset(getattr(parser_for(fmt), "TRAITS", frozenset()))
+    except KeyError:
+        return frozenset()
+
+
 def not_regular(path: Path) -> str | None:
     """Why ``path`` (links followed) is no file to read, or None for a regular file."""
     try:

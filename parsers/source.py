@@ -22,7 +22,24 @@ METRICS_SCHEMA = pl.Schema({
 
 
 RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
-"""A rank a file name states (``rank-3``, ``job_rank_12``, ``Rank3``); the last resort of parsers."""
+"""A rank a file name states (``rank-3``, ``job_rank_12``, ``Rank3``); the last resort of parsers.
+It takes the whole digit run because the parsers range-check the number and count one out of
+range (``out_of_range_rank``) instead of losing it."""
+RANK_IN_NAME_BOUNDED = re.compile(r"(?i)(?:^|[^a-z])rank[-_]?(\d{1,5})(?:[^0-9]|$)")
+"""The same rank for the assembler, which numbers the traces no parser gave a rank and checks no
+range: at most five digits, not followed by a sixth (``rank123456`` is an id, not a rank), and a
+later ``rank`` in the name is still tried."""
+
+FORMAT_TRAITS: dict[str, str] = {
+    "correlation_per_process": "correlation ids are unique per process, not per file (an nsys "
+    "report of several processes): a launch links to its GPU work on (correlation id, pid)",
+    "session_clock": "times count from the capture's session start, never from the epoch, so the "
+    "clock estimate leaves the file's events where they are",
+}
+"""What a parser module may declare about its format in ``TRAITS`` (a frozenset of these names),
+so that the analyzer asks about a property instead of knowing format names."""
+CORRELATION_PER_PROCESS = "correlation_per_process"
+SESSION_CLOCK = "session_clock"
 
 
 def empty_metrics() -> pl.DataFrame:
