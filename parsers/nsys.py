@@ -38,9 +38,10 @@ from .nsys_procs import (
     tid_of,
     vm_of,
 )
-from .source import ParsedSource
+from .source import CORRELATION_PER_PROCESS, ParsedSource
 
 FORMAT = "nsys-sqlite"
+TRAITS = frozenset({CORRELATION_PER_PROCESS})
 EXTENSIONS: tuple[str, ...] = (".sqlite", ".sqlite3", ".db")
 
 RUNTIME_CLASSES: dict[int, str] = {0: "CUDA runtime", 1: "CUDA driver"}

@@ -25,6 +25,7 @@ from .errors import InputError
 from .source import ParsedSource
 
 FORMAT = "nsys-rep"
+TRAITS = nsys.TRAITS
 EXTENSIONS: tuple[str, ...] = (".nsys-rep", ".qdrep")
 
 REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"

@@ -30,9 +30,10 @@ from .discover import open_bytes
 from .errors import InputError
 from .events import GPU_ACTIVITY_KINDS, conform, nesting_depth
 from .nccl import kernel_coll_expr
-from .source import ParsedSource
+from .source import CORRELATION_PER_PROCESS, SESSION_CLOCK, ParsedSource
 
 FORMAT = "nsys-stats-csv"
+TRAITS = frozenset({CORRELATION_PER_PROCESS, SESSION_CLOCK})
 EXTENSIONS: tuple[str, ...] = (".csv",)
 
 KNOWN_COLUMNS = frozenset(

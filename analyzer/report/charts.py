@@ -19,20 +19,10 @@ from typing import Any
 import altair as alt
 import polars as pl
 
-from taxonomy.vocab import IDLE_CAUSES, STAGE_NAMES
+from taxonomy.vocab import CAUSE_COLORS, IDLE_CAUSES, STAGE_COLORS, STAGE_NAMES
 
 from ..analyses.overview import frame_of as product
 
-STAGE_COLORS: dict[str, str] = {
-    "data_load": "#9c755f", "rollout": "#4e79a7", "reward": "#f28e2b", "old_logprob": "#76b7b2",
-    "ref_logprob": "#59a14f", "values": "#edc948", "advantage": "#b07aa1", "critic_update": "#ff9da7",
-    "actor_update": "#e15759", "weight_sync": "#17becf", "data_transfer": "#86bcb6",
-    "checkpoint": "#8cd17d", "evaluation": "#499894", "other": "#bab0ac",
-}
-CAUSE_COLORS: dict[str, str] = {
-    "rollout_tail": "#4e79a7", "pool_wait": "#f28e2b", "stage_gap": "#76b7b2", "sync_wait": "#e15759",
-    "host_bound": "#edc948", "weight_sync": "#17becf", "other": "#bab0ac",
-}
 OVERLAP_COLORS: dict[str, str] = {"exposed": "#e15759", "hidden": "#bab0ac", "overlap unknown": "#4e79a7"}
 BUBBLE_MARK = "#c00000"
 
