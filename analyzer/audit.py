@@ -36,7 +36,7 @@ from taxonomy.tomlfile import read_toml
 
 from .analyses.overview import METRICS
 from .report.json import SCHEMA as REPORT_SCHEMA
-from .report.units import cell, unit_format
+from .units import cell, unit_format
 
 DEFAULT_REGRESSION = 0.10
 """With ``--baseline`` alone: the largest allowed change for the worse, as a fraction of the baseline."""

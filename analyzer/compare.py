@@ -194,7 +194,7 @@ def default_labels(paths: Sequence) -> list[str]:
 
 def display(comparison: Comparison) -> pl.DataFrame:
     """The table as report cells (strings): values in their unit, signed deltas and changes."""
-    from .report.units import cell, unit_format
+    from .units import cell, unit_format
 
     labels = comparison.labels
     rows = []

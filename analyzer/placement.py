@@ -34,8 +34,7 @@ from . import intervals
 from .products import provides
 
 if TYPE_CHECKING:
-    from .report.sections import Section
-    from .run import Run
+    pass
 
 OVERLAP_MIN = 0.10
 """Generation overlapping at least this share of the train pool's training time is asynchrony."""
@@ -43,7 +42,7 @@ FUSED_MIN = 0.05
 """Forward-only stages overlapping others' generation for this share of their time is fusion."""
 
 
-def _runs(numbers: Iterable[int]) -> list[tuple[int, int]]:
+def consecutive_runs(numbers: Iterable[int]) -> list[tuple[int, int]]:
     """Distinct numbers as (first, last) runs of consecutive ones, ascending."""
     runs: list[tuple[int, int]] = []
     for n in sorted(set(numbers)):
@@ -56,7 +55,7 @@ def _runs(numbers: Iterable[int]) -> list[tuple[int, int]]:
 
 def _ranks_text(ranks: list[int]) -> str:
     """``[0, 1, 2, 5]`` → ``"0-2,5"`` for the evidence sentences."""
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in _runs(ranks)) or "none"
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in consecutive_runs(ranks)) or "none"
 
 
 def _length(frame: pl.DataFrame) -> int:
@@ -145,61 +144,3 @@ def placement(pools: pl.DataFrame, stage_ranges: pl.DataFrame) -> dict[str, Any]
 # --- report section: the run summary ----------------------------------------------------------
 
 
-def number_ranges(numbers: list[int]) -> str:
-    """``[1, 2, 3, 7, 9, 10]`` → ``"1–3, 7, 9–10 (6)"``: step lists stay one line."""
-    count = len(set(numbers))
-    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in _runs(numbers)) + (f" ({count})" if count > 2 else "")
-
-
-def summary(run: Run) -> pl.DataFrame:
-    """Facts about the run as (fact, value, detail) rows."""
-    rows: list[tuple[str, str, str]] = []
-    profile = run.profile
-    rows.append(("framework", profile["name"], profile["title"]))
-    rows.append(("version assumed", profile["version"] or "any", profile["reason"]))
-    pools = run.pools
-    hosts = sorted({h for h in pools["host"].to_list() if h})
-    if pools.height:
-        rows.append(("ranks", str(pools.height), f"on {len(hosts)} host(s): {', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''}"))
-    else:
-        rows.append(("ranks", "–", "no device traces: logs only"))
-    roles = {s.meta.get("role") for s in run.sources}
-    if "driver" in roles:
-        rows.append(("driver", "yes", "the single controller's timers frame the steps; it is not a device"))
-    facts = run.placement
-    rows.append(("placement", facts["placement"] or "–", "; ".join(facts["evidence"][:1])))
-    rows.append(("execution mode", facts["execution"] or "–", "; ".join(facts["evidence"][1:])))
-    steps = run.steps
-    if steps.height:
-        lengths = (steps["end_ns"] - steps["start_ns"]) / 1e6
-        src = steps["source"][0]
-        numbering = run.stepping["note"]
-        rows.append(("steps", number_ranges(steps["step"].to_list()),
-                     f"from {src}; median {lengths.median():.1f} ms" + (f"; {numbering}" if numbering else "")))
-    else:
-        rows.append(("steps", "none", "no ProfilerStep, step range, rollout or log step found"))
-    clock = run.clock
-    aligned = clock.filter(pl.col("aligned"))
-    if clock.height:
-        shifted = clock.filter(pl.col("offset_ns") != 0)
-        worst = int(aligned["uncertainty_ns"].max() or 0) if aligned.height else 0
-        if not aligned.height:
-            detail = "no matched collectives: clocks taken as recorded"
-        elif shifted.height:
-            detail = (f"{shifted.height} rank(s) shifted, largest offset {int(shifted['offset_ns'].abs().max()) / 1e3:.0f} µs; "
-                      f"residual uncertainty up to {worst / 1e3:.0f} µs")
-        else:
-            detail = f"no offset beyond its uncertainty; clocks agree within {worst / 1e3:.0f} µs"
-        rows.append(("clock alignment", f"{aligned.height}/{clock.height} ranks aligned", detail))
-    return pl.DataFrame(rows, schema={"fact": pl.String, "value": pl.String, "detail": pl.String}, orient="row")
-
-
-def section(run: Run) -> Section | None:
-    from .report.sections import Column, Section
-
-    return Section(
-        "Run",
-        summary(run),
-        columns=[Column("fact", "fact"), Column("value", "value"), Column("detail", "detail")],
-        note="Framework from the profile matching the most names; placement and execution mode from which ranks run which stages when.",
-    )

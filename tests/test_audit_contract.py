@@ -93,13 +93,13 @@ def test_an_internal_error_is_exit_3_and_its_checks_are_errors(tmp_path):
     )
     assert lines[1].split()[:2] == ["ERROR", "bubbles"]
     assert (
-        "section bubbles failed: internal error in analyzer.analyses.bubbles: TypeError: boom in "
+        "section bubbles failed: internal error in analyzer.report.sections.bubbles: TypeError: boom in "
         "section"
         in lines[1]
     )
     assert lines[2].split()[:2] == ["PASS", "ranks"]
     assert [line for line in done.stderr.splitlines() if "internal error" in line] == [
-        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in "
+        "rlperf: internal error in section bubbles (analyzer.report.sections.bubbles): TypeError: boom in "
         "section; "
         "rerun with --debug for the traceback"
     ]
@@ -134,7 +134,7 @@ def test_a_report_that_lists_failures_audits_as_exit_3(tmp_path):
     assert done.returncode == 3
     assert done.stdout.startswith("rlperf audit passed: 1 check(s), 0 failed")
     assert done.stderr.strip().splitlines() == [
-        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in "
+        "rlperf: internal error in section bubbles (analyzer.report.sections.bubbles): TypeError: boom in "
         "section; "
         "rerun with --debug for the traceback"
     ]

@@ -56,7 +56,7 @@ sys.argv = ["rlperf", *sys.argv[2:]]
 from analyzer.cli import main
 main()
 '''
-SECTION = "analyzer.analyses.bubbles.section"
+SECTION = "analyzer.report.sections.bubbles.section"
 G13 = "analyzer.analyses.guideline_metrics.METRICS=pipeline_bubble"
 
 
@@ -225,13 +225,13 @@ def test_a_failing_section_and_guideline_are_marked_and_the_rest_is_the_clean_re
         "rlperf: internal error in guideline G13 (analyzer.analyses.guideline_metrics): TypeError: "
         "boom in "
         "pipeline_bubble; rerun with --debug for the traceback",
-        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in "
+        "rlperf: internal error in section bubbles (analyzer.report.sections.bubbles): TypeError: boom in "
         "section; "
         "rerun with --debug for the traceback",
     ]
     report = json.loads(out.read_text())
     assert {(f["failed"], f["module"]) for f in report["failures"]} == {
-        ("section bubbles", "analyzer.analyses.bubbles"),
+        ("section bubbles", "analyzer.report.sections.bubbles"),
         ("guideline G13", "analyzer.analyses.guideline_metrics"),
     }
     assert report["bubbles"] == [] and clean_report["bubbles"] != []
@@ -263,12 +263,12 @@ def test_every_format_marks_the_failed_section(fmt: str, tmp_path: Path):
     done = rlperf("analyze", str(RUN), "--format", fmt, "-o", str(out), "--quiet", fail=SECTION)
     assert done.returncode == INTERNAL, done.stderr
     assert [line for line in stderr_lines(done) if line.startswith("rlperf: internal error")] == [
-        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in "
+        "rlperf: internal error in section bubbles (analyzer.report.sections.bubbles): TypeError: boom in "
         "section; "
         "rerun with --debug for the traceback"
     ]
     text = out.read_text()
-    assert "failed: internal error in analyzer.analyses.bubbles: TypeError: boom in section" in text
+    assert "failed: internal error in analyzer.report.sections.bubbles: TypeError: boom in section" in text
     assert "Guidelines" in text and "Traceback" not in text
 
 
@@ -277,7 +277,7 @@ def test_debug_adds_the_traceback_and_keeps_the_status():
     assert done.returncode == INTERNAL
     assert "Traceback (most recent call last)" in done.stderr and "in fail" in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
-        "rlperf: internal error in section bubbles (analyzer.analyses.bubbles): TypeError: boom in "
+        "rlperf: internal error in section bubbles (analyzer.report.sections.bubbles): TypeError: boom in "
         "section"
     )
     assert json.loads(done.stdout)["bubbles"] == []
@@ -298,7 +298,7 @@ def test_an_internal_error_outside_the_sections_is_one_line_and_exit_3():
 
 
 def test_sections_in_process_mark_the_failure_and_record_it_once(monkeypatch):
-    from analyzer.analyses import gpu_time
+    from analyzer.report.sections import gpu_time
 
     run = make_run(steps=steps((0, 100)))
     clean = [s.key for s in sections(run)]
@@ -309,15 +309,15 @@ def test_sections_in_process_mark_the_failure_and_record_it_once(monkeypatch):
     broken = next(s for s in shown if s.key == "gpu_time")
     assert (
         broken.frame is None
-        and broken.note == "failed: internal error in analyzer.analyses.gpu_time: KeyError: 'rank'"
+        and broken.note == "failed: internal error in analyzer.report.sections.gpu_time: KeyError: 'rank'"
     )
     assert [(f.what, f.module) for f in failures(run)] == [
-        ("section gpu_time", "analyzer.analyses.gpu_time")
+        ("section gpu_time", "analyzer.report.sections.gpu_time")
     ]
 
 
 def test_bad_input_inside_a_section_stays_bad_input(monkeypatch):
-    from analyzer.analyses import gpu_time
+    from analyzer.report.sections import gpu_time
     from parsers.errors import InputError
 
     monkeypatch.setattr(gpu_time, "section", failing_in(gpu_time, InputError("x.json", "bad")))

@@ -27,6 +27,7 @@ from analyzer.analyses.guideline_evidence import LOG_STAGES, LOG_STEPS, LOG_WEIG
 from analyzer.analyses.guideline_metrics import METRICS
 from analyzer.options import Options
 from analyzer.report import json as json_report
+from analyzer.report.sections import guidelines as guidelines_section
 from analyzer.run import Run, SourceInfo
 from parsers.errors import InputError
 from parsers.events import conform, empty_events
@@ -718,7 +719,7 @@ def test_a_logs_only_run_says_what_needs_a_trace():
 
 def test_the_report_section_lists_violations_first_with_what_to_do():
     run = logs_run(VERL_LOG)
-    section = ga.section(run)
+    section = guidelines_section.section(run)
     assert section is not None and section.title == "Guidelines"
     rows = section.rows()
     assert len(rows) == 26 and [r[0] for r in rows[:2]] == ["G15", "G23"]

@@ -18,7 +18,8 @@ from test_assemble import (
 )
 
 from analyzer import frames
-from analyzer.placement import infer_placement, section
+from analyzer.placement import infer_placement
+from analyzer.report.sections.placement import section
 from taxonomy.vocab import EXECUTION_MODES, PLACEMENTS
 
 

@@ -11,7 +11,7 @@ import pytest
 from report_truth import RUNS, cli, load_truth, synthetic, synthetic_run
 
 from analyzer.report import charts, markdown, png
-from analyzer.report.units import cell
+from analyzer.units import cell
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 

@@ -53,20 +53,3 @@ def annotations(events: pl.DataFrame) -> pl.DataFrame:
     return compute(events)
 
 
-def section(run):
-    from ..report.sections import Column, Section
-
-    top = run.annotations
-    if top.height == 0:
-        return None
-    return Section(
-        "Time by top-level annotation",
-        top.group_by("rank", maintain_order=True).head(TOP),
-        columns=[
-            Column("rank", "rank"),
-            Column("name", "annotation"),
-            Column("count", "count"),
-            Column("time_ns", "time", "duration"),
-            Column("share", "share of trace", "percent"),
-        ],
-    )

@@ -75,31 +75,3 @@ def gpu_time(events: pl.DataFrame) -> pl.DataFrame:
     return compute(events)
 
 
-def section(run):
-    from ..report.sections import Column, Section
-
-    frame = run.gpu_time.filter(pl.col("gpu_start_ns").is_not_null())
-    if frame.height == 0:
-        return Section("GPU time per rank", None,
-                       note="needs GPU activity: no kernels, copies or memsets in these sources (CPU-only traces or logs)")
-    note = "Busy = union of kernels, copies and memsets over all streams; window = first to last GPU activity."
-    without = sorted(set(run.ranks) - set(frame["rank"].to_list()))
-    if without:
-        from .bubbles import listed_ranks
-
-        note += f" Not shown, needs GPU activity: rank{'s' if len(without) > 1 else ''} {listed_ranks(without)} (no device rows)."
-    return Section(
-        "GPU time per rank",
-        frame,
-        columns=[
-            Column("rank", "rank"),
-            Column("gpu_window_ns", "GPU window", "duration"),
-            Column("busy_ns", "busy", "duration"),
-            Column("idle_ns", "idle", "duration"),
-            Column("idle_fraction", "idle %", "percent"),
-            Column("comm_ns", "comm", "duration"),
-            Column("compute_ns", "compute", "duration"),
-            Column("overlap_fraction", "comm overlapped", "percent"),
-        ],
-        note=note,
-    )

@@ -35,7 +35,6 @@ from .. import frames
 from ..failures import Failure, record, user_errors
 from ..options import Options
 from ..products import Lazy, provides
-from ..report.sections import Column, Section
 from .guideline_evidence import (
     LOG_STAGES,
     LOG_STEPS,
@@ -50,7 +49,7 @@ from .guideline_evidence import (
 from .guideline_metrics import METRICS
 
 if TYPE_CHECKING:
-    from ..run import Run
+    pass
 
 EVIDENCE = ("steps", "stage_timeline", "stage_ranges", "pools", "placement", "activity", "bubbles", "collectives",
             "weight_sync", "aligned", LOG_STAGES, LOG_STEPS, LOG_WEIGHT_SYNC, "metrics", "events", "sources")
@@ -161,42 +160,3 @@ def _row(
     )
 
 
-def section(run: Run) -> Section | None:
-    violations: pl.DataFrame = run.violations
-    if violations.height == 0:
-        return Section("Guidelines", None, note="no guidelines enabled")
-    shown = violations.with_columns(
-        pl.Series("result", [_result(r) for r in violations.iter_rows(named=True)], dtype=pl.String),
-        pl.Series("where", [_place(r["step"], r["rank"]) for r in violations.iter_rows(named=True)], dtype=pl.String),
-        pl.when(pl.col("status") == "violated").then(pl.col("recommendation")).alias("advice"),
-    )
-    counts = dict(violations.group_by("status").len().iter_rows())
-    severities = dict(violations.filter(pl.col("status") == "violated").group_by("severity").len().iter_rows())
-    note = (
-        f"{counts.get('violated', 0)} violated ({', '.join(f'{severities.get(s, 0)} {s}' for s in reversed(SEVERITIES))}), "
-        f"{counts.get('passed', 0)} passed, {counts.get('not_evaluated', 0)} not evaluated. "
-        "* heuristic threshold (docs/guidelines.md)."
-    )
-    columns = [
-        Column("id", "ID"), Column("title", "Guideline"), Column("result", "Result"), Column("where", "Where"),
-        Column("evidence", "Evidence"), Column("advice", "Recommendation"),
-    ]
-    return Section("Guidelines", shown, columns, note=note)
-
-
-def _result(row: dict[str, Any]) -> str:
-    """``warn: 69.6% > 20%*``, ``passed: 33.6% < 60%``, ``passed (does not apply)``, ``not evaluated``."""
-    if row["status"] == "not_evaluated":
-        return "failed" if row["evidence"].startswith("failed: ") else "not evaluated"
-    if row["value"] is None:
-        return "passed (does not apply)"
-    value, threshold = row["value"], row["threshold"]
-    sign = ">" if value > threshold else "<" if value < threshold else "="
-    limit = format_value(row["threshold"], row["unit"]) + ("*" if row["heuristic"] else "")
-    label = row["severity"] if row["status"] == "violated" else "passed"
-    return f"{label}: {format_value(row['value'], row['unit'])} {sign} {limit}"
-
-
-def _place(step: int | None, rank: int | None) -> str | None:
-    parts = [f"step {step}" if step is not None else "", f"rank {rank}" if rank is not None else ""]
-    return ", ".join(p for p in parts if p) or None

@@ -17,19 +17,15 @@ from typing import Any
 import polars as pl
 
 from ..products import provides
-from ..report.units import cell
 
 OVERVIEW: dict[str, pl.DataType] = {
     "metric": pl.String(),
     "title": pl.String(),
     "value": pl.Float64(),
-    "text": pl.String(),
     "unit": pl.String(),
 }
-"""``value`` is null for numbers that could not be computed; ``text`` is what reports print;
-``unit`` is ``ns``, ``fraction``, ``count`` or ``ratio``."""
-
-_FORMAT_OF_UNIT = {"ns": "duration", "fraction": "percent", "count": "number", "ratio": "number", "bytes": "bytes"}
+"""``value`` is null for numbers that could not be computed (:class:`Metric` ``needs`` says
+what it needs); ``unit`` is ``ns``, ``fraction``, ``count`` or ``ratio``."""
 
 
 @dataclass(frozen=True)
@@ -83,10 +79,7 @@ def compute(products: Mapping[str, Any]) -> pl.DataFrame:
     rows = []
     for m in METRICS:
         value = values.get(m.name)
-        if value is None:
-            rows.append((m.name, m.title, None, f"– needs {m.needs}" if m.needs else "–", m.unit))
-        else:
-            rows.append((m.name, m.title, float(value), cell(value, _FORMAT_OF_UNIT.get(m.unit, "number")), m.unit))
+        rows.append((m.name, m.title, None if value is None else float(value), m.unit))
     return pl.DataFrame(rows, schema=OVERVIEW, orient="row")
 
 
@@ -191,12 +184,3 @@ _COLLECTORS: tuple[Callable[[Mapping[str, Any]], dict[str, Any]], ...] = (
 )
 
 
-def section(run):
-    from ..report.sections import Column, Section
-
-    return Section(
-        "Headline numbers",
-        run.overview,
-        columns=[Column("title", "metric"), Column("text", "value"), Column("metric", "audit path")],
-        note="Audit path: overview.<metric> (docs/reports.md).",
-    )

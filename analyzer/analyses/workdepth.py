@@ -117,25 +117,3 @@ def workdepth(steps: pl.DataFrame, bubbles: pl.DataFrame, critical_path: pl.Data
     return compute(steps, bubbles, critical_path, stage_ranges, stage_timeline, device_states)
 
 
-def section(run):
-    from ..report.sections import Column, Section, gated
-
-    title = "Work and depth per step"
-    table = gated(run, title, "workdepth", "needs stage ranges: no critical path without them")
-    if isinstance(table, Section):
-        return table
-    return Section(
-        title,
-        table,
-        columns=[
-            Column("step", "step"),
-            Column("step_ns", "step time", "duration"),
-            Column("work_ns", "work W (device time)", "duration"),
-            Column("depth_ns", "depth D", "duration"),
-            Column("parallelism", "W/D", "number"),
-            Column("async_overlap_bound", "async overlap ×", "number"),
-            Column("no_tail_step_ns", "step w/o rollout tail", "duration"),
-            Column("balanced_dp_step_ns", "step w/ balanced DP", "duration"),
-        ],
-        note="W = Σ productive device time; D = critical-path length; what-if bounds as in docs/analyses.md §7.",
-    )

@@ -59,7 +59,7 @@ def demo(
 
 def highlights(heading: str, comparison, console: Console) -> None:
     """One row per run: the headline numbers of the comparison, formatted as the reports do."""
-    from ..report.units import cell, unit_format
+    from ..units import cell, unit_format
 
     table = Table(title=heading, title_justify="left", show_edge=False)
     table.add_column("run", no_wrap=True)

@@ -57,22 +57,6 @@ def figures(run) -> list[Figure]:
     return [build(run) for build in FIGURES]
 
 
-LEADING_SECTIONS: tuple[str, ...] = ("placement", "overview", "data_quality")
-"""Section keys shown before the figures: what ran, the headline numbers, how far the data holds."""
-FOLLOWING_SECTIONS: tuple[str, ...] = ("guidelines",)
-"""Section keys shown right after the figures (the guideline table with evidence and advice)."""
-
-
-def split_sections(found: list) -> tuple[list, list]:
-    """(the sections shown before the figures, those after them), each in the order above, the
-    remaining sections last in report order."""
-    def ordered(keys: tuple[str, ...]) -> list:
-        return sorted((s for s in found if s.key in keys), key=lambda s: keys.index(s.key))
-
-    placed = (*LEADING_SECTIONS, *FOLLOWING_SECTIONS)
-    return ordered(LEADING_SECTIONS), [*ordered(FOLLOWING_SECTIONS), *(s for s in found if s.key not in placed)]
-
-
 def remarks(run) -> list[str]:
     """The run's notes, skipped files and warnings, one line each, as every report lists them."""
     return [

@@ -18,10 +18,10 @@ from typing import Any
 
 import polars as pl
 
-from .charts import Figure, figures, remarks, split_sections
-from .sections import Column, Section, sections
+from ..units import cell
+from .charts import Figure, figures, remarks
+from .sections import Column, Section, around_figures, sections
 from .sources import source_ranks
-from .units import cell
 
 LARGE_TABLE_ROWS = 40
 """Tables longer than this are folded (``<details>``)."""
@@ -101,7 +101,7 @@ def add_run(page: Page, run, *, level: int = 2) -> None:
     found = sections(run)
     names = ", ".join(s.path.name for s in run.sources[:6]) + (" …" if len(run.sources) > 6 else "")
     page.add(f'<p class="meta">{len(run.sources)} source(s), {len(run.ranks)} rank(s): {esc(names)}</p>')
-    first, rest = split_sections(found)
+    first, rest = around_figures(found)
     page.add(*(section_html(section, h) for section in first))
     page.add(*(figure_html(page, figure, h) for figure in figures(run)))
     page.add(*(section_html(section, h) for section in rest))

@@ -13,10 +13,10 @@ import polars as pl
 
 from parsers.errors import printable
 
-from .charts import Figure, figures, remarks, split_sections
-from .sections import Column, Section, sections
+from ..units import cell
+from .charts import Figure, figures, remarks
+from .sections import Column, Section, around_figures, sections
 from .sources import source_ranks
-from .units import cell
 
 FOLD_ROWS = 15
 """Tables longer than this fold into ``<details>``."""
@@ -32,7 +32,7 @@ def run_lines(run, level: int = 2) -> list[str]:
     h = "#" * level
     found = sections(run)
     lines = [f"{len(run.sources)} source(s), {len(run.ranks)} rank(s).", ""]
-    first, rest = split_sections(found)
+    first, rest = around_figures(found)
     for section in first:
         lines += section_lines(section, h)
     for figure in figures(run):

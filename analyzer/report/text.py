@@ -9,9 +9,9 @@ from rich.text import Text
 from parsers.errors import printable
 
 from ..run import Run
+from ..units import cell
 from .sections import Section, sections
 from .sources import source_ranks
-from .units import cell
 
 
 def render(run: Run, console: Console) -> None:

@@ -1,0 +1,94 @@
+"""Report sections: what every renderer (terminal, Markdown, HTML, JSON) shows, in one order.
+
+Each module of this package builds one section from the run's products (``section(run)``);
+analyses return frames only, and renderers only lay sections out. :data:`LAYOUT` is the one
+order of sections and figures for every format.
+
+A section whose building fails with an unexpected error does not take the report down: it is
+marked ``failed: …`` and the failure is kept on the run (:func:`failures`), so the command can
+still write every other section and then exit with the internal-error status (docs/errors.md).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from ...failures import Failure, describe, record, user_errors
+from ..section import Column, Section, gated
+from . import (
+    breakdown,
+    bubbles,
+    gpu_time,
+    guidelines,
+    logs,
+    overview,
+    placement,
+    quality,
+    sync,
+    top_annotations,
+    workdepth,
+)
+
+if TYPE_CHECKING:
+    from ...run import Run
+
+__all__ = ["FIGURES", "LAYOUT", "Column", "Failure", "Section", "around_figures", "describe", "failures", "gated",
+           "record_failure", "sections", "user_errors"]
+
+FIGURES = "figures"
+"""The place of the figures (HTML, Markdown and PNG reports) in :data:`LAYOUT`."""
+
+LAYOUT: tuple[tuple[str, ModuleType | None], ...] = (
+    ("placement", placement),
+    ("overview", overview),
+    ("quality", quality),
+    (FIGURES, None),
+    ("guidelines", guidelines),
+    ("logs", logs),
+    ("gpu_time", gpu_time),
+    ("annotations", top_annotations),
+    ("breakdown", breakdown),
+    ("bubbles", bubbles),
+    ("sync", sync),
+    ("workdepth", workdepth),
+)
+"""Every section by name (its key in the JSON report unless the section names another, as the
+data-quality and log sections do) with the module whose ``section(run)`` builds it, and the
+figures, in report order."""
+
+
+def record_failure(run: Run, what: str, exc: Exception) -> Failure:
+    """Keep ``exc`` on the run as the failure of ``what`` (once, however often it is rebuilt)."""
+    return record(run.failures, what, exc)
+
+
+def failures(run: Run) -> list[Failure]:
+    """The failures recorded on ``run``, in the order they happened."""
+    return list(run.failures.values())
+
+
+def around_figures(found: list[Section]) -> tuple[list[Section], list[Section]]:
+    """``found`` (built by :func:`sections`, in layout order) split where the figures go."""
+    before = {name for name, _ in LAYOUT[: [n for n, _ in LAYOUT].index(FIGURES)]}
+    return [s for s in found if s.name in before], [s for s in found if s.name not in before]
+
+
+def sections(run: Run) -> list[Section]:
+    """Every section of :data:`LAYOUT` that has something to show, in its order; a section
+    whose building fails is marked failed (:func:`record_failure`) and the others still come."""
+    out: list[Section] = []
+    for name, module in LAYOUT:
+        if module is None:
+            continue
+        try:
+            section = module.section(run)
+        except user_errors():
+            raise
+        except Exception as exc:
+            section = Section(name.replace("_", " ").capitalize(), None, note=record_failure(run, f"section {name}", exc).marker)
+        if section is not None:
+            section.key = section.key or name
+            section.name = name
+            out.append(section)
+    return out
