@@ -12,9 +12,9 @@ from pathlib import Path
 
 from . import analyses as _pipeline  # noqa: F401 (its modules declare every product on import)
 from .assemble import build
-from .ingest import ingest
-from .options import Options
-from .run import Run
+from .assemble.ingest import ingest
+from .model.options import Options
+from .model.run import Run
 
 __all__ = ["Options", "Run", "load"]
 
@@ -32,7 +32,7 @@ def load(
     file as it is parsed. Sources of several runs raise :class:`analyzer.runs.RunsError` listing
     them, unless ``run`` chooses one (its number as listed, or a prefix of its files' paths).
     ``options`` are the user's choices (``Options.checked`` checks them), seen by every step."""
-    from .runs import choose
+    from .assemble.runs import choose
 
     if isinstance(paths, (str, Path)):
         paths = [paths]

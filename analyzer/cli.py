@@ -22,7 +22,7 @@ import typer
 from parsers.errors import InputError, printable
 
 if TYPE_CHECKING:
-    from .run import Run
+    from .model.run import Run
 
 app = typer.Typer(
     name="rlperf",
@@ -170,7 +170,7 @@ def main() -> None:
         say("Aborted!")
         raise SystemExit(1) from None
     except Exception as exc:
-        from .failures import describe, traceback_text, user_errors
+        from .model.failures import describe, traceback_text, user_errors
 
         if isinstance(exc, user_errors()):
             line, status = f"rlperf: error: {exc}", BAD_INPUT

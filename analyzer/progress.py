@@ -24,7 +24,7 @@ from rich.progress import (
 
 from parsers.errors import printable
 
-from .options import Options
+from .model.options import Options
 
 
 class Steps:
@@ -65,7 +65,7 @@ def load(paths: Iterable[Path], steps: Steps, *, jobs: int | None = None, no_cac
     ``writes`` are the files the command will write (``-o``; a folder of charts when ``folder``):
     a path that cannot take them, or that is one of the inputs, stops the command before parsing."""
     from . import load as load_run
-    from .ingest import writing
+    from .assemble.ingest import writing
     from .report.files import check_output
 
     writes = [w for w in writes if w is not None]

@@ -35,33 +35,15 @@ LAYERS: tuple[str, ...] = (
 PLACEMENT: dict[str, str] = {
     "parsers": "parsers",
     "taxonomy": "taxonomy",
-    # The core objects every step shares: the run, the frame schemas, interval algebra.
-    "analyzer.run": "analyzer.model",
-    "analyzer.products": "analyzer.model",
-    "analyzer.options": "analyzer.model",
-    "analyzer.failures": "analyzer.model",
-    "analyzer.frames": "analyzer.model",
-    "analyzer.intervals": "analyzer.model",
-    # Building a run from files: discovery and cache, run identity, ranks, clock, collectives.
+    # One package per step: its name is its layer.
+    "analyzer.model": "analyzer.model",
+    "analyzer.assemble": "analyzer.assemble",
+    "analyzer.classify": "analyzer.classify",
+    "analyzer.analyses": "analyzer.analyses",
+    "analyzer.report": "analyzer.report",
+    "analyzer.ops": "analyzer.ops",
     # The package itself: load() = ingest + runs + build, with every provider imported.
     "analyzer": "analyzer.analyses",
-    "analyzer.assemble": "analyzer.assemble",
-    "analyzer.runs": "analyzer.assemble",
-    "analyzer.ingest": "analyzer.assemble",
-    # Stages, steps, pools, dimensions, placement.
-    "analyzer.classify": "analyzer.classify",
-    "analyzer.steps": "analyzer.classify",
-    "analyzer.infer": "analyzer.classify",
-    "analyzer.placement": "analyzer.classify",
-    # The analyses (log_steps is the logs-only analysis, a pure function of the log rows).
-    "analyzer.analyses": "analyzer.analyses",
-    # Sections, layout and the renderers (browser.py drives Chromium over the HTML report).
-    "analyzer.report": "analyzer.report",
-    # Commands' engines that work on finished runs.
-    "analyzer.compare": "analyzer.ops",
-    "analyzer.audit": "analyzer.ops",
-    "analyzer.crosscheck": "analyzer.ops",
-    "analyzer.perfetto": "analyzer.ops",
     # The command line and what only it uses.
     "analyzer.cli": "analyzer.cli",
     "analyzer.commands": "analyzer.cli",

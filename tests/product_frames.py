@@ -1,11 +1,11 @@
 """Hand-built inputs of the analyses for the tests: rows as tuples, frames checked against the
-contract schemas of analyzer/frames.py."""
+contract schemas of analyzer/model/frames.py."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from analyzer import frames
+from analyzer.model import frames
 
 
 def frame(columns: dict[str, list], schema: dict[str, pl.DataType]) -> pl.DataFrame:

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from analyzer import frames
+from analyzer.model import frames
 from taxonomy.vocab import DIM, IDLE_CAUSE, POOL, ROLE, STAGE
 
 REPO = Path(__file__).resolve().parents[1]

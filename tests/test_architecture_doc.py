@@ -22,7 +22,7 @@ def test_the_page_holds_the_generated_graph() -> None:
 
 
 def test_the_graph_has_every_product_and_edge() -> None:
-    from analyzer.products import providers
+    from analyzer.model.products import providers
 
     text = generator().generated()
     for name, provider in providers().items():

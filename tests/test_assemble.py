@@ -17,10 +17,10 @@ import polars as pl
 import pytest
 
 import analyzer
-from analyzer import frames
-from analyzer.assemble import estimate_clock
-from analyzer.options import parse_selection
-from analyzer.run import Run
+from analyzer.assemble.clock import estimate_clock
+from analyzer.model import frames
+from analyzer.model.options import parse_selection
+from analyzer.model.run import Run
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "sample_traces" / "runs"

@@ -11,7 +11,7 @@ import pytest
 from lxml import etree
 from report_truth import RUNS, cli, load_truth, synthetic, synthetic_run, union_ns
 
-from analyzer import audit
+from analyzer.ops import audit
 from analyzer.report import json as json_report
 
 XSD = Path(__file__).with_name("junit.xsd")

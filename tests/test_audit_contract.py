@@ -12,7 +12,7 @@ import pytest
 from lxml import etree
 from test_error_contract import HTA, RUN, SECTION, rlperf
 
-from analyzer import audit
+from analyzer.ops import audit
 
 XSD = Path(__file__).with_name("junit.xsd")
 
@@ -114,7 +114,7 @@ def test_an_internal_error_is_exit_3_and_its_checks_are_errors(tmp_path):
 def test_an_internal_error_outside_the_sections_is_exit_3(tmp_path):
     path = budget(tmp_path, 'metric = "overview.ranks"\nmin = 1')
     done = rlperf(
-        "audit", str(RUN), "--budget", str(path), "--quiet", fail="analyzer.assemble.assign_ranks"
+        "audit", str(RUN), "--budget", str(path), "--quiet", fail="analyzer.assemble.ranks.assign_ranks"
     )
     assert done.returncode == 3
     assert done.stderr.strip().splitlines() == [

@@ -8,13 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from literal_walk import literal_chain
 
-from analyzer import frames
 from analyzer.analyses.breakdown import (
     CRITICAL_SLACK_NS,
     compute_breakdown,
     compute_critical_path,
     critical_summary,
 )
+from analyzer.model import frames
 from taxonomy.vocab import ROLE, STAGE
 
 MS = 1_000_000

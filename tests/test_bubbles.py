@@ -12,9 +12,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from product_frames import activity, collectives, frame, transposed
 
-from analyzer import frames, intervals
 from analyzer.analyses.bubbles import RULES, compute_bubbles, compute_largest, compute_states
 from analyzer.analyses.sync import compute_waits
+from analyzer.model import frames, intervals
 from taxonomy.vocab import IDLE_CAUSES
 
 Range = tuple[int, int, str, int, int]  # rank, step, stage, start, end

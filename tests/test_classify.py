@@ -24,8 +24,8 @@ from test_assemble import (
 
 import analyzer
 import parsers
-from analyzer import frames
-from analyzer.classify import timeline
+from analyzer.classify.timeline import timeline
+from analyzer.model import frames
 from parsers.events import nesting_depth
 from taxonomy import collectives as tc
 from taxonomy.vocab import EXECUTION_MODES, PLACEMENTS, STAGE_NAMES
@@ -558,7 +558,7 @@ def test_timeline_is_the_innermost_range_at_every_point(frame: pl.DataFrame) -> 
             (pl.col("start_ns") >= pl.col("end_ns").shift(1).over("rank")).fill_null(True)
         )["start_ns"]
     ).all()
-    from analyzer import intervals
+    from analyzer.model import intervals
 
     assert (
         intervals.union_length(tl, ["rank"])

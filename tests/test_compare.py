@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from report_truth import RUNS, cli, load_truth, synthetic, synthetic_run, truth_stage_share
 
-from analyzer.compare import TIE_TOLERANCE, compare, default_labels, display
+from analyzer.ops.compare import TIE_TOLERANCE, compare, default_labels, display
 
 LABELS = ["colocated", "disaggregated"]
 

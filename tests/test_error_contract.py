@@ -21,7 +21,7 @@ import pytest
 from test_guidelines import collectives, make_run, row, steps
 
 from analyzer.analyses import guideline_metrics, guidelines
-from analyzer.products import Lazy
+from analyzer.model.products import Lazy
 from analyzer.report.sections import describe, failures, sections
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -285,7 +285,7 @@ def test_debug_adds_the_traceback_and_keeps_the_status():
 
 def test_an_internal_error_outside_the_sections_is_one_line_and_exit_3():
     done = rlperf(
-        "analyze", str(LOG), "--format", "json", "--quiet", fail="analyzer.assemble.assign_ranks"
+        "analyze", str(LOG), "--format", "json", "--quiet", fail="analyzer.assemble.ranks.assign_ranks"
     )
     assert done.returncode == INTERNAL
     assert stderr_lines(done) == [
@@ -293,7 +293,7 @@ def test_an_internal_error_outside_the_sections_is_one_line_and_exit_3():
         "--debug for the traceback"
     ]
     assert done.stdout == ""
-    debug = rlperf("analyze", str(LOG), "--quiet", "--debug", fail="analyzer.assemble.assign_ranks")
+    debug = rlperf("analyze", str(LOG), "--quiet", "--debug", fail="analyzer.assemble.ranks.assign_ranks")
     assert debug.returncode == INTERNAL and "Traceback (most recent call last)" in debug.stderr
 
 

@@ -128,7 +128,7 @@ def sample_run():
 
 @pytest.mark.parametrize("name", ["trace.json", "trace.json.gz"])
 def test_a_failed_trace_export_leaves_the_old_file_and_nothing_else(sample_run, tmp_path: Path, name: str):
-    from analyzer.perfetto import export
+    from analyzer.ops.perfetto import export
 
     target = tmp_path / name
     target.write_bytes(b"the last good export")
@@ -163,7 +163,7 @@ def test_a_gzipped_export_still_names_its_trace_and_reads_back(tmp_path: Path):
 
 
 def test_a_selection_is_ranges_merged_and_sorted():
-    from analyzer.options import parse_selection
+    from analyzer.model.options import parse_selection
 
     merged = parse_selection("8, 1-3 ,2..5,7,-2--1,0")
     assert merged.spans == ((-2, 5), (7, 8)) and str(merged) == "-2-5,7-8"
@@ -178,7 +178,7 @@ def test_a_selection_is_ranges_merged_and_sorted():
 def test_a_selection_filters_a_frame_even_past_int64():
     import polars as pl
 
-    from analyzer.options import parse_selection
+    from analyzer.model.options import parse_selection
 
     frame = pl.DataFrame({"step": [-3, 0, 2, 6, 2**31 - 1]}, schema={"step": pl.Int32})
     pick = parse_selection("-99999999999999999999-0,2,6-99999999999999999999")
@@ -245,7 +245,7 @@ def test_a_zero_length_step_gives_no_infinite_weight_sync_share():
     import polars as pl
     from test_guidelines import MS, make_run, row, steps
 
-    from analyzer import frames
+    from analyzer.model import frames
 
     sync = pl.DataFrame([(1, 6 * MS, 0, None, None), (2, 3 * MS, 0, None, None)], schema=frames.WEIGHT_SYNC, orient="row")
     got = row(make_run(steps=steps((0, 100), (100, 100)), weight_sync=sync), "G5")

@@ -26,9 +26,9 @@ from literal_walk import literal_chain
 
 import analyzer
 import parsers
-from analyzer import frames, intervals
 from analyzer.analyses.breakdown import CRITICAL_SLACK_NS, critical_summary
-from analyzer.run import Run
+from analyzer.model import frames, intervals
+from analyzer.model.run import Run
 from parsers.events import empty_events
 from sample_traces.synth import generate, preset
 from sample_traces.synth.samples import ROOT as COMMITTED_ROOT

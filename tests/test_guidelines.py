@@ -21,14 +21,14 @@ import pytest
 from report_truth import truth_stage_share, union_ns
 
 import analyzer
-from analyzer import frames
 from analyzer.analyses import guidelines as ga
 from analyzer.analyses.guideline_evidence import LOG_STAGES, LOG_STEPS, LOG_WEIGHT_SYNC
 from analyzer.analyses.guideline_metrics import METRICS
-from analyzer.options import Options
+from analyzer.model import frames
+from analyzer.model.options import Options
+from analyzer.model.run import Run, SourceInfo
 from analyzer.report import json as json_report
 from analyzer.report.sections import guidelines as guidelines_section
-from analyzer.run import Run, SourceInfo
 from parsers.errors import InputError
 from parsers.events import conform, empty_events
 from parsers.source import empty_metrics

@@ -22,8 +22,8 @@ from test_assemble import (
 )
 
 import analyzer
-from analyzer import frames
-from analyzer.infer import infer_ranges, marks
+from analyzer.classify.infer import infer_ranges, marks
+from analyzer.model import frames
 
 SHARE_POINTS = 0.05
 """Inferred TRL stage shares against TRL's own timers: measured at most 0.032 (rank 1's step-4

@@ -16,7 +16,7 @@ from isal import isal_zlib
 from report_truth import one_line_error
 
 import parsers
-from analyzer.ingest import ingest
+from analyzer.assemble.ingest import ingest
 from parsers import InputError
 from parsers.discover import GZIP_ERRORS, GzipCut, discover, gunzip, open_bytes
 from parsers.errors import printable

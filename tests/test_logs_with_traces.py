@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 from test_assemble import ANNOTATED, RUNS, sample_run, truth_of
 
-from analyzer.steps import log_step_stages, name_classes
+from analyzer.classify.steps import log_step_stages, name_classes
 
 BRACKET_NS = 300_000
 """The driver's trace range encloses its log timer: measured on the committed runs, every log

@@ -1,4 +1,4 @@
-"""Tests that kill surviving mutants of analyzer/intervals.py (docs/mutation.md).
+"""Tests that kill surviving mutants of analyzer/model/intervals.py (docs/mutation.md).
 
 Intervals are [start, end) in ns; every expectation is the union, overlap or cut worked out by
 hand on a number line, small enough to check by eye.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer import intervals as iv
+from analyzer.model import intervals as iv
 
 
 def spans(rows: list[tuple], by: str | None = None) -> pl.DataFrame:

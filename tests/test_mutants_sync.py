@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 from product_frames import activity, collectives
 
-from analyzer import frames
 from analyzer.analyses.sync import compute_by_dim, compute_stragglers, compute_waits
+from analyzer.model import frames
 
 
 def by_dim(calls: list[tuple], kernels: list[tuple] | None = None):

@@ -14,7 +14,7 @@ from report_truth import RUNS, cli, load_truth, synthetic
 import analyzer
 import parsers
 from analyzer.analyses.gpu_time import compute as gpu_time
-from analyzer.perfetto import BUBBLE_CATEGORY, BUBBLE_TID, STAGE_TID, export
+from analyzer.ops.perfetto import BUBBLE_CATEGORY, BUBBLE_TID, STAGE_TID, export
 from parsers.events import validate
 
 GPU = ["kernel", "memcpy", "memset"]

@@ -17,8 +17,8 @@ from test_assemble import (
     truth_of,
 )
 
-from analyzer import frames
-from analyzer.placement import infer_placement
+from analyzer.classify.placement import infer_placement
+from analyzer.model import frames
 from analyzer.report.sections.placement import section
 from taxonomy.vocab import EXECUTION_MODES, PLACEMENTS
 

@@ -1,4 +1,4 @@
-"""The declared products (analyzer/products.py): every provider reads only declared products or
+"""The declared products (analyzer/model/products.py): every provider reads only declared products or
 run inputs, the typed attributes name exactly the provided products, the graph has no cycle,
 and a missing provider, a cycle or an undeclared lazy read is an error naming the products."""
 
@@ -10,9 +10,9 @@ import polars as pl
 import pytest
 
 import analyzer
-from analyzer import products
-from analyzer.products import INPUTS, Lazy, ProductError, providers, provides
-from analyzer.run import Run
+from analyzer.model import products
+from analyzer.model.products import INPUTS, Lazy, ProductError, providers, provides
+from analyzer.model.run import Run
 from parsers.events import empty_events
 
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import parsers
-from analyzer import intervals
+from analyzer.model import intervals
 from parsers import InputError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"

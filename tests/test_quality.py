@@ -18,14 +18,14 @@ import pytest
 from rich.console import Console
 
 import analyzer
-from analyzer import frames
 from analyzer.analyses.quality import TOTAL, parser_title
 from analyzer.assemble import build
+from analyzer.classify.steps import incomplete_steps
+from analyzer.model import frames
+from analyzer.model.run import Run
 from analyzer.report import html, markdown, text
 from analyzer.report import json as json_report
 from analyzer.report.sections import sections
-from analyzer.run import Run
-from analyzer.steps import incomplete_steps
 from parsers import ParsedSource
 from parsers.events import conform
 

@@ -161,7 +161,7 @@ def test_64_rank_report_is_aggregated_small_and_draws(tmp_path: Path, made: Path
 
 
 def test_demo_writes_the_report_and_says_where(tmp_path: Path):
-    from analyzer.compare import compare
+    from analyzer.ops.compare import compare
     from analyzer.samples import DEMO_GROUPS, demo_groups
 
     done = cli("demo", "-o", str(tmp_path / "demo.html"), "--quiet")

@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 from report_truth import RUNS, cli, load_truth, synthetic, synthetic_run
 
+from analyzer.model.units import cell
 from analyzer.report import charts, markdown, png
-from analyzer.units import cell
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 

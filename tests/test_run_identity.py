@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import analyzer
-from analyzer.ingest import ingest
-from analyzer.runs import LOG_SLACK_NS, RunsError, choose, group
+from analyzer.assemble.ingest import ingest
+from analyzer.assemble.runs import LOG_SLACK_NS, RunsError, choose, group
 from parsers import InputError, ParsedSource
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 from product_frames import activity, collectives, frame
 
-from analyzer import frames, intervals
 from analyzer.analyses.sync import (
     BUSBW_FACTOR,
     compute_by_dim,
@@ -18,6 +17,7 @@ from analyzer.analyses.sync import (
     compute_waits,
     compute_weight_sync,
 )
+from analyzer.model import frames, intervals
 
 MB = 1 << 20
 

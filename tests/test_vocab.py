@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import assemble, classify, placement
+from analyzer import assemble, classify
 from analyzer.analyses import bubbles, guideline_metrics
+from analyzer.classify import placement
 from analyzer.report import charts
 from parsers import source
 from parsers.discover import format_traits, parser_modules

@@ -6,8 +6,8 @@ import polars as pl
 import pytest
 from product_frames import frame
 
-from analyzer import frames
-from analyzer.run import Run
+from analyzer.model import frames
+from analyzer.model.run import Run
 from parsers.events import empty_events
 
 MS = 1_000_000

@@ -1,12 +1,13 @@
 """The analyses: each module declares the products it computes (``@provides``, see
-``analyzer/products.py``); importing this package imports every step of the pipeline, so that
+``analyzer/model/products.py``); importing this package imports every step of the pipeline, so that
 a run can compute any product. Data flows one way: assembly → classification → analyses →
 reports.
 """
 # No ``from __future__ import annotations`` here: it binds the name ``annotations``, which would
 # shadow the submodule of that name in the import below.
 
-from .. import assemble, classify, placement, steps
+from ..assemble import clock, collectives, ranks
+from ..classify import classified, dims, placement, pools, profile, ranges, steps, timeline
 from . import (
     annotations,
     breakdown,
@@ -20,5 +21,6 @@ from . import (
     workdepth,
 )
 
-__all__ = ["annotations", "assemble", "breakdown", "bubbles", "classify", "gpu_time", "guidelines", "logs", "overview",
-           "placement", "quality", "steps", "sync", "workdepth"]
+PIPELINE = (clock, collectives, ranks, profile, ranges, steps, timeline, pools, classified, dims, placement,
+            annotations, breakdown, bubbles, gpu_time, guidelines, logs, overview, quality, sync, workdepth)
+"""Every module holding providers, in pipeline order."""

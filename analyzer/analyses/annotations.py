@@ -13,8 +13,8 @@ import polars as pl
 
 from parsers.events import nesting_depth
 
-from .. import intervals
-from ..products import provides
+from ..model import intervals
+from ..model.products import provides
 
 OP_ID_SUFFIX = r", (?:op_id|seq) = \d+.*$"
 """PyTorch's emit_nvtx names every call apart (``aten::to, op_id = 999599``); grouped by op."""

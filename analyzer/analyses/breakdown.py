@@ -21,8 +21,8 @@ import polars as pl
 
 from taxonomy.vocab import STAGE
 
-from .. import frames
-from ..products import provides
+from ..model import frames
+from ..model.products import provides
 
 CRITICAL_SLACK_NS = 100_000
 """Overlap still counted as "ends before" when walking the critical path (residual clock error)."""

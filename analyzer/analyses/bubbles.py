@@ -18,8 +18,8 @@ import polars as pl
 from parsers.events import GPU_ACTIVITY_KINDS
 from taxonomy.vocab import IDLE_CAUSE, IDLE_CAUSES, IDLE_RULE_ORDER
 
-from .. import frames, intervals
-from ..products import provides
+from ..model import frames, intervals
+from ..model.products import provides
 
 RULES: tuple[str, ...] = IDLE_RULE_ORDER
 """The idle causes in precedence order (docs/analyses.md §4: first matching rule wins), as the

@@ -14,8 +14,8 @@ import polars as pl
 
 from parsers.events import GPU_ACTIVITY_KINDS
 
-from .. import intervals
-from ..products import provides
+from ..model import intervals
+from ..model.products import provides
 
 COLUMNS = [
     "rank", "trace_start_ns", "trace_end_ns", "gpu_start_ns", "gpu_end_ns", "gpu_window_ns",

@@ -20,11 +20,11 @@ import polars as pl
 from taxonomy import profiles
 from taxonomy.guidelines import Catalogue, Check
 
-from .. import intervals
+from ..model import intervals
 from .log_steps import one_per_key
 
 if TYPE_CHECKING:
-    from ..products import Lazy
+    from ..model.products import Lazy
 
 LOG_STAGES = "log_stages"
 """log_steps' per step × stage frame (step, stage, label, seconds, share, in_step, keys)."""

@@ -16,7 +16,7 @@ import polars as pl
 from taxonomy.guidelines import Check
 from taxonomy.vocab import FORWARD_STAGES, TRAIN_STAGES
 
-from .. import intervals
+from ..model import intervals
 from .guideline_evidence import (
     LOG_STAGES,
     LOG_STEPS,

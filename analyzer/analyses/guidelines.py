@@ -31,10 +31,10 @@ from taxonomy.guidelines import (
     load,
 )
 
-from .. import frames
-from ..failures import Failure, record, user_errors
-from ..options import Options
-from ..products import Lazy, provides
+from ..model import frames
+from ..model.failures import Failure, record, user_errors
+from ..model.options import Options
+from ..model.products import Lazy, provides
 from .guideline_evidence import (
     LOG_STAGES,
     LOG_STEPS,

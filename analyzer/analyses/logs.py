@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..products import provides
-from ..steps import name_classes
+from ..classify.steps import name_classes
+from ..model.products import provides
 from . import log_steps
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """The headline numbers every report leads with and every comparison and audit reads (what ran —
-framework, placement, execution mode — is the run section of ``analyzer/placement.py``).
+framework, placement, execution mode — is the run section of ``analyzer/classify/placement.py``).
 
 One row per metric with a stable ``metric`` name; ``overview.<metric>`` is its path in audit
 budgets and comparisons (docs/reports.md). Each number is read from the product that computes it
@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from ..products import provides
+from ..model.products import provides
 
 OVERVIEW: dict[str, pl.DataType] = {
     "metric": pl.String(),

@@ -31,11 +31,11 @@ from parsers.discover import format_traits
 from parsers.events import GPU_ACTIVITY_KINDS, nesting_depth
 from parsers.source import CORRELATION_PER_PROCESS
 
-from .. import frames
-from ..products import provides
-from ..run import SourceInfo
-from ..steps import exclusion, name_classes, trace_ends
-from ..units import duration
+from ..classify.steps import exclusion, name_classes, trace_ends
+from ..model import frames
+from ..model.products import provides
+from ..model.run import SourceInfo
+from ..model.units import duration
 
 if TYPE_CHECKING:
     pass

@@ -18,8 +18,8 @@ import polars as pl
 
 from taxonomy.vocab import STAGE
 
-from .. import frames, intervals
-from ..products import provides
+from ..model import frames, intervals
+from ..model.products import provides
 
 BUSBW_FACTOR: dict[str, tuple[float, float]] = {
     "all_reduce": (2.0, 0.0),

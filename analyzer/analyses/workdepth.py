@@ -17,8 +17,8 @@ import polars as pl
 
 from taxonomy.vocab import TRAIN_STAGES
 
-from .. import frames, intervals
-from ..products import provides
+from ..model import frames, intervals
+from ..model.products import provides
 from .breakdown import critical_summary
 
 

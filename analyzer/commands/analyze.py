@@ -70,7 +70,7 @@ def analyze(
     charts as images (-o names the file or folder), json a document usable as an audit baseline.
     """
     from ..analyses.guidelines import load_catalogue
-    from ..options import Options
+    from ..model.options import Options
     from ..progress import Steps, load
     from ..report.sections import sections
 

@@ -47,7 +47,7 @@ def audit(
     every run-summary number is held to 10% of the baseline; without a baseline, max_increase
     and max_decrease are not checked. Exit status 1 when a check fails, 3 on an internal error.
     """
-    from .. import audit as budgets
+    from ..ops import audit as budgets
     from ..progress import Steps, load
     from ..report import json as json_report
     from ..report.files import check_output, write_text

@@ -37,8 +37,8 @@ def compare(
     """Compare runs on the same metrics: values side by side, deltas against the first run, and
     which run wins each metric (e.g. verl colocated vs OpenRLHF disaggregated on the same job,
     or before/after a configuration change)."""
-    from ..compare import compare as compare_runs
-    from ..compare import default_labels
+    from ..ops.compare import compare as compare_runs
+    from ..ops.compare import default_labels
     from ..progress import Steps, load
 
     if len(runs) < 2:
@@ -79,7 +79,7 @@ def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None
 
 
 def render_text(comparison, console: Console) -> None:
-    from ..compare import display
+    from ..ops.compare import display
 
     shown = display(comparison)
     table = Table(title=f"rlperf compare — deltas against {comparison.labels[0]}", title_justify="left", show_edge=False)

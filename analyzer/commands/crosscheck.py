@@ -46,8 +46,8 @@ def crosscheck(
     """Run HTA (pip install 'rlperf[hta]') on the run's PyTorch profiler traces and print its
     temporal breakdown and comm/compute overlap beside rlperf's, with the differences and how
     much of them each known definitional difference explains."""
-    from ..crosscheck import crosscheck as run_crosscheck
-    from ..crosscheck import load_hta
+    from ..ops.crosscheck import crosscheck as run_crosscheck
+    from ..ops.crosscheck import load_hta
     from ..progress import Steps, load
 
     load_hta()
@@ -68,7 +68,7 @@ def crosscheck(
 
 
 def render_text(result, console: Console) -> None:
-    from ..crosscheck import METRICS, REASONS
+    from ..ops.crosscheck import METRICS, REASONS
 
     titles = dict(METRICS)
     for rank in sorted(result.table["rank"].unique().to_list()):

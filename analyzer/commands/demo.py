@@ -33,7 +33,7 @@ def demo(
     """Analyze the bundled sample runs (verl colocated, disaggregated and one-step-off; OpenRLHF
     disaggregated; GPU-shaped synthetic runs of the three placements) and write one
     self-contained HTML report comparing them, each run's full report below its comparison."""
-    from ..compare import compare
+    from ..ops.compare import compare
     from ..progress import Steps, load
     from ..report.files import check_output, write_text
     from ..report.html import Page, add_comparison, esc
@@ -59,7 +59,7 @@ def demo(
 
 def highlights(heading: str, comparison, console: Console) -> None:
     """One row per run: the headline numbers of the comparison, formatted as the reports do."""
-    from ..units import cell, unit_format
+    from ..model.units import cell, unit_format
 
     table = Table(title=heading, title_justify="left", show_edge=False)
     table.add_column("run", no_wrap=True)

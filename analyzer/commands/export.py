@@ -25,7 +25,7 @@ def export(
     process with its events, a stages track, a bubbles track (idle time by cause, the largest
     marked) and weight-sync flow arrows. rlperf reads the file back as a PyTorch profiler trace.
     """
-    from ..perfetto import export as write_trace
+    from ..ops.perfetto import export as write_trace
     from ..progress import Steps, load
 
     steps = Steps(quiet)

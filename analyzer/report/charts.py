@@ -1,6 +1,6 @@
 """The report's figures, built from the run's products (altair / Vega-Lite specs).
 
-Each figure reads named products whose schemas are in ``analyzer/frames.py``; when a product is
+Each figure reads named products whose schemas are in ``analyzer/model/frames.py``; when a product is
 not provided (or is empty) the figure carries no chart but says what it needs, so every report
 shows the analysis the moment its product lands. A figure also keeps the numbers it draws
 (``table``), which the Markdown and PNG reports use.

@@ -18,7 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from ..units import cell
+from ..model.units import cell
 from .charts import Figure, figures, remarks
 from .sections import Column, Section, around_figures, sections
 from .sources import source_ranks
@@ -229,7 +229,7 @@ def render_comparison(comparison, *, runs: Sequence | None = None, title: str = 
 
 def add_comparison(page: Page, comparison, runs: Sequence | None = None, *, level: int = 2) -> None:
     """Who wins where, the metrics table, the comparison charts, then each run's report."""
-    from ..compare import NOTE, display, display_columns
+    from ..ops.compare import NOTE, display, display_columns
     from .charts import comparison_figures
 
     h = f"h{level}"

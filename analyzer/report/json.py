@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from ..run import Run
+from ..model.run import Run
 from .sections import failures, sections
 
 SCHEMA = "rlperf-report/1"

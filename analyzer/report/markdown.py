@@ -13,7 +13,7 @@ import polars as pl
 
 from parsers.errors import printable
 
-from ..units import cell
+from ..model.units import cell
 from .charts import Figure, figures, remarks
 from .sections import Column, Section, around_figures, sections
 from .sources import source_ranks
@@ -98,7 +98,7 @@ def escape(text: object) -> str:
 
 
 def render_comparison(comparison, *, title: str = "rlperf comparison") -> str:
-    from ..compare import NOTE, display, display_columns
+    from ..ops.compare import NOTE, display, display_columns
 
     shown = display(comparison)
     lines = [f"# {escape(title)}", "", f"Deltas are against the first run, **{escape(comparison.labels[0])}**.", ""]

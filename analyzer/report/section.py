@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 if TYPE_CHECKING:
-    from ..run import Run
+    from ..model.run import Run
 
 FORMATS = ("text", "duration", "percent", "bytes", "number", "bandwidth")
 

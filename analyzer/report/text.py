@@ -8,8 +8,8 @@ from rich.text import Text
 
 from parsers.errors import printable
 
-from ..run import Run
-from ..units import cell
+from ..model.run import Run
+from ..model.units import cell
 from .sections import Section, sections
 from .sources import source_ranks
 

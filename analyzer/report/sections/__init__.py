@@ -14,7 +14,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from ...failures import Failure, describe, record, user_errors
+from ...model.failures import Failure, describe, record, user_errors
 from ..section import Column, Section, gated
 from . import (
     breakdown,
@@ -31,7 +31,7 @@ from . import (
 )
 
 if TYPE_CHECKING:
-    from ...run import Run
+    from ...model.run import Run
 
 __all__ = ["FIGURES", "LAYOUT", "Column", "Failure", "Section", "around_figures", "describe", "failures", "gated",
            "record_failure", "sections", "user_errors"]

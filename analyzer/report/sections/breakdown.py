@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ...analyses.breakdown import critical_summary
-from ...run import Run
+from ...model.run import Run
 from ..section import Column, Section, gated
 
 

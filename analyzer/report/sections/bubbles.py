@@ -7,7 +7,7 @@ import polars as pl
 from taxonomy.vocab import IDLE_CAUSES
 
 from ...analyses.bubbles import RULES, host_only, without_devices
-from ...run import Run
+from ...model.run import Run
 from ..section import Column, Section, gated
 
 

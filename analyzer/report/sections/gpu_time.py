@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ...run import Run
+from ...model.run import Run
 from ..section import Column, Section
 
 

@@ -8,7 +8,7 @@ import polars as pl
 
 from taxonomy.guidelines import SEVERITIES, format_value
 
-from ...run import Run
+from ...model.run import Run
 from ..section import Column, Section
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 
 from ...analyses.overview import METRIC_BY_NAME
-from ...run import Run
-from ...units import UNIT_FORMATS, cell
+from ...model.run import Run
+from ...model.units import UNIT_FORMATS, cell
 from ..section import Column, Section
 
 

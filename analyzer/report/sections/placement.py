@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from ...placement import consecutive_runs
-from ...run import Run
+from ...classify.placement import consecutive_runs
+from ...model.run import Run
 from ..section import Column, Section
 
 

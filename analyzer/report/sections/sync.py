@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...run import Run
+from ...model.run import Run
 from ..section import Column, Section, gated
 
 

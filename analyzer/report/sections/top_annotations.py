@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...analyses.annotations import TOP
-from ...run import Run
+from ...model.run import Run
 from ..section import Column, Section
 
 

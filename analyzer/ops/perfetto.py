@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from .analyses.overview import frame_of
+from ..analyses.overview import frame_of
 
 STAGE_TID = 10_000_001
 BUBBLE_TID = 10_000_002
@@ -73,7 +73,7 @@ def export(run, output: Path) -> dict[str, Any]:
 
 def _write(output: Path, data: bytes) -> None:
     """``data`` at ``output`` atomically (gzipped for ``.gz``): a failed write leaves no half trace."""
-    from .report.files import atomic_binary
+    from ..report.files import atomic_binary
 
     with atomic_binary(output) as fh:
         if not output.name.endswith(".gz"):

@@ -34,9 +34,9 @@ from typing import Any
 from parsers.errors import InputError
 from taxonomy.tomlfile import read_toml
 
-from .analyses.overview import METRICS
-from .report.json import SCHEMA as REPORT_SCHEMA
-from .units import cell, unit_format
+from ..analyses.overview import METRICS
+from ..model.units import cell, unit_format
+from ..report.json import SCHEMA as REPORT_SCHEMA
 
 DEFAULT_REGRESSION = 0.10
 """With ``--baseline`` alone: the largest allowed change for the worse, as a fraction of the baseline."""

@@ -25,7 +25,7 @@ import polars as pl
 from parsers.errors import InputError
 from parsers.events import GPU_ACTIVITY_KINDS
 
-from .analyses.gpu_time import compute as gpu_time
+from ..analyses.gpu_time import compute as gpu_time
 
 REASONS: dict[str, str] = {
     "stream_sync": "HTA counts CUDA stream-synchronisation rows as busy GPU time; rlperf does not "

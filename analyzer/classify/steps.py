@@ -24,10 +24,10 @@ import polars as pl
 
 from taxonomy import profiles as tp
 
-from . import frames, intervals
-from .options import Options
-from .products import provides
-from .run import SourceInfo
+from ..model import frames, intervals
+from ..model.options import Options
+from ..model.products import provides
+from ..model.run import SourceInfo
 
 MATCH_TOLERANCE = 0.10
 """Trace steps take a log's numbering when their stage durations agree within this (mean

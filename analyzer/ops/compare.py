@@ -17,7 +17,7 @@ import polars as pl
 
 from taxonomy.vocab import DIMENSIONS, IDLE_CAUSES, STAGE_NAMES
 
-from .analyses.overview import METRIC_BY_NAME, frame_of
+from ..analyses.overview import METRIC_BY_NAME, frame_of
 
 METRICS_SCHEMA: dict[str, pl.DataType] = {
     "metric": pl.String(),
@@ -194,7 +194,7 @@ def default_labels(paths: Sequence) -> list[str]:
 
 def display(comparison: Comparison) -> pl.DataFrame:
     """The table as report cells (strings): values in their unit, signed deltas and changes."""
-    from .units import cell, unit_format
+    from ..model.units import cell, unit_format
 
     labels = comparison.labels
     rows = []
@@ -220,6 +220,6 @@ def _signed(text: str, value: float | None) -> str:
 
 def display_columns(shown: pl.DataFrame) -> list:
     """Columns of :func:`display`'s table: text on the left, pre-formatted numbers on the right."""
-    from .report.sections import Column
+    from ..report.sections import Column
 
     return [Column(c, c, "text" if c in ("metric", "path", "better", "winner") else "preformatted") for c in shown.columns]

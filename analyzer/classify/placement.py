@@ -30,8 +30,8 @@ import polars as pl
 
 from taxonomy.vocab import PREPARATION_STAGES, TRAINER_STAGES
 
-from . import intervals
-from .products import provides
+from ..model import intervals
+from ..model.products import provides
 
 if TYPE_CHECKING:
     pass

@@ -30,7 +30,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 INPUTS = ("sources", "events", "metrics", "options", "warnings", "failures")
 """What a run holds before any product: its sources, their events and metric rows, the user's
 options, the warnings list (a provider that finds something to warn about appends to it) and
-the failures recorded so far (``analyzer/failures.py``: one part of a product that failed with
+the failures recorded so far (``analyzer/model/failures.py``: one part of a product that failed with
 an internal error, the rest still computed)."""
 LAZY = "lazy"
 """The parameter through which a provider reads, on demand, only the products it declared as
@@ -144,7 +144,7 @@ Frame = pl.DataFrame
 
 class Products:
     """Every product of a run, typed; what each holds is documented with its provider and, for
-    frames, its schema in ``analyzer/frames.py``."""
+    frames, its schema in ``analyzer/model/frames.py``."""
 
     def product(self, name: str) -> Any:
         raise NotImplementedError

@@ -4,7 +4,7 @@
 run's inputs (sources, events, metric rows, the user's options, warnings and notes); every
 product of assembly and analysis (``run.gpu_time``, ``run.steps``, ``run.bubbles``, …) is
 computed on first access by its declared provider (:mod:`analyzer.products`) and kept; frames
-follow the schemas in ``analyzer/frames.py``.
+follow the schemas in ``analyzer/model/frames.py``.
 """
 
 from __future__ import annotations

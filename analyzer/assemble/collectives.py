@@ -1,0 +1,116 @@
+"""Collective calls (product ``collective_calls``): one row per rank and call — NCCL kernels on
+ranks with device work, the outermost host collective ranges otherwise — with its process group
+filled from the source's ``pg_config`` and matched across members into instances by (group,
+``seq``) or, without ``seq``, by order within the group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from parsers.events import GPU_ACTIVITY_KINDS
+
+from ..model.products import provides
+from ..model.run import SourceInfo
+
+CALL_COLUMNS = ["rank", "source", "name", "kind", "coll", "pg", "pg_desc", "pg_ranks", "group_size",
+                "bytes", "seq", "start_ns", "end_ns", "group", "instance"]
+
+
+def collective_calls(events: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]]) -> pl.DataFrame:
+    """One row per rank and collective call, with its group (canonical ranks) and instance."""
+    coll = events.filter(pl.col("coll").is_not_null() & (pl.col("rank") >= 0) & (pl.col("kind") != "log_stage"))
+    device_ranks = events.filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("rank") >= 0))["rank"].unique()
+    on_device = coll.filter(pl.col("kind") == "kernel")
+    host = coll.filter(~pl.col("rank").is_in(device_ranks.implode()) & pl.col("kind").is_in(["annotation", "cpu_op"]))
+    # per rank, the annotation rows (gloo:/nccl: record_function) when there are any, else cpu ops
+    has_ann = host.filter(pl.col("kind") == "annotation")["rank"].unique()
+    host = host.filter(
+        (pl.col("kind") == "annotation") | ~pl.col("rank").is_in(has_ann.implode())
+    )
+    host = _outermost(host)
+    calls = pl.concat([on_device, host]).select(
+        "rank", "source", pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String), pl.col("coll").cast(pl.String),
+        pl.col("pg").cast(pl.String), pl.col("pg_desc").cast(pl.String), "pg_ranks", "group_size", "bytes", "seq",
+        "start_ns", "end_ns",
+    )
+    calls = fill_groups(calls, pg_config)
+    return _instances(calls).select(CALL_COLUMNS).sort("rank", "start_ns")
+
+
+def _outermost(rows: pl.DataFrame) -> pl.DataFrame:
+    """Host collective rows not inside another collective row of the same rank and thread."""
+    if rows.height == 0:
+        return rows
+    ordered = rows.sort(["rank", "source", "pid", "tid", "start_ns", "end_ns"], descending=[False] * 5 + [True])
+    reach = pl.col("end_ns").cum_max().shift(1).over(["rank", "source", "pid", "tid"])
+    return ordered.filter(reach.is_null() | (pl.col("start_ns") >= reach))
+
+
+def fill_groups(calls: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]]) -> pl.DataFrame:
+    """Group ranks and description from ``pg_config`` where rows name only the group; for rows
+    with no group at all (gloo on CPU), the ranks that make calls of that kind the same number
+    of times — named after the one ``pg_config`` group with exactly those ranks, and left
+    without a description when several groups have them."""
+    config = pl.DataFrame(
+        [{"source": s, "pg": str(g.get("pg_name")), "cfg_desc": g.get("pg_desc"), "cfg_ranks": g.get("ranks")}
+         for s, groups in pg_config.items() for g in groups or []],
+        schema={"source": pl.UInt32, "pg": pl.String, "cfg_desc": pl.String, "cfg_ranks": pl.String},
+    )
+    calls = calls.join(config, on=["source", "pg"], how="left").with_columns(
+        pl.coalesce("pg_ranks", "cfg_ranks").alias("pg_ranks"),
+        pl.coalesce("pg_desc", "cfg_desc").alias("pg_desc"),
+    ).drop("cfg_desc", "cfg_ranks")
+    bare = calls.filter(pl.col("pg_ranks").is_null())
+    if bare.height:
+        counts = bare.group_by("coll", "rank").len()
+        members = counts.group_by("coll").agg(
+            pl.col("rank").sort().cast(pl.String).str.join(",").alias("members"),
+            (pl.col("len").n_unique() == 1).alias("even"),
+            pl.len().alias("n"),
+        ).filter(pl.col("even") & (pl.col("n") > 1))
+        by_ranks = (
+            config.unique(["cfg_ranks", "pg"]).group_by("cfg_ranks")
+            .agg(pl.col("cfg_desc").first(), pl.col("pg").first().alias("cfg_pg"), pl.len().alias("_n"))
+            .filter(pl.col("_n") == 1).drop("_n")
+        )
+        members = members.join(by_ranks, left_on="members", right_on="cfg_ranks", how="left").with_columns(
+            pl.coalesce(pl.col("cfg_pg"), pl.lit("~") + pl.col("coll")).alias("cfg_pg"))
+        calls = calls.join(members.select("coll", "members", "cfg_desc", "cfg_pg"), on="coll", how="left").with_columns(
+            pl.when(pl.col("pg_ranks").is_null()).then(pl.col("members")).otherwise(pl.col("pg_ranks")).alias("pg_ranks"),
+            pl.when(pl.col("pg_ranks").is_null()).then(pl.col("cfg_desc")).otherwise(pl.col("pg_desc")).alias("pg_desc"),
+            pl.when(pl.col("pg_ranks").is_null()).then(pl.col("cfg_pg")).otherwise(pl.col("pg")).alias("pg"),
+        ).drop("members", "cfg_desc", "cfg_pg")
+    return calls.with_columns(
+        pl.when(pl.col("pg_ranks").is_not_null())
+        .then(pl.concat_str([pl.col("pg_ranks"), pl.lit("|"), pl.col("pg").fill_null("")]))
+        .otherwise(pl.lit("|") + pl.col("pg")).alias("group"),
+        pl.coalesce(pl.col("group_size"), pl.col("pg_ranks").str.count_matches(",") + 1).cast(pl.Int32).alias("group_size"),
+    )
+
+
+def _instances(calls: pl.DataFrame) -> pl.DataFrame:
+    """Match calls across group members: by (group, seq) where every call of the group records
+    ``seq``, else by order within the group on each rank. Unmatched calls get instance -1."""
+    seq_ok = calls.group_by("group").agg(pl.col("seq").is_not_null().all().alias("seq_ok"))
+    keyed = calls.sort("rank", "start_ns").join(seq_ok, on="group", how="left").with_columns(
+        pl.when(pl.col("seq_ok")).then(pl.col("seq"))
+        .otherwise(pl.int_range(pl.len()).over(["group", "rank"]).cast(pl.Int64)).alias("_key")
+    )
+    members = pl.col("rank").n_unique().over(["group", "_key"])
+    ident = pl.struct("group", "_key").rank("dense").cast(pl.Int64) - 1
+    return keyed.with_columns(
+        pl.when(pl.col("group").is_not_null() & (members > 1)).then(ident).otherwise(-1).alias("instance")
+    ).drop("seq_ok", "_key")
+
+
+@provides("collective_calls")
+def collective_calls_product(events: pl.DataFrame, sources: list[SourceInfo]) -> pl.DataFrame:
+    return collective_calls(events, pg_config(sources))
+
+
+def pg_config(sources: list[SourceInfo]) -> dict[int, list[dict[str, Any]]]:
+    """Each source's process groups as its parser read them (Kineto ``distributedInfo``)."""
+    return {s.index: s.meta.get("pg_config") or [] for s in sources}
