@@ -8,7 +8,10 @@ a sample can be rerun) and the score of a sample comes with its 95% Wilson inter
 
 Usage (in build/mutate, mutmut's working folder):
 
-- ``python tests/mutation_score.py MUTANTS_DIR EQUIVALENT_DOC [NAME_GLOB ... | --names FILE]``
+- ``python tests/mutation_score.py MUTANTS_DIR EQUIVALENT_DOC [--codes JSON ...]
+  [NAME_GLOB ... | --names FILE]``: ``--codes`` files of saved exit codes by mutant name (later
+  ones win) stand in for the stored results, so a sample's "before" survives the full reset
+  mutmut makes when the test selection changes.
 - ``python tests/mutation_score.py sample N SEED FILE``: generate the mutants (mutmut's first
   step), then write N names drawn from all of them to FILE, one a line.
 """
@@ -63,14 +66,17 @@ def metas(mutants: Path) -> Iterator[tuple[str, dict[str, int | None]]]:
 
 
 def results(
-    mutants: Path, globs: list[str], names: set[str] | None = None
+    mutants: Path,
+    globs: list[str],
+    names: set[str] | None = None,
+    saved: dict[str, int | None] | None = None,
 ) -> dict[str, dict[str, str]]:
     """Per source file, each mutant's status (only mutants matching one of ``globs``, or only
-    those in ``names``)."""
+    those in ``names``); ``saved`` exit codes stand in for the stored ones of their mutants."""
     out: dict[str, dict[str, str]] = {}
     for source, codes in metas(mutants):
         chosen = {
-            k: status(v)
+            k: status((saved or {}).get(k, v))
             for k, v in codes.items()
             if (k in names if names is not None else not globs)
             or any(fnmatch.fnmatch(k, g) for g in globs)
@@ -125,6 +131,10 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["sample"]:
         return sample(argv[1:])
     mutants, doc, globs = Path(argv[0]), Path(argv[1]), argv[2:]
+    saved: dict[str, int | None] = {}
+    while globs[:1] == ["--codes"]:
+        saved.update(json.loads(Path(globs[1]).read_text(encoding="utf-8")))
+        globs = globs[2:]
     sampled = globs[:1] == ["--names"]
     names = set(Path(globs[1]).read_text(encoding="utf-8").split()) if sampled else None
     if sampled:
@@ -138,7 +148,7 @@ def main(argv: list[str]) -> int:
         + " ".join(f"{h:>{w}}" for h, w in zip(heads, WIDTHS, strict=True))
         + ("  95% interval" if sampled else "")
     )
-    for path, statuses in results(mutants, globs, names).items():
+    for path, statuses in results(mutants, globs, names, saved).items():
         count = Counter(
             "equivalent" if k in equiv and s != "killed" else s for k, s in statuses.items()
         )

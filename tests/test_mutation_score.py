@@ -70,6 +70,10 @@ def test_only_sampled_mutants_of_modules_that_still_exist_are_scored(tmp_path: P
     assert results(tmp_path / "mutants", []) == {
         "pkg/a.py": dict(zip(codes, ("killed", "survived", "not checked"), strict=True))
     }
+    saved = {"pkg.a.x_f__mutmut_1": 0, "pkg.other.x_h__mutmut_1": 1}
+    assert results(tmp_path / "mutants", ["pkg.a.x_f__mutmut_1"], None, saved) == {
+        "pkg/a.py": {"pkg.a.x_f__mutmut_1": "survived"}
+    }
 
 
 def test_equivalents_are_read_from_the_first_column_of_the_docs_table(tmp_path: Path) -> None:
