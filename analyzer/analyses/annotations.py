@@ -7,8 +7,6 @@ The time is the union of the annotation's ranges: two threads running ``gloo:all
 cover the wall clock once (summed, a HolisticTraceAnalysis trace showed 166% of its window).
 """
 
-from __future__ import annotations
-
 import polars as pl
 
 from parsers.events import nesting_depth

@@ -21,6 +21,7 @@ from taxonomy import profiles
 from taxonomy.guidelines import Catalogue, Check
 
 from ..model import intervals
+from ..model.scalars import number
 from .log_steps import one_per_key
 
 if TYPE_CHECKING:
@@ -95,18 +96,18 @@ def run_value(frame: pl.DataFrame, check: Check) -> float | None:
     values = values.filter(values.is_finite())
     if check.aggregate == "share":
         measured = frame.filter(pl.col("den") > 0)
-        den = measured["den"].sum()
-        share = measured["num"].sum() / den if den > 0 else None
+        den = number(measured["den"].sum())
+        share = number(measured["num"].sum()) / den if den > 0 else None
         return float(share) if share is not None and math.isfinite(share) else None
     if values.len() == 0:
         return None
     match check.aggregate:
         case "mean":
-            return float(values.mean())  # type: ignore[arg-type]
+            return float(values.mean())
         case "median":
-            return float(values.median())  # type: ignore[arg-type]
+            return float(values.median())
         case "max":
-            return float(values.max())  # type: ignore[arg-type]
+            return float(values.max())
     return float(values[-1])
 
 

@@ -17,6 +17,7 @@ from taxonomy.guidelines import Check
 from taxonomy.vocab import FORWARD_STAGES, TRAIN_STAGES
 
 from ..model import intervals
+from ..model.scalars import as_int
 from .guideline_evidence import (
     LOG_STAGES,
     LOG_STEPS,
@@ -163,7 +164,7 @@ def tail_share(ev: Evidence, check: Check) -> Result:
         "step", "rank", pl.col("median_end").alias("start_ns"), pl.col("last_end").alias("end_ns"),
         ((pl.col("last_end") - pl.col("median_end")) / (pl.col("last_end") - pl.col("span_start"))).alias("value"),
     )
-    return Measured(per_step(frame), f"rollout ends of {int(ends['ranks'].max())} ranks in the trace, {frame.height} steps")
+    return Measured(per_step(frame), f"rollout ends of {as_int(ends['ranks'].max())} ranks in the trace, {frame.height} steps")
 
 
 def unhidden_tail_share(ev: Evidence, check: Check) -> Result:
@@ -379,8 +380,8 @@ def tp_cross_node(ev: Evidence, check: Check) -> Result:
             shown = f": {', '.join(bad['group'].head(3).to_list())}" if bad.height else ""
             return Measured(per_step(frame), f"{spans.height} TP groups against the hosts of their ranks in the trace{shown}")
     per_node, world = config_count(ev, "gpus_per_node"), config_count(ev, "world_size")
-    sizes = {name: config_count(ev, name) for name in ("rollout_tp", "tensor_parallel")}
-    sizes = {k: v for k, v in sizes.items() if v is not None}
+    counted = {name: config_count(ev, name) for name in ("rollout_tp", "tensor_parallel")}
+    sizes = {k: v for k, v in counted.items() if v is not None}
     if per_node is None or world is None or not sizes:
         return Missing(check.needs)
     crossing = sum(

@@ -41,6 +41,8 @@ import polars as pl
 
 from taxonomy.vocab import STAGE
 
+from ..model.scalars import as_float
+
 OUTPUTS = {
     "stages": "per step × stage: seconds, share of the step's wall time, inside the step or not, the keys",
     "steps": "per step: total, its origin, stage sum, residual (other), outside time, wall, dominant stage, outlier",
@@ -80,42 +82,42 @@ NEEDS_TRACE: tuple[tuple[str, str], ...] = (
                           "logs give only length statistics"),
 )
 
-STAGES_SCHEMA: dict[str, pl.DataType] = {
+STAGES_SCHEMA = pl.Schema({
     "step": pl.Int32(), "stage": STAGE, "label": pl.String(), "composite": pl.Boolean(),
     "seconds": pl.Float64(), "share": pl.Float64(), "in_step": pl.Boolean(), "keys": pl.String(),
-}
-STEPS_SCHEMA: dict[str, pl.DataType] = {
+})
+STEPS_SCHEMA = pl.Schema({
     "step": pl.Int32(), "total_s": pl.Float64(), "total_from": pl.String(), "stages_s": pl.Float64(),
     "residual_s": pl.Float64(), "outside_s": pl.Float64(), "wall_s": pl.Float64(), "dominant": STAGE,
     "outlier": pl.Boolean(), "outlier_cause": pl.String(),
-}
-STATS_SCHEMA: dict[str, pl.DataType] = {
+})
+STATS_SCHEMA = pl.Schema({
     "n_steps": pl.Int64(), "first_step": pl.Int32(), "last_step": pl.Int32(), "median_s": pl.Float64(),
     "p95_s": pl.Float64(), "mean_s": pl.Float64(), "min_s": pl.Float64(), "max_s": pl.Float64(),
     "mad_s": pl.Float64(), "outlier_threshold_s": pl.Float64(), "n_outliers": pl.Int64(), "outlier_rule": pl.String(),
-}
-STAGE_SUMMARY_SCHEMA: dict[str, pl.DataType] = {
+})
+STAGE_SUMMARY_SCHEMA = pl.Schema({
     "stage": STAGE, "label": pl.String(), "composite": pl.Boolean(), "seconds": pl.Float64(),
     "share": pl.Float64(), "median_s": pl.Float64(), "p95_s": pl.Float64(), "n_steps": pl.Int64(),
-}
-DOMINANT_SCHEMA: dict[str, pl.DataType] = {
+})
+DOMINANT_SCHEMA = pl.Schema({
     "stage": STAGE, "label": pl.String(), "share": pl.Float64(), "other_share": pl.Float64(),
-}
-WEIGHT_SYNC_SCHEMA: dict[str, pl.DataType] = {
+})
+WEIGHT_SYNC_SCHEMA = pl.Schema({
     "status": pl.String(), "seconds": pl.Float64(), "share": pl.Float64(), "median_s": pl.Float64(),
     "where": pl.String(), "note": pl.String(),
-}
-LONG_TAIL_SCHEMA: dict[str, pl.DataType] = {
+})
+LONG_TAIL_SCHEMA = pl.Schema({
     "step": pl.Int32(), "mean_len": pl.Float64(), "max_len": pl.Float64(), "min_len": pl.Float64(),
     "max_over_mean": pl.Float64(), "clip_ratio": pl.Float64(),
-}
-LONG_TAIL_SUMMARY_SCHEMA: dict[str, pl.DataType] = {
+})
+LONG_TAIL_SUMMARY_SCHEMA = pl.Schema({
     "n_steps": pl.Int64(), "median_max_over_mean": pl.Float64(), "p95_max_over_mean": pl.Float64(),
     "max_max_over_mean": pl.Float64(), "mean_clip_ratio": pl.Float64(), "max_clip_ratio": pl.Float64(),
     "keys": pl.String(),
-}
-UNCLASSIFIED_SCHEMA: dict[str, pl.DataType] = {"name": pl.String(), "n_steps": pl.Int64(), "seconds": pl.Float64()}
-NEEDS_TRACE_SCHEMA: dict[str, pl.DataType] = {"analysis": pl.String(), "reason": pl.String()}
+})
+UNCLASSIFIED_SCHEMA = pl.Schema({"name": pl.String(), "n_steps": pl.Int64(), "seconds": pl.Float64()})
+NEEDS_TRACE_SCHEMA = pl.Schema({"analysis": pl.String(), "reason": pl.String()})
 
 LONG_TAIL_KEYS: tuple[str, ...] = ("response_length_mean", "response_length_max", "response_length_min", "clip_ratio")
 
@@ -341,7 +343,7 @@ def _outliers(stages: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, 
     if wall.len() == 0:
         empty_steps = steps.with_columns(pl.lit(None, dtype=pl.Boolean).alias("outlier"), pl.lit(None, dtype=pl.String).alias("outlier_cause"))
         return empty_steps.select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA), pl.DataFrame(schema=STATS_SCHEMA)
-    median = float(wall.median())
+    median = as_float(wall.median())
     mad = float((wall - median).abs().median()) * MAD_SCALE
     threshold = median + OUTLIER_K * max(mad, MAD_FLOOR * median)
     steps = steps.with_columns((pl.col("wall_s") > threshold).alias("outlier"))
@@ -359,8 +361,8 @@ def _outliers(stages: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, 
     ).drop("_cause").sort("step")
     stats = pl.DataFrame([{
         "n_steps": wall.len(), "first_step": steps["step"].min(), "last_step": steps["step"].max(),
-        "median_s": median, "p95_s": float(wall.quantile(0.95, "linear")), "mean_s": float(wall.mean()),
-        "min_s": float(wall.min()), "max_s": float(wall.max()), "mad_s": mad, "outlier_threshold_s": threshold,
+        "median_s": median, "p95_s": as_float(wall.quantile(0.95, "linear")), "mean_s": as_float(wall.mean()),
+        "min_s": as_float(wall.min()), "max_s": as_float(wall.max()), "mad_s": mad, "outlier_threshold_s": threshold,
         "n_outliers": int(steps["outlier"].sum()),
         "outlier_rule": f"wall time > median + {OUTLIER_K:g} × MAD (MAD scaled by {MAD_SCALE}, at least {MAD_FLOOR:.0%} of the median)",
     }], schema=STATS_SCHEMA)
@@ -402,7 +404,7 @@ def _weight_sync(stages: pl.DataFrame, steps: pl.DataFrame, rows: pl.DataFrame) 
         per_step = measured.group_by("step").agg(pl.col("seconds").sum())
         seconds = float(per_step["seconds"].sum())
         keys = ", ".join(sorted(set(", ".join(measured["keys"].to_list()).split(", "))))
-        row = ("measured", seconds, seconds / wall if wall else None, float(per_step["seconds"].median()), keys, None)
+        row = ("measured", seconds, seconds / wall if wall else None, as_float(per_step["seconds"].median()), keys, None)
         return pl.DataFrame([row], schema=WEIGHT_SYNC_SCHEMA, orient="row"), None
     hiding = rows.filter(pl.col("hides").list.contains("weight_sync").fill_null(False))["name"].unique().sort().to_list()
     if hiding:

@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from ..model.products import provides
+from ..model.scalars import number
 
 OVERVIEW: dict[str, pl.DataType] = {
     "metric": pl.String(),
@@ -120,8 +121,8 @@ def _gpu(products: Mapping[str, Any]) -> dict[str, Any]:
     gpu = gpu.filter(pl.col("gpu_window_ns").is_not_null() & (pl.col("gpu_window_ns") > 0))
     if gpu.height == 0:
         return {}
-    window = gpu["gpu_window_ns"].sum()
-    return {"gpu_busy_ns": gpu["busy_ns"].sum(), "gpu_idle_fraction": (window - gpu["busy_ns"].sum()) / window}
+    window, busy = number(gpu["gpu_window_ns"].sum()), number(gpu["busy_ns"].sum())
+    return {"gpu_busy_ns": busy, "gpu_idle_fraction": (window - busy) / window}
 
 
 def _idle(products: Mapping[str, Any]) -> dict[str, Any]:
@@ -141,8 +142,8 @@ def _idle(products: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _ratio(per_device: pl.DataFrame) -> float | None:
-    window = per_device["window_ns"].sum()
-    return per_device["idle_ns"].sum() / window if window else None
+    window = number(per_device["window_ns"].sum())
+    return number(per_device["idle_ns"].sum()) / window if window else None
 
 
 def _weight_sync(products: Mapping[str, Any]) -> dict[str, Any]:

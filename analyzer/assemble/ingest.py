@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import polars as pl
@@ -60,12 +61,12 @@ def ingest(
     progress: Callable[[Path], None] | None = None,
 ) -> Ingested:
     """Discover every source under ``paths`` and parse it (in parallel, through the cache)."""
-    paths = [Path(p) for p in paths]
-    if not paths:
+    given = [Path(p) for p in paths]
+    if not given:
         raise InputError(".", "no input paths given")
-    found = discover(paths)
+    found = discover(given)
     _in_path_order(found)
-    _explain_explicit_unknowns(paths, found.unknown)
+    _explain_explicit_unknowns(given, found.unknown)
     _refuse_overwrite(found.sources, _WRITES.get())
     use_cache = _cache_enabled() if use_cache is None else use_cache
     todo = [(i, p, fmt) for i, (p, fmt) in enumerate(found.sources)]
@@ -88,7 +89,7 @@ def ingest(
     note = skipped_note(found.skipped)
     if not results:
         why = f" ({note})" if note else ""
-        raise InputError(paths[0], f"no trace, Nsight Systems export or framework log rlperf can read was found{why}")
+        raise InputError(given[0], f"no trace, Nsight Systems export or framework log rlperf can read was found{why}")
     notes = [*found.notes, *([note] if note else [])]
     return Ingested(sources=[results[i] for i in sorted(results)], unknown=found.unknown, notes=notes)
 
@@ -180,16 +181,23 @@ def _code_version(fmt: str) -> str:
     """A hash of the parser's code and the event contract: a change invalidates the cache."""
     digest = hashlib.sha1()
     module = parser_for(fmt)
-    files = {Path(module.__file__)}
-    files |= {Path(m.__file__) for m in parser_modules() if m.__name__.startswith(module.__name__)}
+    files = {_file_of(module)}
+    files |= {_file_of(m) for m in parser_modules() if m.__name__.startswith(module.__name__)}
     import parsers
 
     root = Path(parsers.__file__).parent
     files |= {root / "events.py", root / "source.py", root / "nccl.py"}
     for f in sorted(files):
         digest.update(f.read_bytes())
-    digest.update(",".join(PARSER_MODULES).encode())
+    digest.update(",".join(m.__name__ for m in PARSER_MODULES).encode())
     return digest.hexdigest()[:16]
+
+
+def _file_of(module: ModuleType) -> Path:
+    """The file a parser module's code is in (a module built without one cannot be hashed)."""
+    if module.__file__ is None:
+        raise ValueError(f"{module.__name__} has no source file")
+    return Path(module.__file__)
 
 
 def _cache_key(path: Path, fmt: str) -> str:

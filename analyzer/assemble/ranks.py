@@ -75,10 +75,10 @@ def assign_ranks(parsed: list[ParsedSource], options: Options | None = None) -> 
         out.append(table)
     ranks, roles = [], []
     for i in range(len(parsed)):
-        mine = [u for u in units if u["source"] == i and u["trace"]]
-        worker_ranks = {u["rank"] for u in mine if u["role"] == WORKER and u["rank"] >= 0}
+        traced = [u for u in units if u["source"] == i and u["trace"]]
+        worker_ranks = {u["rank"] for u in traced if u["role"] == WORKER and u["rank"] >= 0}
         ranks.append(worker_ranks.pop() if len(worker_ranks) == 1 else -1)
-        roles.append(LOG if not mine else DRIVER if all(u["role"] == DRIVER for u in mine) else WORKER)
+        roles.append(LOG if not traced else DRIVER if all(u["role"] == DRIVER for u in traced) else WORKER)
     return concat(out), ranks, roles, notes
 
 

@@ -28,6 +28,8 @@ import polars as pl
 from parsers import InputError, ParsedSource
 from parsers.errors import printable
 
+from ..model.scalars import number_or_none
+
 WINDOW_SLACK_NS = 2_000_000_000
 """Trace windows closer than this overlap: hosts' clocks and profilers' start differ by less."""
 LOG_SLACK_NS = 14 * 3_600_000_000_000
@@ -123,7 +125,8 @@ def _window(parsed: ParsedSource) -> tuple[int, int] | None:
     base = str(parsed.meta.get("time_base") or "").lower()
     if parsed.events.height == 0 or any(m in base for m in RELATIVE_MARKERS):
         return None
-    start, end = parsed.events["start_ns"].min(), parsed.events["end_ns"].max()
+    start = number_or_none(parsed.events["start_ns"].min())
+    end = number_or_none(parsed.events["end_ns"].max())
     if start is None or end is None or start < EPOCH_MIN_NS:
         return None
     return int(start), int(max(start, end))
@@ -206,10 +209,11 @@ def _attach_logs(traces: list[Group], logs: list[Group], reasons: list[str]) -> 
     undecided: list[Group] = []
     for log in logs:
         lw = log.window
-        near = [t for t in traces if lw and t.window and _overlap(lw, t.window, LOG_SLACK_NS)
+        near = [(t, t.window) for t in traces if lw and t.window and _overlap(lw, t.window, LOG_SLACK_NS)
                 and _frameworks_agree(log, t)]
-        if near:
-            best = min(near, key=lambda t: abs(t.window[0] - lw[0]))
+        if near and lw:
+            start = lw[0]
+            best, _ = min(near, key=lambda tw: abs(tw[1][0] - start))
             best.members.extend(log.members)
         elif lw and all(t.window for t in traces):
             alone.append(log)
@@ -246,13 +250,13 @@ def choose(parsed: list[ParsedSource], choice: str | int | None, inputs: Iterabl
     """The sources of the one run in ``parsed`` (re-indexed from 0), or of the run ``choice``
     names (its number as listed, or a prefix of its files' paths); notes saying what was chosen.
     Raises :class:`RunsError` when there are several and no choice."""
-    inputs = [Path(p) for p in inputs]
+    given = [Path(p) for p in inputs]
     runs, reasons = group(parsed)
-    listed = [_found(k, g, inputs) for k, g in enumerate(runs, start=1)]
+    listed = [_found(k, g, given) for k, g in enumerate(runs, start=1)]
     notes: list[str] = []
     if choice is None or str(choice).strip() == "":
         if len(runs) > 1:
-            raise RunsError(_where(inputs), listed, reasons)
+            raise RunsError(_where(given), listed, reasons)
         picked = runs[0]
     else:
         picked = runs[_pick(str(choice).strip(), listed) - 1]
@@ -336,7 +340,8 @@ def _ranks(g: Group) -> str:
 
 
 def _spans(values: list[int]) -> str:
-    out, start = [], values[0]
+    out: list[str] = []
+    start: int | None = values[0]
     for prev, cur in zip(values, [*values[1:], None], strict=True):
         if cur != prev + 1 if cur is not None else True:
             out.append(str(start) if start == prev else f"{start}-{prev}")

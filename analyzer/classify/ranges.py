@@ -17,11 +17,11 @@ from .infer import infer_ranges
 from .steps import is_staged, name_classes
 
 RANGE_KINDS = ("annotation",)
-RANGES_SCHEMA: dict[str, pl.DataType] = {
+RANGES_SCHEMA = pl.Schema({
     "rank": pl.Int32(), "source": pl.UInt32(), "pid": pl.Int64(), "tid": pl.Int64(), "name": pl.String(),
     "start_ns": pl.Int64(), "end_ns": pl.Int64(), "stage": STAGE, "role": ROLE, "relation": tp.RELATION,
     "composite": pl.Boolean(), "weak": pl.Boolean(), "inferred": pl.Boolean(), "confidence": pl.Float32(),
-}
+})
 
 
 @provides("ranges")

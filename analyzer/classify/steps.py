@@ -28,6 +28,7 @@ from ..model import frames, intervals
 from ..model.options import Options
 from ..model.products import provides
 from ..model.run import SourceInfo
+from ..model.scalars import as_int
 
 MATCH_TOLERANCE = 0.10
 """Trace steps take a log's numbering when their stage durations agree within this (mean
@@ -122,7 +123,8 @@ def match_log_steps(trace: pl.DataFrame, log: pl.DataFrame) -> tuple[int, float]
     clearly better than any other. Both frames: step, stage, dur."""
     if trace.height == 0 or log.height == 0:
         return None
-    first, last = log["step"].min() - trace["step"].min(), log["step"].max() - trace["step"].max()
+    first = as_int(log["step"].min()) - as_int(trace["step"].min())
+    last = as_int(log["step"].max()) - as_int(trace["step"].max())
     errors = (
         trace.lazy().join(log.lazy(), on="stage", suffix="_log")
         .with_columns((pl.col("step_log") - pl.col("step")).alias("k"))

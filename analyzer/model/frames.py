@@ -8,45 +8,47 @@ the aligned clock (docs/analyses.md §2).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import polars as pl
 
 from taxonomy.vocab import DIM, IDLE_CAUSE, POOL, ROLE, STAGE
 
 # --- produced by assembly and classification ----------------------------------------------------
 
-CLASSIFIED_COLUMNS: dict[str, pl.DataType] = {
+CLASSIFIED_COLUMNS = pl.Schema({
     "stage": STAGE,
     "role": ROLE,
     "dim": DIM,
     "pool": POOL,
     "inferred": pl.Boolean(),
     "confidence": pl.Float32(),
-}
+})
 """Columns classification appends to the event table (``Run.events``): the stage and role of
 annotation, log and GPU rows (GPU rows inherit them from the range enclosing their launch), the
 parallelism dimension of collective rows, the pool of the row's rank, and whether the stage was
 inferred from operator signatures (with a confidence in [0, 1]) rather than named by a range."""
 
-STEPS: dict[str, pl.DataType] = {
+STEPS = pl.Schema({
     "step": pl.Int32(),
     "start_ns": pl.Int64(),
     "end_ns": pl.Int64(),
     "source": pl.String(),
-}
+})
 """One row per step: the step window over all ranks (docs/analyses.md §1); ``source`` says what
 defined it (``ProfilerStep``, a step range name, ``log``)."""
 
-CLOCK: dict[str, pl.DataType] = {
+CLOCK = pl.Schema({
     "rank": pl.Int32(),
     "offset_ns": pl.Int64(),
     "uncertainty_ns": pl.Int64(),
     "matched": pl.Int64(),
     "aligned": pl.Boolean(),
-}
+})
 """Per rank: the offset subtracted from its times, the residual uncertainty (MAD), how many
 matched collective instances it rests on, and whether the rank could be aligned at all."""
 
-INCOMPLETE_STEPS: dict[str, pl.DataType] = {
+INCOMPLETE_STEPS = pl.Schema({
     "step": pl.Int32(),
     "source": pl.UInt32(),
     "rank": pl.Int32(),
@@ -54,21 +56,21 @@ INCOMPLETE_STEPS: dict[str, pl.DataType] = {
     "trace_end_ns": pl.Int64(),
     "start_ns": pl.Int64(),
     "end_ns": pl.Int64(),
-}
+})
 """One row per step and trace that leaves the step unobserved: ``reason`` ``cut`` (the file was
 cut short and salvaged: every step not over when its data ends) or ``unclosed`` (the trace
 ends inside the step and its own marker of that step is missing). These steps are left out of
 ``steps`` and every per-step analysis (docs/analyses.md §1)."""
 
-POOLS: dict[str, pl.DataType] = {
+POOLS = pl.Schema({
     "rank": pl.Int32(),
     "pool": POOL,
     "host": pl.String(),
     "device": pl.Int16(),
-}
+})
 """Per rank: its pool (rollout / train / shared), host and device."""
 
-STAGE_RANGES: dict[str, pl.DataType] = {
+STAGE_RANGES = pl.Schema({
     "rank": pl.Int32(),
     "step": pl.Int32(),
     "stage": STAGE,
@@ -79,10 +81,10 @@ STAGE_RANGES: dict[str, pl.DataType] = {
     "depth": pl.Int16(),
     "inferred": pl.Boolean(),
     "confidence": pl.Float32(),
-}
+})
 """Every range that has a stage (named by a profile rule, or inferred), possibly nested."""
 
-STAGE_TIMELINE: dict[str, pl.DataType] = {
+STAGE_TIMELINE = pl.Schema({
     "rank": pl.Int32(),
     "step": pl.Int32(),
     "stage": STAGE,
@@ -91,11 +93,11 @@ STAGE_TIMELINE: dict[str, pl.DataType] = {
     "start_ns": pl.Int64(),
     "end_ns": pl.Int64(),
     "inferred": pl.Boolean(),
-}
+})
 """Per rank, non-overlapping segments: at each time point the innermost staged range decides
 the stage (docs/analyses.md §1). Sorted by rank, start. Gaps are time no range covers."""
 
-COLLECTIVE_INSTANCES: dict[str, pl.DataType] = {
+COLLECTIVE_INSTANCES = pl.Schema({
     "instance": pl.Int64(),
     "rank": pl.Int32(),
     "step": pl.Int32(),
@@ -109,11 +111,11 @@ COLLECTIVE_INSTANCES: dict[str, pl.DataType] = {
     "end_ns": pl.Int64(),
     "stage": STAGE,
     "on_device": pl.Boolean(),
-}
+})
 """One row per rank and collective call (NCCL kernel, or host op on CPU-only ranks); rows of one
 collective instance across its members share ``instance`` (-1 when it could not be matched)."""
 
-ACTIVITY: dict[str, pl.DataType] = {
+ACTIVITY = pl.Schema({
     "rank": pl.Int32(),
     "device": pl.Int16(),
     "stream": pl.Int32(),
@@ -123,31 +125,31 @@ ACTIVITY: dict[str, pl.DataType] = {
     "stage": STAGE,
     "step": pl.Int32(),
     "is_collective": pl.Boolean(),
-}
+})
 """A rank's device work (docs/analyses.md §1): kernels, copies, memsets — or, for CPU-only
 ranks, their outermost host ops — with the stage and step they belong to."""
 
 # --- produced by the analyses --------------------------------------------------------------------
 
-BREAKDOWN: dict[str, pl.DataType] = {
+BREAKDOWN = pl.Schema({
     "step": pl.Int32(),
     "rank": pl.Int32(),
     "stage": STAGE,
     "time_ns": pl.Int64(),
     "share": pl.Float64(),
-}
+})
 """Per step × rank × stage: time on that rank in that stage, and its share of the step window."""
 
-CRITICAL_PATH: dict[str, pl.DataType] = {
+CRITICAL_PATH = pl.Schema({
     "step": pl.Int32(),
     "rank": pl.Int32(),
     "stage": STAGE,
     "start_ns": pl.Int64(),
     "end_ns": pl.Int64(),
-}
+})
 """The chain of stage intervals that sets each step's time (docs/analyses.md §3)."""
 
-BUBBLES: dict[str, pl.DataType] = {
+BUBBLES = pl.Schema({
     "step": pl.Int32(),
     "rank": pl.Int32(),
     "window_ns": pl.Int64(),
@@ -155,30 +157,30 @@ BUBBLES: dict[str, pl.DataType] = {
     "productive_ns": pl.Int64(),
     "cause": IDLE_CAUSE,
     "idle_ns": pl.Int64(),
-}
+})
 """Per step × rank × cause: idle time by cause (docs/analyses.md §4), with the device's window,
 busy and productive-busy time repeated on each row."""
 
-LARGEST_BUBBLES: dict[str, pl.DataType] = {
+LARGEST_BUBBLES = pl.Schema({
     "rank": pl.Int32(),
     "step": pl.Int32(),
     "cause": IDLE_CAUSE,
     "start_ns": pl.Int64(),
     "end_ns": pl.Int64(),
-}
+})
 """The longest contiguous runs of one cause on one device."""
 
-DEVICE_STATES: dict[str, pl.DataType] = {
+DEVICE_STATES = pl.Schema({
     "rank": pl.Int32(),
     "step": pl.Int32(),
     "cause": IDLE_CAUSE,
     "start_ns": pl.Int64(),
     "end_ns": pl.Int64(),
-}
+})
 """Every device's step window cut into disjoint runs: productive busy (``cause`` null) or idle
 time of one cause (docs/analyses.md §4). Sorted by rank, step, start; the runs tile the window."""
 
-COLLECTIVE_WAITS: dict[str, pl.DataType] = {
+COLLECTIVE_WAITS = pl.Schema({
     "instance": pl.Int64(),
     "rank": pl.Int32(),
     "step": pl.Int32(),
@@ -192,13 +194,13 @@ COLLECTIVE_WAITS: dict[str, pl.DataType] = {
     "arrival_ns": pl.Int64(),
     "wait_ns": pl.Int64(),
     "exposed_ns": pl.Int64(),
-}
+})
 """One row per collective row of ``collectives``: when the instance's last member arrived
 (its own start when unmatched), the sync wait of docs/analyses.md §4 (the part of
 ``[start, min(end, arrival))`` no non-collective activity of the rank overlaps) and the exposed
 time of §5 (the part of ``[start, end)`` no non-collective activity overlaps)."""
 
-COLLECTIVES_BY_DIM: dict[str, pl.DataType] = {
+COLLECTIVES_BY_DIM = pl.Schema({
     "dim": DIM,
     "coll": pl.String(),
     "count": pl.Int64(),
@@ -208,26 +210,26 @@ COLLECTIVES_BY_DIM: dict[str, pl.DataType] = {
     "wait_ns": pl.Int64(),
     "transfer_ns": pl.Int64(),
     "busbw_gbps": pl.Float64(),
-}
+})
 """Per dimension and collective kind (docs/analyses.md §5), summed over ranks."""
 
-WEIGHT_SYNC: dict[str, pl.DataType] = {
+WEIGHT_SYNC = pl.Schema({
     "step": pl.Int32(),
     "time_ns": pl.Int64(),
     "bytes": pl.Int64(),
     "bandwidth_gbps": pl.Float64(),
     "share": pl.Float64(),
-}
+})
 """Per step: weight-sync time, bytes moved, effective bandwidth, share of the step time."""
 
-STRAGGLERS: dict[str, pl.DataType] = {
+STRAGGLERS = pl.Schema({
     "rank": pl.Int32(),
     "caused_wait_ns": pl.Int64(),
     "last_arrivals": pl.Int64(),
-}
+})
 """Per rank: the total wait it caused others by arriving last at collectives."""
 
-WORKDEPTH: dict[str, pl.DataType] = {
+WORKDEPTH = pl.Schema({
     "step": pl.Int32(),
     "work_ns": pl.Int64(),
     "depth_ns": pl.Int64(),
@@ -236,10 +238,10 @@ WORKDEPTH: dict[str, pl.DataType] = {
     "async_overlap_bound": pl.Float64(),
     "no_tail_step_ns": pl.Int64(),
     "balanced_dp_step_ns": pl.Int64(),
-}
+})
 """Per step: W, D, W/D and the what-if bounds of docs/analyses.md §7."""
 
-VIOLATIONS: dict[str, pl.DataType] = {
+VIOLATIONS = pl.Schema({
     "id": pl.String(),
     "title": pl.String(),
     "status": pl.String(),
@@ -254,29 +256,29 @@ VIOLATIONS: dict[str, pl.DataType] = {
     "evidence": pl.String(),
     "recommendation": pl.String(),
     "source": pl.String(),
-}
+})
 """One row per guideline evaluated: ``status`` is ``violated``, ``passed`` or ``not_evaluated``
 (then ``evidence`` says what is missing: "needs …"); ``severity`` is ``info``/``warn``/``error``
 for violations."""
 
-DATA_QUALITY: dict[str, pl.DataType] = {
+DATA_QUALITY = pl.Schema({
     "file": pl.String(),
     "check": pl.String(),
     "title": pl.String(),
     "count": pl.Int64(),
     "detail": pl.String(),
-}
+})
 """One row per file and problem found (what a parser dropped, clamped or repaired, and what the
 event table shows: overlaps, disorder, zero durations, events outside the window, clock
 corrections, unmapped names, salvage, excluded steps), then one ``total`` row per check;
 ``check`` is a stable key (``parser:<kind>`` for a parser's tally), ``detail`` says where."""
 
 
-def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def empty(schema: pl.Schema) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
-def check(frame: pl.DataFrame, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:
+def check(frame: pl.DataFrame, schema: Mapping[str, pl.DataType], what: str) -> pl.DataFrame:
     """Raise when ``frame`` lacks a contract column or has it with another dtype."""
     for name, dtype in schema.items():
         if name not in frame.columns:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,8 +142,10 @@ def resolve(document: dict[str, Any], path: MetricPath) -> tuple[float | None, s
         if len(numbers) > 1:
             return None, f"{path.text} matches {len(numbers)} values: add a [column=value] filter or an aggregate (max:, sum:, …)"
         return numbers[0], ""
-    reduce = {"max": max, "min": min, "sum": sum, "mean": lambda v: sum(v) / len(v)}[path.agg]
-    return float(reduce(numbers)), ""
+    reducers: dict[str, Callable[[list[float]], float]] = {
+        "max": max, "min": min, "sum": sum, "mean": lambda v: sum(v) / len(v),
+    }
+    return float(reducers[path.agg](numbers)), ""
 
 
 def _keep(row: dict[str, Any], condition: tuple[str, str, str]) -> bool:

@@ -26,6 +26,7 @@ from parsers.errors import InputError
 from parsers.events import GPU_ACTIVITY_KINDS
 
 from ..analyses.gpu_time import compute as gpu_time
+from ..model.scalars import number
 
 REASONS: dict[str, str] = {
     "stream_sync": "HTA counts CUDA stream-synchronisation rows as busy GPU time; rlperf does not "
@@ -197,13 +198,15 @@ def _compare(rank: int, events: pl.DataFrame, theirs: dict[str, float], meta: di
         trial_events = change(current)
         trial_compatible = compatible if makes_compatible is None else makes_compatible
         trial = ours(trial_events, hta_compatible=trial_compatible)
-        if abs(trial["idle_us"] - theirs["idle_us"]) < abs(adjusted["idle_us"] - theirs["idle_us"]) - 1e-6:
-            reasons.append({"rank": rank, "reason": reason, "effect_us": trial["idle_us"] - adjusted["idle_us"]})
+        trial_idle, adjusted_idle = number(trial["idle_us"]), adjusted["idle_us"]
+        if abs(trial_idle - theirs["idle_us"]) < abs(adjusted_idle - theirs["idle_us"]) - 1e-6:
+            reasons.append({"rank": rank, "reason": reason, "effect_us": trial_idle - adjusted_idle})
             current, compatible, adjusted = trial_events, trial_compatible, trial
     rows = []
     window = theirs["window_us"] or 1.0
     for metric, _title in METRICS:
-        value, hta, fitted = mine[metric], theirs[metric], adjusted[metric]
+        value, fitted = mine[metric], adjusted[metric]
+        hta: float | None = theirs[metric]
         if isinstance(hta, float) and math.isnan(hta):
             hta = None
         difference = None if value is None or hta is None else value - hta

@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 from ..analyses.overview import frame_of
+from ..model.scalars import as_int
 
 STAGE_TID = 10_000_001
 BUBBLE_TID = 10_000_002
@@ -43,10 +44,10 @@ def export(run, output: Path) -> dict[str, Any]:
     events = run.events.filter((pl.col("rank") >= 0) & pl.col("kind").cast(pl.String).is_in(list(CATEGORY)))
     stages = frame_of(run, "stage_timeline", "rank", "step", "stage", "name", "start_ns", "end_ns")
     bubbles = _bubbles(run)
-    starts = [f["start_ns"].min() for f in (events, stages, bubbles) if f is not None and f.height]
+    starts = [as_int(f["start_ns"].min()) for f in (events, stages, bubbles) if f is not None and f.height]
     if not starts:
         raise ValueError("nothing to export: the run has no trace events")
-    t0 = (int(min(starts)) // 1000) * 1000
+    t0 = (min(starts) // 1000) * 1000
     parts = [_events(events, t0)]
     counts = {"events": events.height, "stage_slices": 0, "bubble_slices": 0, "flows": 0}
     if stages is not None and stages.height:

@@ -22,6 +22,7 @@ import polars as pl
 from taxonomy.vocab import CAUSE_COLORS, IDLE_CAUSES, STAGE_COLORS, STAGE_NAMES
 
 from ..analyses.overview import frame_of as product
+from ..model.scalars import as_float, as_int
 
 OVERLAP_COLORS: dict[str, str] = {"exposed": "#e15759", "hidden": "#bab0ac", "overlap unknown": "#4e79a7"}
 BUBBLE_MARK = "#c00000"
@@ -111,7 +112,7 @@ def timeline(run) -> Figure:
     if segments is None or segments.height == 0:
         return missing(key, title, "stage_timeline", "stage classification", segments)
     segments = segments.with_columns(pl.col("stage").cast(pl.String), pl.col("name").cast(pl.String))
-    t0 = int(segments["start_ns"].min())
+    t0 = as_int(segments["start_ns"].min())
     note = "Drag to pan, scroll to zoom (time axis)."
     if segments.height > MAX_TIMELINE_MARKS:
         slices = max(20, min(TIMELINE_SLICES, MAX_TIMELINE_MARKS // max(1, segments["rank"].n_unique())))
@@ -127,7 +128,7 @@ def timeline(run) -> Figure:
     zoom = alt.selection_interval(bind="scales", encodings=["x"])
     bars = alt.Chart(_values(data)).mark_bar(height=ROW_PX - 3).encode(
         x=alt.X("start_ms:Q", title="time since first stage (ms)",
-                scale=alt.Scale(domain=[0, float(data["end_ms"].max())], nice=False, zero=False)),
+                scale=alt.Scale(domain=[0, as_float(data["end_ms"].max())], nice=False, zero=False)),
         x2="end_ms:Q",
         y=y,
         color=alt.Color("stage:N", scale=_scale(STAGE_COLORS, data["stage"]), legend=alt.Legend(title="stage")),
@@ -155,7 +156,7 @@ def timeline(run) -> Figure:
 def aggregate_timeline(segments: pl.DataFrame, slices: int) -> pl.DataFrame:
     """Per rank, ``slices`` equal slices of the run; each becomes the stage that covers most of it
     (adjacent slices of one stage merged). Keeps the timeline's columns; ``name`` says it is a slice."""
-    t0, t1 = int(segments["start_ns"].min()), int(segments["end_ns"].max())
+    t0, t1 = as_int(segments["start_ns"].min()), as_int(segments["end_ns"].max())
     width = max(1, -(-(t1 - t0) // slices))
     first = (pl.col("start_ns") - t0) // width
     last = (pl.col("end_ns") - 1 - t0) // width

@@ -6,6 +6,7 @@ import polars as pl
 
 from ...classify.placement import consecutive_runs
 from ...model.run import Run
+from ...model.scalars import as_int
 from ..section import Column, Section
 
 
@@ -46,11 +47,11 @@ def summary(run: Run) -> pl.DataFrame:
     aligned = clock.filter(pl.col("aligned"))
     if clock.height:
         shifted = clock.filter(pl.col("offset_ns") != 0)
-        worst = int(aligned["uncertainty_ns"].max() or 0) if aligned.height else 0
+        worst = as_int(aligned["uncertainty_ns"].max() or 0) if aligned.height else 0
         if not aligned.height:
             detail = "no matched collectives: clocks taken as recorded"
         elif shifted.height:
-            detail = (f"{shifted.height} rank(s) shifted, largest offset {int(shifted['offset_ns'].abs().max()) / 1e3:.0f} µs; "
+            detail = (f"{shifted.height} rank(s) shifted, largest offset {as_int(shifted['offset_ns'].abs().max()) / 1e3:.0f} µs; "
                       f"residual uncertainty up to {worst / 1e3:.0f} µs")
         else:
             detail = f"no offset beyond its uncertainty; clocks agree within {worst / 1e3:.0f} µs"
