@@ -3,7 +3,7 @@ dimension of every collective, the pool of every rank, the steps and the placeme
 per product group: :mod:`.profile`, :mod:`.ranges`, :mod:`.steps`, :mod:`.timeline`, :mod:`.pools`,
 :mod:`.classified`, :mod:`.dims`, :mod:`.placement`; :mod:`.infer` infers stage ranges).
 
-Products (schemas in ``analyzer/frames.py``):
+Products (schemas in ``analyzer/model/frames.py``):
 
 * ``profile`` — the framework profile detected from the run's names (or named with
   ``--framework``), the version assumed and why; ``--rules`` puts a user's rules first.

@@ -1,7 +1,7 @@
 """Steps: which training step every stage range belongs to, the step windows, and the steps a
 trace leaves incomplete. One module owns the ``steps`` product and everything it is made of.
 
-Products (schemas in ``analyzer/frames.py``):
+Products (schemas in ``analyzer/model/frames.py``):
 
 * ``stepping`` — the markers found and what they are (``ProfilerStep#N`` ranges, else step-level
   ranges such as verl ``step``, else one step per rollout wave, else the log's step numbers),
@@ -38,7 +38,11 @@ CLEAR_MARGIN = 1.5
 
 
 def is_staged() -> pl.Expr:
-    return pl.col("relation").is_in(["stage", "part"]) & (pl.col("stage") != "other") & ~pl.col("composite")
+    return (
+        pl.col("relation").is_in(["stage", "part"])
+        & (pl.col("stage") != "other")
+        & ~pl.col("composite")
+    )
 
 
 def staged(ranges: pl.DataFrame) -> pl.DataFrame:
@@ -50,7 +54,9 @@ def staged(ranges: pl.DataFrame) -> pl.DataFrame:
     if weak.height and strong.height:
         covered = intervals.overlap_each(weak, strong, by=["rank"])
         weak = weak.filter(covered < (pl.col("end_ns") - pl.col("start_ns")))
-    return pl.concat([strong, weak]).sort("rank", "start_ns", "end_ns", descending=[False, False, True])
+    return pl.concat([strong, weak]).sort(
+        "rank", "start_ns", "end_ns", descending=[False, False, True]
+    )
 
 
 def step_markers(ranges: pl.DataFrame) -> tuple[pl.DataFrame, str]:
@@ -61,12 +67,18 @@ def step_markers(ranges: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     profiler = steps.filter(pl.col("name").str.starts_with("ProfilerStep#"))
     if profiler.height:
         return profiler.select(
-            "rank", pl.col("name").str.extract(r"#(\d+)$", 1).cast(pl.Int32).alias("step"), "start_ns", "end_ns"
+            "rank",
+            pl.col("name").str.extract(r"#(\d+)$", 1).cast(pl.Int32).alias("step"),
+            "start_ns",
+            "end_ns",
         ), "ProfilerStep"
     if steps.height:
         outer = _outermost_ranges(steps)
         return outer.sort("rank", "start_ns").select(
-            "rank", (pl.int_range(pl.len()).over("rank") + 1).cast(pl.Int32).alias("step"), "start_ns", "end_ns"
+            "rank",
+            (pl.int_range(pl.len()).over("rank") + 1).cast(pl.Int32).alias("step"),
+            "start_ns",
+            "end_ns",
         ), "step ranges: " + ", ".join(sorted(outer["name"].unique().to_list()))
     rollout = ranges.filter((pl.col("stage") == "rollout") & ~pl.col("inferred").fill_null(False))
     if rollout.height == 0:
@@ -75,7 +87,9 @@ def step_markers(ranges: pl.DataFrame) -> tuple[pl.DataFrame, str]:
         driver = rollout.filter(pl.col("rank") < 0)
         waves = _waves(driver if driver.height else rollout)
         return waves, "rollout waves"
-    return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64}), "none"
+    return pl.DataFrame(
+        schema={"rank": pl.Int32, "step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64}
+    ), "none"
 
 
 def _outermost_ranges(rows: pl.DataFrame) -> pl.DataFrame:
@@ -87,8 +101,18 @@ def _outermost_ranges(rows: pl.DataFrame) -> pl.DataFrame:
 def _waves(rollout: pl.DataFrame) -> pl.DataFrame:
     """Each wave of overlapping rollout ranges starts a step that lasts until the next wave."""
     ordered = rollout.sort("start_ns")
-    wave = (pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1)).fill_null(True).cum_sum().cast(pl.Int32)
-    starts = ordered.with_columns(wave.alias("step")).group_by("step").agg(pl.col("start_ns").min()).sort("step")
+    wave = (
+        (pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1))
+        .fill_null(True)
+        .cum_sum()
+        .cast(pl.Int32)
+    )
+    starts = (
+        ordered.with_columns(wave.alias("step"))
+        .group_by("step")
+        .agg(pl.col("start_ns").min())
+        .sort("step")
+    )
     return starts.with_columns(
         pl.lit(-2, pl.Int32).alias("rank"),
         pl.col("start_ns").shift(-1).fill_null(pl.col("start_ns")).alias("end_ns"),
@@ -101,16 +125,26 @@ def step_of(rows: pl.DataFrame, starts: pl.DataFrame) -> pl.Series:
     if rows.height == 0 or starts.height == 0:
         return pl.Series("step", [None] * rows.height, dtype=pl.Int32)
     keyed = rows.select(pl.col("start_ns").alias("t")).with_row_index("_row").sort("t")
-    found = keyed.join_asof(starts.sort("start_ns").select(pl.col("start_ns").alias("t"), "step"), on="t", strategy="backward")
+    found = keyed.join_asof(
+        starts.sort("start_ns").select(pl.col("start_ns").alias("t"), "step"),
+        on="t",
+        strategy="backward",
+    )
     return found.sort("_row")["step"].cast(pl.Int32)
 
 
 def log_step_stages(events: pl.DataFrame, classes: pl.DataFrame) -> pl.DataFrame:
     """Per log step and stage, the seconds of the stage timers (composite timers left out)."""
-    logs = events.filter(pl.col("kind") == "log_stage").select(pl.col("name").cast(pl.String), "step", (pl.col("end_ns") - pl.col("start_ns")).alias("dur"))
+    logs = events.filter(pl.col("kind") == "log_stage").select(
+        pl.col("name").cast(pl.String), "step", (pl.col("end_ns") - pl.col("start_ns")).alias("dur")
+    )
     if logs.height == 0 or classes.height == 0:
         return pl.DataFrame(schema={"step": pl.Int32, "stage": pl.String, "dur": pl.Int64})
-    staged = classes.filter((pl.col("relation") == "stage") & (pl.col("covers").list.len().fill_null(0) <= 1) & (pl.col("stage") != "other"))
+    staged = classes.filter(
+        (pl.col("relation") == "stage")
+        & (pl.col("covers").list.len().fill_null(0) <= 1)
+        & (pl.col("stage") != "other")
+    )
     return (
         logs.join(staged.select("name", pl.col("stage").cast(pl.String)), on="name")
         .group_by("step", "stage").agg(pl.col("dur").sum())
@@ -126,15 +160,21 @@ def match_log_steps(trace: pl.DataFrame, log: pl.DataFrame) -> tuple[int, float]
     first = as_int(log["step"].min()) - as_int(trace["step"].min())
     last = as_int(log["step"].max()) - as_int(trace["step"].max())
     errors = (
-        trace.lazy().join(log.lazy(), on="stage", suffix="_log")
+        trace.lazy()
+        .join(log.lazy(), on="stage", suffix="_log")
         .with_columns((pl.col("step_log") - pl.col("step")).alias("k"))
         .filter(pl.col("k").is_between(first, last))
-        .group_by("k").agg(
+        .group_by("k")
+        .agg(
             pl.col("step").n_unique().alias("matched"),
-            ((pl.col("dur") - pl.col("dur_log")).abs() / pl.col("dur_log").clip(lower_bound=1)).mean().alias("err"),
+            ((pl.col("dur") - pl.col("dur_log")).abs() / pl.col("dur_log").clip(lower_bound=1))
+            .mean()
+            .alias("err"),
         )
         .filter(pl.col("matched") == trace["step"].n_unique())
-        .sort("err", "k").head(2).collect()
+        .sort("err", "k")
+        .head(2)
+        .collect()
     )
     if errors.height == 0:
         return None
@@ -149,7 +189,9 @@ def name_classes(profile: dict[str, Any], names: pl.Series, source: str) -> pl.D
 
 
 @provides("stepping")
-def stepping(ranges: pl.DataFrame, aligned: pl.DataFrame, profile: dict[str, Any]) -> dict[str, Any]:
+def stepping(
+    ranges: pl.DataFrame, aligned: pl.DataFrame, profile: dict[str, Any]
+) -> dict[str, Any]:
     """``rows`` (staged ranges with their step), ``steps`` (the windows), ``origin`` (what marks
     the steps), ``shift`` and ``note`` (the renumbering to the log's steps, if any)."""
     markers, origin = step_markers(ranges)
@@ -172,11 +214,18 @@ def stepping(ranges: pl.DataFrame, aligned: pl.DataFrame, profile: dict[str, Any
         found = match_log_steps(trace, log_step_stages(logs, log_classes))
         if found is not None:
             shift, err = found
-            note = f"trace steps numbered as the log's (shift {shift:+d}; stage durations agree within {err:.1%})"
+            note = (
+                f"trace steps numbered as the log's (shift {shift:+d}; stage durations agree "
+                f"within {err:.1%})"
+            )
     if shift:
         rows = rows.with_columns(pl.col("step") + shift)
         windows = windows.with_columns(pl.col("step") + shift)
-    steps = windows.with_columns(pl.lit(origin).alias("source")).select(list(frames.STEPS)).cast(frames.STEPS)
+    steps = (
+        windows.with_columns(pl.lit(origin).alias("source"))
+        .select(list(frames.STEPS))
+        .cast(frames.STEPS)
+    )
     return {"rows": rows, "steps": steps, "origin": origin, "note": note, "shift": shift}
 
 
@@ -195,7 +244,9 @@ def step_markers_closed(ranges: pl.DataFrame, stepping: dict[str, Any]) -> pl.Da
     if origin in ("rollout waves", "none"):
         markers = markers.head(0)
     shift = stepping["shift"]
-    return markers.select(pl.col("rank").cast(pl.Int32), (pl.col("step") + shift).cast(pl.Int32)).unique()
+    return markers.select(
+        pl.col("rank").cast(pl.Int32), (pl.col("step") + shift).cast(pl.Int32)
+    ).unique()
 
 
 def _log_windows(aligned: pl.DataFrame) -> pl.DataFrame:
@@ -207,16 +258,31 @@ def _rollout_by_driver(rows: pl.DataFrame) -> pl.DataFrame:
     """A worker's rollout belongs to the step whose driver rollout range (verl ``gen``, the
     controller collecting the results) is the first to end after it: with one-step-off
     asynchrony the engines generate step s+1 while step s trains."""
-    driver = rows.filter((pl.col("rank") < 0) & (pl.col("stage") == "rollout") & pl.col("step").is_not_null())
+    driver = rows.filter(
+        (pl.col("rank") < 0) & (pl.col("stage") == "rollout") & pl.col("step").is_not_null()
+    )
     if driver.height == 0:
         return rows
     marks = driver.group_by("step").agg(pl.col("end_ns").max().alias("t")).sort("t")
     workers = (pl.col("rank") >= 0) & (pl.col("stage") == "rollout")
-    probe = rows.with_row_index("_row").filter(workers).select("_row", pl.col("end_ns").alias("t")).sort("t")
+    probe = (
+        rows.with_row_index("_row")
+        .filter(workers)
+        .select("_row", pl.col("end_ns").alias("t"))
+        .sort("t")
+    )
     found = probe.join_asof(marks.rename({"step": "_s"}), on="t", strategy="forward")
-    return rows.with_row_index("_row").join(found.select("_row", "_s"), on="_row", how="left").with_columns(
-        pl.when(pl.col("_row").is_in(found["_row"].implode())).then(pl.col("_s")).otherwise(pl.col("step")).alias("step")
-    ).drop("_row", "_s")
+    return (
+        rows.with_row_index("_row")
+        .join(found.select("_row", "_s"), on="_row", how="left")
+        .with_columns(
+            pl.when(pl.col("_row").is_in(found["_row"].implode()))
+            .then(pl.col("_s"))
+            .otherwise(pl.col("step"))
+            .alias("step")
+        )
+        .drop("_row", "_s")
+    )
 
 
 def _windows(rows: pl.DataFrame, markers: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
@@ -235,11 +301,15 @@ def _trace_step_stages(rows: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema={"step": pl.Int32, "stage": pl.String, "dur": pl.Int64})
     if (rows["rank"] < 0).any():
         rows = rows.filter(pl.col("rank") < 0)
-    merged = intervals.union(rows.filter(pl.col("step").is_not_null()).with_columns(pl.col("stage").cast(pl.String)),
-                             by=["step", "stage", "rank"])
+    merged = intervals.union(
+        rows.filter(pl.col("step").is_not_null()).with_columns(pl.col("stage").cast(pl.String)),
+        by=["step", "stage", "rank"],
+    )
     return (
-        merged.group_by("step", "stage", "rank").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("dur"))
-        .group_by("step", "stage").agg(pl.col("dur").max())
+        merged.group_by("step", "stage", "rank")
+        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("dur"))
+        .group_by("step", "stage")
+        .agg(pl.col("dur").max())
     )
 
 
@@ -249,20 +319,32 @@ def trace_ends(events: pl.DataFrame, cut_sources: list[int]) -> pl.DataFrame:
     the GPU work), so a cut stops the run of the last event the file holds — that thread or
     stream has nothing after its last end — and loses every later run; for a cut file the end
     is that thread's or stream's last end (rows keep the file's order)."""
-    rows = events.filter((pl.col("kind") != "log_stage") & ~pl.col("synthetic_time")).with_row_index("_row")
+    rows = events.filter(
+        (pl.col("kind") != "log_stage") & ~pl.col("synthetic_time")
+    ).with_row_index("_row")
     keys = ["source", "rank"]
     lane = ["pid", "tid", "stream"]
     ends = rows.group_by(keys).agg(pl.col("end_ns").max().alias("_end"))
     cut = rows.filter(pl.col("source").is_in(cut_sources))
     last = cut.sort("_row").group_by(keys).agg(pl.col(lane).last())
-    frontier = cut.join(last, on=[*keys, *lane]).group_by(keys).agg(pl.col("end_ns").max().alias("_cut"))
-    return ends.join(frontier, on=keys, how="left").select(
-        pl.col("source").cast(pl.UInt32), pl.col("rank").cast(pl.Int32), pl.col("_cut").is_not_null().alias("cut"),
-        pl.coalesce("_cut", "_end").alias("trace_end_ns"),
-    ).sort("source", "rank")
+    frontier = (
+        cut.join(last, on=[*keys, *lane]).group_by(keys).agg(pl.col("end_ns").max().alias("_cut"))
+    )
+    return (
+        ends.join(frontier, on=keys, how="left")
+        .select(
+            pl.col("source").cast(pl.UInt32),
+            pl.col("rank").cast(pl.Int32),
+            pl.col("_cut").is_not_null().alias("cut"),
+            pl.coalesce("_cut", "_end").alias("trace_end_ns"),
+        )
+        .sort("source", "rank")
+    )
 
 
-def incomplete_steps(steps: pl.DataFrame, ends: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
+def incomplete_steps(
+    steps: pl.DataFrame, ends: pl.DataFrame, markers: pl.DataFrame
+) -> pl.DataFrame:
     """INCOMPLETE_STEPS from step windows (``step, start_ns, end_ns``), :func:`trace_ends`
     and the step markers each rank closed (``rank, step``; empty when steps are not marked
     per rank). A cut trace leaves every step not over before its data ends (a window that ends
@@ -271,29 +353,54 @@ def incomplete_steps(steps: pl.DataFrame, ends: pl.DataFrame, markers: pl.DataFr
     never closed). A rank finishing before the others (the window ends at the last rank's, or
     at the driver's, end) is not a reason."""
     windows = steps.select(pl.col("step").cast(pl.Int32), "start_ns", "end_ns")
-    cut = ends.filter(pl.col("cut")).join(windows, how="cross").filter(pl.col("end_ns") >= pl.col("trace_end_ns"))
-    marking = ends.filter(~pl.col("cut")).join(markers.select(pl.col("rank").cast(pl.Int32)).unique(), on="rank")
+    cut = (
+        ends.filter(pl.col("cut"))
+        .join(windows, how="cross")
+        .filter(pl.col("end_ns") >= pl.col("trace_end_ns"))
+    )
+    marking = ends.filter(~pl.col("cut")).join(
+        markers.select(pl.col("rank").cast(pl.Int32)).unique(), on="rank"
+    )
     closed = markers.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32))
     unclosed = (
         marking.join(windows, how="cross")
-        .filter((pl.col("start_ns") < pl.col("trace_end_ns")) & (pl.col("trace_end_ns") < pl.col("end_ns")))
+        .filter(
+            (pl.col("start_ns") < pl.col("trace_end_ns"))
+            & (pl.col("trace_end_ns") < pl.col("end_ns"))
+        )
         .join(closed, on=["rank", "step"], how="anti")
     )
-    return pl.concat([
-        cut.with_columns(pl.lit("cut").alias("reason")),
-        unclosed.with_columns(pl.lit("unclosed").alias("reason")),
-    ], how="diagonal_relaxed").select(list(frames.INCOMPLETE_STEPS)).cast(frames.INCOMPLETE_STEPS).sort("step", "source", "rank")
+    return (
+        pl.concat(
+            [
+                cut.with_columns(pl.lit("cut").alias("reason")),
+                unclosed.with_columns(pl.lit("unclosed").alias("reason")),
+            ],
+            how="diagonal_relaxed",
+        )
+        .select(list(frames.INCOMPLETE_STEPS))
+        .cast(frames.INCOMPLETE_STEPS)
+        .sort("step", "source", "rank")
+    )
 
 
 @provides("incomplete_steps", schema=frames.INCOMPLETE_STEPS)
-def incomplete_steps_product(sources: list[SourceInfo], aligned: pl.DataFrame, step_table: pl.DataFrame,
-                             step_markers_closed: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+def incomplete_steps_product(
+    sources: list[SourceInfo],
+    aligned: pl.DataFrame,
+    step_table: pl.DataFrame,
+    step_markers_closed: pl.DataFrame,
+    warnings: list[str],
+) -> pl.DataFrame:
     """:func:`incomplete_steps` of the run, each source's with one warning."""
     cut = [s.index for s in sources if s.meta.get("salvaged")]
     found = incomplete_steps(step_table, trace_ends(aligned, cut), step_markers_closed)
     frames.check(found, frames.INCOMPLETE_STEPS, "incomplete_steps")
     for (source, reason), rows in found.group_by("source", "reason", maintain_order=True):
-        warnings.append(f"{sources[int(source)].path.name}: {exclusion(reason, rows['step'].unique().sort().to_list())}")
+        warnings.append(
+            f"{sources[int(source)].path.name}: "
+            f"{exclusion(reason, rows['step'].unique().sort().to_list())}"
+        )
     return found
 
 
@@ -303,7 +410,9 @@ def excluded(incomplete_steps: pl.DataFrame) -> list[int]:
     return sorted(set(incomplete_steps["step"].to_list()))
 
 
-def select_steps(frame: pl.DataFrame, options: Options, incomplete_steps: pl.DataFrame) -> pl.DataFrame:
+def select_steps(
+    frame: pl.DataFrame, options: Options, incomplete_steps: pl.DataFrame
+) -> pl.DataFrame:
     """Rows of the ``--steps`` selection, without the steps a trace leaves incomplete."""
     selected = options.step_selection
     frame = frame if selected is None else frame.filter(selected.expr("step"))
@@ -312,7 +421,9 @@ def select_steps(frame: pl.DataFrame, options: Options, incomplete_steps: pl.Dat
 
 
 @provides("steps", schema=frames.STEPS)
-def steps(step_table: pl.DataFrame, options: Options, incomplete_steps: pl.DataFrame) -> pl.DataFrame:
+def steps(
+    step_table: pl.DataFrame, options: Options, incomplete_steps: pl.DataFrame
+) -> pl.DataFrame:
     """The step windows over all ranks (docs/analyses.md §1), after the ``--steps`` selection."""
     table = step_table
     selected = options.step_selection
@@ -325,5 +436,11 @@ def exclusion(reason: str, steps: list[int]) -> str:
     """Why ``steps`` are left out, as the warning and the data-quality section say it."""
     listed = f"step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}"
     if reason == "cut":
-        return f"cut short: its complete events end before step {steps[0]} does; {listed} excluded from the per-step analyses"
-    return f"the trace ends inside step {steps[0]}, before its own marker of that step closed; {listed} excluded from the per-step analyses"
+        return (
+            f"cut short: its complete events end before step {steps[0]} does; {listed} excluded "
+            "from the per-step analyses"
+        )
+    return (
+        f"the trace ends inside step {steps[0]}, before its own marker of that step closed; "
+        f"{listed} excluded from the per-step analyses"
+    )
