@@ -36,8 +36,8 @@ class Steps:
 
     @contextmanager
     def step(self, description: str, total: int | None = None) -> Iterator[Callable[..., None]]:
-        """Show ``description`` while the block runs; the block calls the yielded function to advance
-        (optionally with ``what=`` to name the item just done)."""
+        """Show ``description`` while the block runs; the block calls the yielded function to
+        advance (optionally with ``what=`` to name the item just done)."""
         if not self.enabled:
             yield lambda *a, **k: None
             return
@@ -58,9 +58,20 @@ class Steps:
         self.console.print(printable(message), markup=False, highlight=False, soft_wrap=True)
 
 
-def load(paths: Iterable[Path], steps: Steps, *, jobs: int | None = None, no_cache: bool = False, label: str = "",
-         run: str | None = None, writes: Iterable[Path | None] = (), folder: bool = False, options: Options | None = None):
-    """:func:`analyzer.load` with a progress display per parsed file; ``run`` chooses one of several runs.
+def load(
+    paths: Iterable[Path],
+    steps: Steps,
+    *,
+    jobs: int | None = None,
+    no_cache: bool = False,
+    label: str = "",
+    run: str | None = None,
+    writes: Iterable[Path | None] = (),
+    folder: bool = False,
+    options: Options | None = None,
+):
+    """:func:`analyzer.load` with a progress display per parsed file; ``run`` chooses one of
+    several runs.
 
     ``writes`` are the files the command will write (``-o``; a folder of charts when ``folder``):
     a path that cannot take them, or that is one of the inputs, stops the command before parsing."""
@@ -71,9 +82,18 @@ def load(paths: Iterable[Path], steps: Steps, *, jobs: int | None = None, no_cac
     writes = [w for w in writes if w is not None]
     for output in writes:
         check_output(output, folder=folder)
-    with writing(writes), steps.step(f"Reading {label}".strip() if label else "Reading sources") as advance:
-        return load_run(list(paths), jobs=jobs, use_cache=not no_cache, progress=lambda p: advance(what=shown(p.name)),
-                        run=run, options=options)
+    with (
+        writing(writes),
+        steps.step(f"Reading {label}".strip() if label else "Reading sources") as advance,
+    ):
+        return load_run(
+            list(paths),
+            jobs=jobs,
+            use_cache=not no_cache,
+            progress=lambda p: advance(what=shown(p.name)),
+            run=run,
+            options=options,
+        )
 
 
 def shown(name: object) -> str:

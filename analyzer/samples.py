@@ -39,7 +39,9 @@ def demo_groups() -> list[tuple[str, list[tuple[str, Path]]]]:
     root = samples_root()
     groups = []
     for title, folder, runs in DEMO_GROUPS:
-        found = [(label, root / folder / name) for label, name in runs if (root / folder / name).is_dir()]
+        found = [
+            (label, root / folder / name) for label, name in runs if (root / folder / name).is_dir()
+        ]
         if len(found) >= 2:
             groups.append((title, found))
     if not groups:

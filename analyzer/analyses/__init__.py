@@ -21,6 +21,27 @@ from . import (
     workdepth,
 )
 
-PIPELINE = (clock, collectives, ranks, profile, ranges, steps, timeline, pools, classified, dims, placement,
-            annotations, breakdown, bubbles, gpu_time, guidelines, logs, overview, quality, sync, workdepth)
+PIPELINE = (
+    clock,
+    collectives,
+    ranks,
+    profile,
+    ranges,
+    steps,
+    timeline,
+    pools,
+    classified,
+    dims,
+    placement,
+    annotations,
+    breakdown,
+    bubbles,
+    gpu_time,
+    guidelines,
+    logs,
+    overview,
+    quality,
+    sync,
+    workdepth,
+)
 """Every module holding providers, in pipeline order."""

@@ -21,9 +21,12 @@ TOP = 8
 
 
 def compute(events: pl.DataFrame) -> pl.DataFrame:
-    windows = events.group_by("rank").agg((pl.col("end_ns").max() - pl.col("start_ns").min()).alias("window_ns"))
+    windows = events.group_by("rank").agg(
+        (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("window_ns")
+    )
     ranges = events.filter(
-        pl.col("kind").is_in(["annotation"]) & ~pl.col("name").cast(pl.String).str.starts_with(STEP_PREFIX)
+        pl.col("kind").is_in(["annotation"])
+        & ~pl.col("name").cast(pl.String).str.starts_with(STEP_PREFIX)
     )
     keys = ["source", "pid", "tid"]
     ranges = ranges.with_columns(nesting_depth(ranges, keys).alias("outer_depth"))

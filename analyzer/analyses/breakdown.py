@@ -35,13 +35,17 @@ def compute_breakdown(stage_timeline: pl.DataFrame, steps: pl.DataFrame) -> pl.D
     staged = _in_windows(stage_timeline, steps).filter(pl.col("stage") != "other")
     if staged.height == 0:
         return frames.empty(frames.BREAKDOWN)
-    per_stage = staged.group_by([*KEYS, "stage"]).agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("time_ns"))
+    per_stage = staged.group_by([*KEYS, "stage"]).agg(
+        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("time_ns")
+    )
     other = (
         staged.group_by(KEYS)
         .agg(
-            (pl.col("end_ns").max() - pl.col("start_ns").min() - (pl.col("end_ns") - pl.col("start_ns")).sum()).alias(
-                "time_ns"
-            )
+            (
+                pl.col("end_ns").max()
+                - pl.col("start_ns").min()
+                - (pl.col("end_ns") - pl.col("start_ns")).sum()
+            ).alias("time_ns")
         )
         .with_columns(pl.lit("other", STAGE).alias("stage"))
     )
@@ -70,7 +74,9 @@ def stage_intervals(stage_timeline: pl.DataFrame, steps: pl.DataFrame) -> pl.Dat
         .sort([*KEYS, "start_ns"])
     )
     by = KEYS
-    new = (pl.col("stage") != pl.col("stage").shift(1)) | (pl.col("start_ns") > pl.col("end_ns").shift(1))
+    new = (pl.col("stage") != pl.col("stage").shift(1)) | (
+        pl.col("start_ns") > pl.col("end_ns").shift(1)
+    )
     return (
         staged.with_columns(new.fill_null(True).cum_sum().over(by).alias("_run"))
         .group_by([*by, "_run"])
@@ -87,7 +93,9 @@ def compute_critical_path(stage_timeline: pl.DataFrame, steps: pl.DataFrame) -> 
         return frames.empty(frames.CRITICAL_PATH)
     pred = _predecessors(nodes)
     roots = (
-        nodes.sort(["step", "end_ns", "rank"], descending=[False, True, False]).group_by("step", maintain_order=True).first()
+        nodes.sort(["step", "end_ns", "rank"], descending=[False, True, False])
+        .group_by("step", maintain_order=True)
+        .first()
     )["_id"].to_numpy()
     on_chain = _ancestors(pred, roots)
     return (
@@ -107,7 +115,15 @@ def critical_summary(chain: pl.DataFrame) -> pl.DataFrame:
     """Per step: the chain's length (D), its rank and its stage (most time on the chain; ties
     go to the lowest rank and the earliest stage of the vocabulary)."""
     if chain.height == 0:
-        return pl.DataFrame(schema={"step": pl.Int32, "rank": pl.Int32, "stage": STAGE, "depth_ns": pl.Int64, "chain_ns": pl.Int64})
+        return pl.DataFrame(
+            schema={
+                "step": pl.Int32,
+                "rank": pl.Int32,
+                "stage": STAGE,
+                "depth_ns": pl.Int64,
+                "chain_ns": pl.Int64,
+            }
+        )
     dur = (pl.col("end_ns") - pl.col("start_ns")).sum()
 
     def top(key: str, order: pl.Expr) -> pl.DataFrame:
@@ -138,7 +154,8 @@ def _in_windows(stage_timeline: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFra
         stage_timeline.filter(pl.col("step").is_not_null())
         .join(windows, on="step")
         .with_columns(
-            pl.max_horizontal("start_ns", "_ws").alias("start_ns"), pl.min_horizontal("end_ns", "_we").alias("end_ns")
+            pl.max_horizontal("start_ns", "_ws").alias("start_ns"),
+            pl.min_horizontal("end_ns", "_we").alias("end_ns"),
         )
         .filter(pl.col("end_ns") > pl.col("start_ns"))
         .select("step", "rank", "stage", "start_ns", "end_ns")
@@ -159,7 +176,14 @@ def _predecessors(nodes: pl.DataFrame) -> np.ndarray:
     clean = (
         cols.select("_id", "step", "start_ns")
         .sort(["step", "start_ns"])
-        .join_asof(ends, left_on="start_ns", right_on="_pe", by="step", strategy="backward", check_sortedness=False)
+        .join_asof(
+            ends,
+            left_on="start_ns",
+            right_on="_pe",
+            by="step",
+            strategy="backward",
+            check_sortedness=False,
+        )
         .select("_id", "_pred", "_pe")
     )
     # Candidates overlapping the start by at most the slack (and starting before it).
@@ -181,7 +205,10 @@ def _predecessors(nodes: pl.DataFrame) -> np.ndarray:
         .select("_id", "_pred", "_pe")
     )
     best = (
-        pl.concat([clean.drop_nulls("_pred"), overlap.with_columns(pl.col("_pred").cast(pl.UInt32))], how="vertical_relaxed")
+        pl.concat(
+            [clean.drop_nulls("_pred"), overlap.with_columns(pl.col("_pred").cast(pl.UInt32))],
+            how="vertical_relaxed",
+        )
         .sort(["_id", "_pe"], descending=[False, True])
         .group_by("_id", maintain_order=True)
         .first()

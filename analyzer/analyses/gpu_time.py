@@ -32,7 +32,8 @@ def compute(events: pl.DataFrame, *, hta_compatible: bool = False) -> pl.DataFra
     """
     by = ["rank"]
     traces = events.group_by(by).agg(
-        pl.col("start_ns").min().alias("trace_start_ns"), pl.col("end_ns").max().alias("trace_end_ns")
+        pl.col("start_ns").min().alias("trace_start_ns"),
+        pl.col("end_ns").max().alias("trace_end_ns"),
     )
     kinds = [*GPU_ACTIVITY_KINDS, "gpu_sync"] if hta_compatible else list(GPU_ACTIVITY_KINDS)
     activity = events.filter(pl.col("kind").is_in(kinds) & (pl.col("stream") >= 0))
@@ -58,14 +59,23 @@ def compute(events: pl.DataFrame, *, hta_compatible: bool = False) -> pl.DataFra
     window = pl.col("gpu_end_ns") - pl.col("gpu_start_ns")
     has_gpu = pl.col("gpu_start_ns").is_not_null()
     zero = pl.lit(0, pl.Int64)
-    out = out.with_columns(
-        window.alias("gpu_window_ns"),
-        *[pl.when(has_gpu).then(pl.col(c).fill_null(zero)).alias(c) for c in ("busy_ns", "comm_ns", "compute_ns", "memory_ns", "overlap_ns")],
-    ).with_columns(
-        (pl.col("gpu_window_ns") - pl.col("busy_ns")).alias("idle_ns"),
-    ).with_columns(
-        (pl.col("idle_ns") / pl.col("gpu_window_ns")).alias("idle_fraction"),
-        pl.when(pl.col("comm_ns") > 0).then(pl.col("overlap_ns") / pl.col("comm_ns")).alias("overlap_fraction"),
+    out = (
+        out.with_columns(
+            window.alias("gpu_window_ns"),
+            *[
+                pl.when(has_gpu).then(pl.col(c).fill_null(zero)).alias(c)
+                for c in ("busy_ns", "comm_ns", "compute_ns", "memory_ns", "overlap_ns")
+            ],
+        )
+        .with_columns(
+            (pl.col("gpu_window_ns") - pl.col("busy_ns")).alias("idle_ns"),
+        )
+        .with_columns(
+            (pl.col("idle_ns") / pl.col("gpu_window_ns")).alias("idle_fraction"),
+            pl.when(pl.col("comm_ns") > 0)
+            .then(pl.col("overlap_ns") / pl.col("comm_ns"))
+            .alias("overlap_fraction"),
+        )
     )
     return out.select(COLUMNS).sort("rank")
 

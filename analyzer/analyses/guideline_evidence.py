@@ -140,7 +140,9 @@ class Evidence:
         steps = self.frame("steps")
         if steps is None:
             return None
-        return steps.select("step", "start_ns", "end_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("wall_ns"))
+        return steps.select(
+            "step", "start_ns", "end_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("wall_ns")
+        )
 
     def in_windows(self, frame: pl.DataFrame) -> pl.DataFrame:
         """``frame`` (per step) with its steps' trace windows, where the trace has steps."""
@@ -176,7 +178,9 @@ class Evidence:
 
     # --- stage time -----------------------------------------------------------------------
 
-    def stage_time(self, stages: Iterable[str], *, absent_is_zero: bool = False) -> Measured | Missing:
+    def stage_time(
+        self, stages: Iterable[str], *, absent_is_zero: bool = False
+    ) -> Measured | Missing:
         """Per step: time in any of ``stages`` (num) over the step's wall time (den). From the
         trace (union over ranks of the stages' segments) when it has them, else from the log."""
         wanted = sorted(set(stages))
@@ -193,8 +197,10 @@ class Evidence:
         if self.timeline is None or self.windows is None:
             return None
         segments = self.timeline.filter(pl.col("stage").cast(pl.String).is_in(stages))
-        spent = intervals.union_length(segments, ["step"], "num") if segments.height else pl.DataFrame(
-            schema={"step": pl.Int32, "num": pl.Int64}
+        spent = (
+            intervals.union_length(segments, ["step"], "num")
+            if segments.height
+            else pl.DataFrame(schema={"step": pl.Int32, "num": pl.Int64})
         )
         return per_step(ratio(self.windows.with_columns(pl.col("wall_ns").alias("den")), spent))
 
@@ -209,12 +215,19 @@ class Evidence:
         mixed = covers.filter(inside.list.any() & ~inside.list.all())
         if mixed.height:
             names = ", ".join(sorted(set(mixed["keys"].to_list())))
-            return Missing(f"{label} timed on their own (the log times them together with other stages: {names})")
+            return Missing(
+                f"{label} timed on their own (the log times "
+                f"them together with other stages: {names})"
+            )
         if pure.height == 0 and not absent_is_zero:
             return Missing(f"a {label} timer (the log has none)")
         spent = pure.group_by("step").agg(pl.col("seconds").sum().alias("num"))
         frame = ratio(walls.select("step", pl.col("wall_s").alias("den")), spent)
-        keys = ", ".join(sorted(set(", ".join(pure["keys"].to_list()).split(", ")))) if pure.height else "no timer"
+        keys = (
+            ", ".join(sorted(set(", ".join(pure["keys"].to_list()).split(", "))))
+            if pure.height
+            else "no timer"
+        )
         return Measured(per_step(frame), f"log timers ({keys}), {frame.height} steps")
 
     # --- logged metrics, timers and config --------------------------------------------------
@@ -241,8 +254,14 @@ class Evidence:
         key = next((k for k in self.candidates(quantity) if k in self._metric_keys), None)
         if key is None:
             return None
-        stated = self.products["metrics"].filter((pl.col("key") == key) & pl.col("step").is_not_null() & pl.col("value").is_finite())
-        values = one_per_key(stated, ["step"], "value").select(pl.col("step").cast(pl.Int32), "value").sort("step")
+        stated = self.products["metrics"].filter(
+            (pl.col("key") == key) & pl.col("step").is_not_null() & pl.col("value").is_finite()
+        )
+        values = (
+            one_per_key(stated, ["step"], "value")
+            .select(pl.col("step").cast(pl.Int32), "value")
+            .sort("step")
+        )
         return (key, values) if values.height else None
 
     def timer(self, name: str) -> tuple[str, pl.DataFrame] | None:
@@ -269,7 +288,9 @@ class Evidence:
         for source in self.products["sources"]:
             meta = source.meta or {}
             for path in paths:
-                value = meta.get(path) if path in meta else _dig(meta.get("config"), path.split("."))
+                value = (
+                    meta.get(path) if path in meta else _dig(meta.get("config"), path.split("."))
+                )
                 if value is not None:
                     return value
         return None

@@ -56,7 +56,10 @@ def weight_sync_share(ev: Evidence, check: Check) -> Result:
     """f_sync from the ``weight_sync`` product (trace), else the log's weight-sync timer."""
     synced = ev.frame("weight_sync")
     if synced is not None and ev.windows is not None and synced["time_ns"].sum() > 0:
-        frame = ratio(ev.windows.with_columns(pl.col("wall_ns").alias("den")), synced.select("step", pl.col("time_ns").alias("num")))
+        frame = ratio(
+            ev.windows.with_columns(pl.col("wall_ns").alias("den")),
+            synced.select("step", pl.col("time_ns").alias("num")),
+        )
         return Measured(per_step(frame), f"weight-sync stage in the trace, {frame.height} steps")
     result = ev.stage_time(["weight_sync"])
     logged = ev.frame(LOG_WEIGHT_SYNC)
@@ -73,13 +76,20 @@ def old_logprob_share(ev: Evidence, check: Check) -> Result:
     value = run_value(measured.per_step, check)
     k, how = updates_per_rollout(ev)
     if value is None or check.judge(value)[0] is None:
-        return Measured(measured.per_step, f"{measured.basis}; K = {k if k is not None else 'unknown'}")
+        return Measured(
+            measured.per_step, f"{measured.basis}; K = {k if k is not None else 'unknown'}"
+        )
     if k is None:
-        return Missing(f"K, the optimizer steps per rollout (PPO epochs and mini-batches in the config, or "
-                       f"optimizer-step ranges in the trace): old log-probs take {100 * value:.3g}% of the step")
+        return Missing(
+            f"K, the optimizer steps per rollout (PPO epochs and mini-batches in the config, or "
+            "optimizer-step ranges in the trace): old "
+            f"log-probs take {100 * value:.3g}% of the step"
+        )
     if k > 1:
-        return Inapplicable(f"K = {k} optimizer steps per rollout ({how}): old log-probs are needed "
-                            f"(they take {100 * value:.3g}% of the step)")
+        return Inapplicable(
+            f"K = {k} optimizer steps per rollout ({how}): old log-probs are needed "
+            f"(they take {100 * value:.3g}% of the step)"
+        )
     return Measured(measured.per_step, f"{measured.basis}; K = 1 ({how})")
 
 
@@ -113,19 +123,35 @@ def config_flag(ev: Evidence, fact: str) -> bool | None:
 def updates_per_rollout(ev: Evidence) -> tuple[int | None, str]:
     """K = E·⌈N/b⌉ from the config, else the most optimizer steps one rank takes inside one
     actor-update range of a step in the trace."""
-    epochs, batch, mini = (config_count(ev, f) for f in ("ppo_epochs", "train_batch_size", "ppo_mini_batch_size"))
+    epochs, batch, mini = (
+        config_count(ev, f) for f in ("ppo_epochs", "train_batch_size", "ppo_mini_batch_size")
+    )
     if epochs is not None and batch is not None and mini is not None:
-        return epochs * math.ceil(batch / mini), f"config: {epochs} epochs × ⌈{batch}/{mini}⌉ mini-batches"
+        return epochs * math.ceil(
+            batch / mini
+        ), f"config: {epochs} epochs × ⌈{batch}/{mini}⌉ mini-batches"
     ranges = ev.frame("stage_ranges")
     if ranges is None:
         return None, ""
-    marks = ev.products["aligned"].filter(pl.col("kind").is_in(["annotation", "cpu_op", "python", "gpu_annotation"]))
-    names = [n for n in marks["name"].unique().cast(pl.String).to_list() if n and n.startswith(OPTIMIZER_STEP)]
+    marks = ev.products["aligned"].filter(
+        pl.col("kind").is_in(["annotation", "cpu_op", "python", "gpu_annotation"])
+    )
+    names = [
+        n
+        for n in marks["name"].unique().cast(pl.String).to_list()
+        if n and n.startswith(OPTIMIZER_STEP)
+    ]
     if not names:
         return None, ""
-    steps_taken = marks.filter(pl.col("name").is_in(names)).select("rank", pl.col("start_ns").alias("t"))
-    update = ranges.filter(pl.col("stage") == "actor_update").select("rank", "step", "start_ns", "end_ns")
-    inside = update.join(steps_taken, on="rank").filter((pl.col("t") >= pl.col("start_ns")) & (pl.col("t") < pl.col("end_ns")))
+    steps_taken = marks.filter(pl.col("name").is_in(names)).select(
+        "rank", pl.col("start_ns").alias("t")
+    )
+    update = ranges.filter(pl.col("stage") == "actor_update").select(
+        "rank", "step", "start_ns", "end_ns"
+    )
+    inside = update.join(steps_taken, on="rank").filter(
+        (pl.col("t") >= pl.col("start_ns")) & (pl.col("t") < pl.col("end_ns"))
+    )
     if inside.height == 0:
         return None, ""
     k = int(inside.group_by("rank", "step").len()["len"].max())  # type: ignore[arg-type]
@@ -161,10 +187,19 @@ def tail_share(ev: Evidence, check: Check) -> Result:
     if isinstance(ends, Missing):
         return ends
     frame = ends.select(
-        "step", "rank", pl.col("median_end").alias("start_ns"), pl.col("last_end").alias("end_ns"),
-        ((pl.col("last_end") - pl.col("median_end")) / (pl.col("last_end") - pl.col("span_start"))).alias("value"),
+        "step",
+        "rank",
+        pl.col("median_end").alias("start_ns"),
+        pl.col("last_end").alias("end_ns"),
+        (
+            (pl.col("last_end") - pl.col("median_end"))
+            / (pl.col("last_end") - pl.col("span_start"))
+        ).alias("value"),
     )
-    return Measured(per_step(frame), f"rollout ends of {as_int(ends['ranks'].max())} ranks in the trace, {frame.height} steps")
+    return Measured(
+        per_step(frame),
+        f"rollout ends of {as_int(ends['ranks'].max())} ranks in the trace, {frame.height} steps",
+    )
 
 
 def unhidden_tail_share(ev: Evidence, check: Check) -> Result:
@@ -173,15 +208,35 @@ def unhidden_tail_share(ev: Evidence, check: Check) -> Result:
     if isinstance(ends, Missing):
         return ends
     assert ev.timeline is not None
-    tails = ends.select("step", pl.col("median_end").alias("start_ns"), pl.col("last_end").alias("end_ns"))
-    prep = ev.timeline.filter(pl.col("stage").cast(pl.String).is_in(list(FORWARD_STAGES))).select("step", "start_ns", "end_ns")
-    hidden = intervals.union_length(intervals.intersection(tails, prep, ["step"]), ["step"], "hidden") if prep.height else None
-    frame = ends.join(hidden, on="step", how="left") if hidden is not None else ends.with_columns(pl.lit(0).alias("hidden"))
-    frame = frame.select(
-        "step", "rank", pl.col("median_end").alias("start_ns"), pl.col("last_end").alias("end_ns"),
-        ((pl.col("last_end") - pl.col("median_end") - pl.col("hidden").fill_null(0)) / (pl.col("last_end") - pl.col("span_start"))).alias("value"),
+    tails = ends.select(
+        "step", pl.col("median_end").alias("start_ns"), pl.col("last_end").alias("end_ns")
     )
-    return Measured(per_step(frame), f"rollout ends and preparation ranges in the trace, {frame.height} steps")
+    prep = ev.timeline.filter(pl.col("stage").cast(pl.String).is_in(list(FORWARD_STAGES))).select(
+        "step", "start_ns", "end_ns"
+    )
+    hidden = (
+        intervals.union_length(intervals.intersection(tails, prep, ["step"]), ["step"], "hidden")
+        if prep.height
+        else None
+    )
+    frame = (
+        ends.join(hidden, on="step", how="left")
+        if hidden is not None
+        else ends.with_columns(pl.lit(0).alias("hidden"))
+    )
+    frame = frame.select(
+        "step",
+        "rank",
+        pl.col("median_end").alias("start_ns"),
+        pl.col("last_end").alias("end_ns"),
+        (
+            (pl.col("last_end") - pl.col("median_end") - pl.col("hidden").fill_null(0))
+            / (pl.col("last_end") - pl.col("span_start"))
+        ).alias("value"),
+    )
+    return Measured(
+        per_step(frame), f"rollout ends and preparation ranges in the trace, {frame.height} steps"
+    )
 
 
 def length_ratio(ev: Evidence, check: Check) -> Result:
@@ -212,7 +267,10 @@ def preemption_ratio(ev: Evidence, check: Check) -> Result:
     reported = values.filter(pl.col("value") >= 0)
     if reported.height == 0:
         return Missing(f"{check.needs}; {key} is negative: the engine did not report preemptions")
-    return Measured(per_step(reported), f"logged {key} (an upper bound of the preempted fraction), {reported.height} steps")
+    return Measured(
+        per_step(reported),
+        f"logged {key} (an upper bound of the preempted fraction), {reported.height} steps",
+    )
 
 
 # --- placement and memory --------------------------------------------------------------------
@@ -231,11 +289,17 @@ def engine_memory_share(ev: Evidence, check: Check) -> Result:
         return Missing("whether the engine frees its KV cache before training (free_cache_engine)")
     graphs = "" if eager else "; CUDA graphs are captured (enforce_eager off) and stay resident"
     if freed:
-        return Measured(per_step(pl.DataFrame({"value": [0.0]})), f"config: free_cache_engine = true, the KV cache is freed before training{graphs}")
+        return Measured(
+            per_step(pl.DataFrame({"value": [0.0]})),
+            f"config: free_cache_engine = true, the KV cache is freed before training{graphs}",
+        )
     if share is None:
         return Missing("the engine's gpu_memory_utilization")
-    return Measured(per_step(pl.DataFrame({"value": [share]})),
-                    f"config: free_cache_engine = false, the engine keeps gpu_memory_utilization = {share} through training{graphs}")
+    return Measured(
+        per_step(pl.DataFrame({"value": [share]})),
+        f"config: free_cache_engine = false, the engine keeps gpu_memory_utilization = {share} "
+        f"through training{graphs}",
+    )
 
 
 def pool_idle(ev: Evidence, check: Check) -> Result:
@@ -243,20 +307,40 @@ def pool_idle(ev: Evidence, check: Check) -> Result:
     if ev.disaggregated is False:
         return Inapplicable("colocated: every rank runs both rollout and training")
     bubbles, pools = ev.frame("bubbles"), ev.pools
-    if pools is not None and bubbles is not None and {"rollout", "train"} <= set(pools["pool"].cast(pl.String).to_list()):
+    if (
+        pools is not None
+        and bubbles is not None
+        and {"rollout", "train"} <= set(pools["pool"].cast(pl.String).to_list())
+    ):
         pools = pools.select("rank", pl.col("pool").cast(pl.String))
         rows = bubbles.join(pools, on="rank").filter(pl.col("pool").is_in(["rollout", "train"]))
-        windows = rows.unique(["step", "rank"]).group_by("step", "pool").agg(pl.col("window_ns").sum().alias("den"))
-        waits = rows.filter(pl.col("cause") == "pool_wait").group_by("step", "pool").agg(pl.col("idle_ns").sum().alias("num"))
+        windows = (
+            rows.unique(["step", "rank"])
+            .group_by("step", "pool")
+            .agg(pl.col("window_ns").sum().alias("den"))
+        )
+        waits = (
+            rows.filter(pl.col("cause") == "pool_wait")
+            .group_by("step", "pool")
+            .agg(pl.col("idle_ns").sum().alias("num"))
+        )
         per_pool = ratio(windows, waits, on=("step", "pool"))
-        worst = per_pool.sort("value", descending=True).group_by("step", maintain_order=True).first()
+        worst = (
+            per_pool.sort("value", descending=True).group_by("step", maintain_order=True).first()
+        )
         frame = ev.in_windows(worst)
-        pools_named = ", ".join(f"step {s}: {p}" for s, p in worst.sort("step").select("step", "pool").iter_rows())
+        pools_named = ", ".join(
+            f"step {s}: {p}" for s, p in worst.sort("step").select("step", "pool").iter_rows()
+        )
         return Measured(per_step(frame), f"pool_wait idle per pool in the trace ({pools_named})")
     logged = [found for q in ("idle_train", "idle_rollout") if (found := ev.logged(q)) is not None]
     if logged:
-        both = pl.concat([values for _, values in logged]).group_by("step").agg(pl.col("value").max())
-        return Measured(per_step(both), f"logged {', '.join(k for k, _ in logged)}, {both.height} steps")
+        both = (
+            pl.concat([values for _, values in logged]).group_by("step").agg(pl.col("value").max())
+        )
+        return Measured(
+            per_step(both), f"logged {', '.join(k for k, _ in logged)}, {both.height} steps"
+        )
     return Missing(check.needs)
 
 
@@ -270,7 +354,9 @@ def actor_critic_overlap(ev: Evidence, check: Check) -> Result:
         return Inapplicable("no critic update (a critic-free algorithm)")
     sets = updates.group_by("step", "stage").agg(pl.col("rank").unique())
     actor = sets.filter(pl.col("stage") == "actor_update").select("step", pl.col("rank").alias("a"))
-    critic = sets.filter(pl.col("stage") == "critic_update").select("step", pl.col("rank").alias("c"))
+    critic = sets.filter(pl.col("stage") == "critic_update").select(
+        "step", pl.col("rank").alias("c")
+    )
     pairs = actor.join(critic, on="step")
     if pairs.height == 0:
         return Missing("steps with both actor and critic updates")
@@ -282,11 +368,20 @@ def actor_critic_overlap(ev: Evidence, check: Check) -> Result:
     frame = (
         intervals.union_length(a, ["step"], "la")
         .join(intervals.union_length(c, ["step"], "lc"), on="step")
-        .join(intervals.union_length(both, ["step"], "lo") if both.height else pl.DataFrame(schema={"step": pl.Int32, "lo": pl.Int64}), on="step", how="left")
+        .join(
+            intervals.union_length(both, ["step"], "lo")
+            if both.height
+            else pl.DataFrame(schema={"step": pl.Int32, "lo": pl.Int64}),
+            on="step",
+            how="left",
+        )
         .with_columns((pl.col("lo").fill_null(0) / pl.min_horizontal("la", "lc")).alias("value"))
     )
     frame = ev.in_windows(frame)
-    return Measured(per_step(frame), f"actor and critic update ranges on disjoint ranks in the trace, {frame.height} steps")
+    return Measured(
+        per_step(frame),
+        f"actor and critic update ranges on disjoint ranks in the trace, {frame.height} steps",
+    )
 
 
 # --- parallelism -----------------------------------------------------------------------------
@@ -294,7 +389,9 @@ def actor_critic_overlap(ev: Evidence, check: Check) -> Result:
 
 def _groups(collectives: pl.DataFrame, dims: list[str]) -> pl.DataFrame:
     """group (its pg_ranks), rank: the members of every process group of ``dims``."""
-    groups = collectives.filter(pl.col("dim").cast(pl.String).is_in(dims) & pl.col("pg_ranks").is_not_null())
+    groups = collectives.filter(
+        pl.col("dim").cast(pl.String).is_in(dims) & pl.col("pg_ranks").is_not_null()
+    )
     return (
         groups.select(pl.col("pg_ranks").alias("group")).unique()
         .with_columns(pl.col("group").str.split(",").alias("rank"))
@@ -310,7 +407,9 @@ def dp_imbalance(ev: Evidence, check: Check) -> Result:
     compute = None
     if activity is not None:
         compute = activity.filter(
-            pl.col("stage").cast(pl.String).is_in(list(TRAIN_STAGES)) & ~pl.col("is_collective") & pl.col("step").is_not_null()
+            pl.col("stage").cast(pl.String).is_in(list(TRAIN_STAGES))
+            & ~pl.col("is_collective")
+            & pl.col("step").is_not_null()
         )
     if compute is not None and compute.height:
         busy = intervals.union_length(compute, ["step", "stage", "rank"], "busy")
@@ -331,14 +430,24 @@ def dp_imbalance(ev: Evidence, check: Check) -> Result:
             .filter(pl.col("n") >= 2)
         )
         if per_group.height:
-            worst = ev.in_windows(per_group.sort("value", descending=True).group_by("step", maintain_order=True).first())
-            return Measured(per_step(worst), f"update compute per rank within {scope} in the trace, {worst.height} steps")
+            worst = ev.in_windows(
+                per_group.sort("value", descending=True)
+                .group_by("step", maintain_order=True)
+                .first()
+            )
+            return Measured(
+                per_step(worst),
+                f"update compute per rank within {scope} in the trace, {worst.height} steps",
+            )
     top, mean = ev.logged("seqlen_max"), ev.logged("seqlen_mean")
     if top is None or mean is None:
         return Missing(check.needs)
     frame = top[1].join(mean[1].rename({"value": "mean"}), on="step").filter(pl.col("mean") > 0)
     frame = frame.with_columns((pl.col("value") / pl.col("mean") - 1).alias("value"))
-    return Measured(per_step(frame), f"logged {top[0]} ÷ {mean[0]} − 1 (tokens per DP rank), {frame.height} steps")
+    return Measured(
+        per_step(frame),
+        f"logged {top[0]} ÷ {mean[0]} − 1 (tokens per DP rank), {frame.height} steps",
+    )
 
 
 def exposed_update_comm(ev: Evidence, check: Check) -> Result:
@@ -346,24 +455,40 @@ def exposed_update_comm(ev: Evidence, check: Check) -> Result:
     activity = ev.frame("activity")
     if activity is None or ev.device_timeline is None:
         return Missing(check.needs)
-    updating = activity.filter(pl.col("stage").cast(pl.String).is_in(list(TRAIN_STAGES)) & pl.col("step").is_not_null())
+    updating = activity.filter(
+        pl.col("stage").cast(pl.String).is_in(list(TRAIN_STAGES)) & pl.col("step").is_not_null()
+    )
     if updating.height == 0:
         return Missing("device activity inside the update stages (a trace)")
     keys = ["step", "rank"]
     comm = updating.filter(pl.col("is_collective"))
     compute = updating.filter(~pl.col("is_collective"))
-    span = intervals.union_length(ev.device_timeline.filter(pl.col("stage").cast(pl.String).is_in(list(TRAIN_STAGES))), keys, "den")
+    span = intervals.union_length(
+        ev.device_timeline.filter(pl.col("stage").cast(pl.String).is_in(list(TRAIN_STAGES))),
+        keys,
+        "den",
+    )
     exposed = (
         intervals.union_length(intervals.difference(comm, compute, keys), keys, "num")
-        if comm.height else pl.DataFrame(schema={"step": pl.Int32, "rank": pl.Int32, "num": pl.Int64})
+        if comm.height
+        else pl.DataFrame(schema={"step": pl.Int32, "rank": pl.Int32, "num": pl.Int64})
     )
     per_rank = ratio(span, exposed, on=keys)
-    frame = per_rank.group_by("step").agg(
-        pl.col("num").sum().cast(pl.Float64), pl.col("den").sum().cast(pl.Float64), pl.col("rank").sort_by("value").last()
-    ).with_columns((pl.col("num") / pl.col("den")).alias("value"))
+    frame = (
+        per_rank.group_by("step")
+        .agg(
+            pl.col("num").sum().cast(pl.Float64),
+            pl.col("den").sum().cast(pl.Float64),
+            pl.col("rank").sort_by("value").last(),
+        )
+        .with_columns((pl.col("num") / pl.col("den")).alias("value"))
+    )
     frame = ev.in_windows(frame)
     note = "" if comm.height else "; no collectives inside the updates"
-    return Measured(per_step(frame), f"update-stage activity of {per_rank['rank'].n_unique()} ranks in the trace{note}")
+    return Measured(
+        per_step(frame),
+        f"update-stage activity of {per_rank['rank'].n_unique()} ranks in the trace{note}",
+    )
 
 
 def tp_cross_node(ev: Evidence, check: Check) -> Result:
@@ -374,11 +499,18 @@ def tp_cross_node(ev: Evidence, check: Check) -> Result:
         hosts = ev.pools.select("rank", "host")
         if hosts["host"].null_count() < hosts.height:
             members = _groups(collectives, ["tp"]).join(hosts, on="rank", how="left")
-            spans = members.group_by("group").agg(pl.col("host").n_unique().alias("hosts"), pl.col("rank").min())
+            spans = members.group_by("group").agg(
+                pl.col("host").n_unique().alias("hosts"), pl.col("rank").min()
+            )
             bad = spans.filter(pl.col("hosts") > 1).sort("rank")
-            frame = pl.DataFrame({"value": [float(bad.height)], "rank": [bad["rank"][0] if bad.height else None]})
+            frame = pl.DataFrame(
+                {"value": [float(bad.height)], "rank": [bad["rank"][0] if bad.height else None]}
+            )
             shown = f": {', '.join(bad['group'].head(3).to_list())}" if bad.height else ""
-            return Measured(per_step(frame), f"{spans.height} TP groups against the hosts of their ranks in the trace{shown}")
+            return Measured(
+                per_step(frame),
+                f"{spans.height} TP groups against the hosts of their ranks in the trace{shown}",
+            )
     per_node, world = config_count(ev, "gpus_per_node"), config_count(ev, "world_size")
     counted = {name: config_count(ev, name) for name in ("rollout_tp", "tensor_parallel")}
     sizes = {k: v for k, v in counted.items() if v is not None}
@@ -389,8 +521,10 @@ def tp_cross_node(ev: Evidence, check: Check) -> Result:
         if first // per_node != (first + size - 1) // per_node
     )
     shown = ", ".join(f"{k} = {v}" for k, v in sizes.items())
-    return Measured(per_step(pl.DataFrame({"value": [float(crossing)]})),
-                    f"config: {shown}, {per_node} GPUs per node, {world} GPUs, ranks laid out TP-first")
+    return Measured(
+        per_step(pl.DataFrame({"value": [float(crossing)]})),
+        f"config: {shown}, {per_node} GPUs per node, {world} GPUs, ranks laid out TP-first",
+    )
 
 
 def pipeline_bubble(ev: Evidence, check: Check) -> Result:
@@ -399,25 +533,49 @@ def pipeline_bubble(ev: Evidence, check: Check) -> Result:
     if collectives is not None:
         pp_rows = collectives.filter(pl.col("dim") == "pp")
         if pp_rows.height == 0:
-            return Measured(per_step(pl.DataFrame({"value": [0.0]})),
-                            f"no pipeline-parallel collectives among {collectives.height} in the trace (pp = 1)")
+            return Measured(
+                per_step(pl.DataFrame({"value": [0.0]})),
+                "no pipeline-parallel collectives among "
+                f"{collectives.height} in the trace (pp = 1)",
+            )
         return _traced_bubble(ev, pp_rows)
     strategy, pp = ev.config("train_strategy"), config_count(ev, "pipeline_parallel")
     if pp is None and strategy is not None and str(strategy).startswith("fsdp"):
-        return Measured(per_step(pl.DataFrame({"value": [0.0]})), f"config: {strategy} training has no pipeline (pp = 1)")
+        return Measured(
+            per_step(pl.DataFrame({"value": [0.0]})),
+            f"config: {strategy} training has no pipeline (pp = 1)",
+        )
     if pp is None:
         return Missing(check.needs)
-    names = ("ppo_mini_batch_size", "rollout_n", "ppo_micro_batch_size_per_gpu", "world_size", "tensor_parallel")
+    names = (
+        "ppo_mini_batch_size",
+        "rollout_n",
+        "ppo_micro_batch_size_per_gpu",
+        "world_size",
+        "tensor_parallel",
+    )
     facts = {f: config_count(ev, f) for f in names}
     if pp == 1:
         return Measured(per_step(pl.DataFrame({"value": [0.0]})), "config: pp = 1")
     known = {f: v for f, v in facts.items() if v is not None}
     if len(known) < len(facts):
-        return Missing("the micro-batch count: mini-batch, rollout n, micro-batch per GPU, world and TP size")
-    dp = known["world_size"] // (known["tensor_parallel"] * pp * (config_count(ev, "context_parallel") or 1))
-    m = known["ppo_mini_batch_size"] * known["rollout_n"] / max(dp, 1) / known["ppo_micro_batch_size_per_gpu"]
+        return Missing(
+            "the micro-batch count: mini-batch, rollout n, micro-batch per GPU, world and TP size"
+        )
+    dp = known["world_size"] // (
+        known["tensor_parallel"] * pp * (config_count(ev, "context_parallel") or 1)
+    )
+    m = (
+        known["ppo_mini_batch_size"]
+        * known["rollout_n"]
+        / max(dp, 1)
+        / known["ppo_micro_batch_size_per_gpu"]
+    )
     beta = (pp - 1) / (m + pp - 1)
-    return Measured(per_step(pl.DataFrame({"value": [beta]})), f"config: pp = {pp}, m = {m:g} micro-batches per flush")
+    return Measured(
+        per_step(pl.DataFrame({"value": [beta]})),
+        f"config: pp = {pp}, m = {m:g} micro-batches per flush",
+    )
 
 
 def pipeline_depth(pp_rows: pl.DataFrame) -> tuple[int, str] | None:
@@ -435,8 +593,10 @@ def pipeline_depth(pp_rows: pl.DataFrame) -> tuple[int, str] | None:
 def _traced_bubble(ev: Evidence, pp_rows: pl.DataFrame) -> Result:
     depth = pipeline_depth(pp_rows)
     if depth is None:
-        return Missing(f"the pipeline depth: {pp_rows.height} pipeline-parallel collectives in the trace "
-                       "name no process group size or members")
+        return Missing(
+            f"the pipeline depth: {pp_rows.height} pipeline-parallel collectives in the trace "
+            "name no process group size or members"
+        )
     pp, told = depth
     members = pl.element().str.strip_chars().cast(pl.Int32, strict=False)
     firsts = (
@@ -444,22 +604,35 @@ def _traced_bubble(ev: Evidence, pp_rows: pl.DataFrame) -> Result:
         .drop_nulls().unique()
     )
     sends = (
-        pp_rows.filter((pl.col("coll") == SEND) & (pl.col("stage") == "actor_update") & pl.col("step").is_not_null())
+        pp_rows.filter(
+            (pl.col("coll") == SEND)
+            & (pl.col("stage") == "actor_update")
+            & pl.col("step").is_not_null()
+        )
         .join(firsts, on="rank")
         .group_by("step", "rank")
         .len()
     )
     if sends.height == 0:
-        return Missing("pipeline sends of the first stage inside the actor update (to count micro-batches)")
+        return Missing(
+            "pipeline sends of the first stage inside the actor update (to count micro-batches)"
+        )
     k, how = updates_per_rollout(ev)
     flushes = k or 1
-    frame = sends.group_by("step").agg(pl.col("len").min().alias("sends"), pl.col("rank").sort_by("len", "rank").first()).with_columns(
-        (pl.col("sends") / flushes).alias("m")
-    ).with_columns(((pp - 1) / (pl.col("m") + pp - 1)).alias("value"))
+    frame = (
+        sends.group_by("step")
+        .agg(pl.col("len").min().alias("sends"), pl.col("rank").sort_by("len", "rank").first())
+        .with_columns((pl.col("sends") / flushes).alias("m"))
+        .with_columns(((pp - 1) / (pl.col("m") + pp - 1)).alias("value"))
+    )
     frame = ev.in_windows(frame)
     assumed = how if k else "assuming one pipeline flush per update (no optimizer steps recorded)"
     m = frame["m"].to_list()
-    return Measured(per_step(frame), f"pp = {pp} from {told}; m = {', '.join(f'{x:g}' for x in m)} from first-stage sends in the actor update, {assumed}")
+    return Measured(
+        per_step(frame),
+        f"pp = {pp} from {told}; m = {', '.join(f'{x:g}' for x in m)} from first-stage sends in "
+        f"the actor update, {assumed}",
+    )
 
 
 def padding_waste(ev: Evidence, check: Check) -> Result:
@@ -467,7 +640,10 @@ def padding_waste(ev: Evidence, check: Check) -> Result:
     if removed is None:
         return Missing(check.needs)
     if removed:
-        return Measured(per_step(pl.DataFrame({"value": [0.0]})), "config: use_remove_padding = true (sequences packed, no padding)")
+        return Measured(
+            per_step(pl.DataFrame({"value": [0.0]})),
+            "config: use_remove_padding = true (sequences packed, no padding)",
+        )
     cap_p, cap_r = config_count(ev, "max_prompt_length"), config_count(ev, "max_response_length")
     prompt, response = ev.logged("prompt_length_mean"), ev.logged("response_length_mean")
     if cap_p is None or cap_r is None or prompt is None or response is None:
@@ -476,8 +652,11 @@ def padding_waste(ev: Evidence, check: Check) -> Result:
     frame = prompt[1].join(response[1].rename({"value": "r"}), on="step").with_columns(
         (1 - (pl.col("value") + pl.col("r")) / padded).alias("value")
     )
-    return Measured(per_step(frame), f"config: use_remove_padding = false, padded to {cap_p} + {cap_r} tokens; "
-                                     f"logged {prompt[0]} + {response[0]}, {frame.height} steps")
+    return Measured(
+        per_step(frame),
+        f"config: use_remove_padding = false, padded to {cap_p} + {cap_r} tokens; "
+        f"logged {prompt[0]} + {response[0]}, {frame.height} steps",
+    )
 
 
 def staleness_lag(ev: Evidence, check: Check) -> Result:
@@ -485,12 +664,20 @@ def staleness_lag(ev: Evidence, check: Check) -> Result:
     step off; asynchronous runs need the log."""
     found = ev.logged("staleness_lag")
     if found is not None:
-        return Measured(per_step(found[1]), f"logged {found[0]}, {found[1].height} steps; whether an off-policy correction is on is not recorded")
+        return Measured(
+            per_step(found[1]),
+            f"logged {found[0]}, {found[1].height} steps; whether "
+            "an off-policy correction is on is not recorded",
+        )
     execution = ev.placement[1]
     lag = EXECUTION_LAG.get(execution or "")
     if lag is None:
         return Missing(check.needs)
-    return Measured(per_step(pl.DataFrame({"value": [lag]})), f"{execution} execution inferred from the trace: every sample is {lag:g} policy versions old")
+    return Measured(
+        per_step(pl.DataFrame({"value": [lag]})),
+        f"{execution} execution inferred from the trace: "
+        f"every sample is {lag:g} policy versions old",
+    )
 
 
 # --- waits and gaps --------------------------------------------------------------------------
@@ -509,19 +696,37 @@ def dispatch_gap_share(ev: Evidence, check: Check) -> Result:
     """Σ stage_gap idle ÷ Σ device windows (trace), else untimed step time ÷ T (logs)."""
     bubbles = ev.frame("bubbles")
     if bubbles is not None:
-        windows = bubbles.unique(["step", "rank"]).group_by("step").agg(pl.col("window_ns").sum().alias("den"))
-        gaps = bubbles.filter(pl.col("cause") == "stage_gap").group_by("step").agg(pl.col("idle_ns").sum().alias("num"))
+        windows = (
+            bubbles.unique(["step", "rank"])
+            .group_by("step")
+            .agg(pl.col("window_ns").sum().alias("den"))
+        )
+        gaps = (
+            bubbles.filter(pl.col("cause") == "stage_gap")
+            .group_by("step")
+            .agg(pl.col("idle_ns").sum().alias("num"))
+        )
         frame = ev.in_windows(ratio(windows, gaps))
-        return Measured(per_step(frame), f"stage_gap idle over {bubbles['rank'].n_unique()} devices in the trace, {frame.height} steps")
+        return Measured(
+            per_step(frame),
+            f"stage_gap idle over {bubbles['rank'].n_unique()} devices in the trace, "
+            f"{frame.height} steps",
+        )
     stages, steps = ev.frame(LOG_STAGES), ev.frame(LOG_STEPS)
     if stages is None or steps is None:
         return Missing(check.needs)
     timed = steps.filter((pl.col("total_from") != TOTAL_FROM_STAGES) & (pl.col("stages_s") > 0))
     if timed.height == 0:
         return Missing("a step timer next to stage timers (the log lacks one or the other)")
-    other = stages.filter((pl.col("label") == "other") & pl.col("in_step")).group_by("step").agg(pl.col("seconds").sum().alias("num"))
+    other = (
+        stages.filter((pl.col("label") == "other") & pl.col("in_step"))
+        .group_by("step")
+        .agg(pl.col("seconds").sum().alias("num"))
+    )
     frame = ratio(timed.select("step", pl.col("wall_s").alias("den")), other)
-    return Measured(per_step(frame), f"step time outside every stage timer in the log, {frame.height} steps")
+    return Measured(
+        per_step(frame), f"step time outside every stage timer in the log, {frame.height} steps"
+    )
 
 
 METRICS: dict[str, Metric] = {

@@ -51,10 +51,30 @@ from .guideline_metrics import METRICS
 if TYPE_CHECKING:
     pass
 
-EVIDENCE = ("steps", "stage_timeline", "stage_ranges", "pools", "placement", "activity", "bubbles", "collectives",
-            "weight_sync", "aligned", LOG_STAGES, LOG_STEPS, LOG_WEIGHT_SYNC, "metrics", "events", "sources")
+EVIDENCE = (
+    "steps",
+    "stage_timeline",
+    "stage_ranges",
+    "pools",
+    "placement",
+    "activity",
+    "bubbles",
+    "collectives",
+    "weight_sync",
+    "aligned",
+    LOG_STAGES,
+    LOG_STEPS,
+    LOG_WEIGHT_SYNC,
+    "metrics",
+    "events",
+    "sources",
+)
 """What the metrics may read (:class:`Evidence`), each only when a metric asks for it."""
-SCHEMA: dict[str, pl.DataType] = {**frames.VIOLATIONS, "metric": pl.String(), "heuristic": pl.Boolean()}
+SCHEMA: dict[str, pl.DataType] = {
+    **frames.VIOLATIONS,
+    "metric": pl.String(),
+    "heuristic": pl.Boolean(),
+}
 STATUS_ORDER = {"violated": 0, "passed": 1, "not_evaluated": 2}
 SEVERITY_ORDER = {s: -i for i, s in enumerate(SEVERITIES)}
 
@@ -70,7 +90,10 @@ def load_catalogue(user: str | Path | None = None) -> Catalogue:
         for c in g.checks:
             if c.implemented and c.metric not in METRICS:
                 known = ", ".join(sorted(METRICS))
-                raise InputError(g.origin, f"{g.id}.checks.{c.metric}: no such metric is implemented (known: {known})")
+                raise InputError(
+                    g.origin,
+                    f"{g.id}.checks.{c.metric}: no such metric is implemented (known: {known})",
+                )
     return catalogue
 
 
@@ -100,12 +123,29 @@ def _judged(g: Guideline, evidence: Evidence, failures: dict[str, Failure]) -> t
     except Exception as exc:
         marker = record(failures, f"guideline {g.id}", exc).marker
         check = g.checks[0]
-        return _row(g, check, "not_evaluated", None, None, check.first_threshold, None, None, None, None, marker)
+        return _row(
+            g,
+            check,
+            "not_evaluated",
+            None,
+            None,
+            check.first_threshold,
+            None,
+            None,
+            None,
+            None,
+            marker,
+        )
 
 
 def _judge(g: Guideline, evidence: Evidence) -> tuple[Any, ...]:
     results: list[tuple[Check, Result]] = [
-        (c, METRICS[c.metric](evidence, c) if c.implemented else Missing(f"{c.needs} (not implemented)"))
+        (
+            c,
+            METRICS[c.metric](evidence, c)
+            if c.implemented
+            else Missing(f"{c.needs} (not implemented)"),
+        )
         for c in g.checks
     ]
     measured = []
@@ -123,22 +163,48 @@ def _judge(g: Guideline, evidence: Evidence) -> tuple[Any, ...]:
             max(crossed, key=lambda m: SEVERITIES.index(m[3])) if crossed else measured[0]
         )
         step, rank, start, end = _where(result, check)
-        others = [f"{c.metric} = {format_value(v, c.unit)} ({r.basis})" for c, r, v, _, _ in measured if c is not check]
+        others = [
+            f"{c.metric} = {format_value(v, c.unit)} ({r.basis})"
+            for c, r, v, _, _ in measured
+            if c is not check
+        ]
         text = f"{check.metric} = {format_value(value, check.unit)} ({result.basis})"
         if step is not None and check.aggregate != "value":
             worst = result.per_step.filter(pl.col("step") == step)["value"][0]
             text += f"; worst step {step}: {format_value(worst, check.unit)}"
         text = "; ".join([text, *others, *(f"not evaluated: {m}" for m in missing)])
-        return _row(g, check, "violated" if severity else "passed", severity, value, threshold, step, rank, start, end, text)
+        return _row(
+            g,
+            check,
+            "violated" if severity else "passed",
+            severity,
+            value,
+            threshold,
+            step,
+            rank,
+            start,
+            end,
+            text,
+        )
     applicable = [(c, r) for c, r in results if isinstance(r, Inapplicable)]
     if applicable:
         check, result = applicable[0]
         assert isinstance(result, Inapplicable)
-        text = "; ".join([f"does not apply: {result.reason}", *(f"not evaluated: {m}" for m in missing)])
-        return _row(g, check, "passed", None, None, check.first_threshold, None, None, None, None, text)
+        text = "; ".join(
+            [f"does not apply: {result.reason}", *(f"not evaluated: {m}" for m in missing)]
+        )
+        return _row(
+            g, check, "passed", None, None, check.first_threshold, None, None, None, None, text
+        )
     check = g.checks[0]
-    text = "; ".join(f"needs {r.needs}" if len(results) == 1 else f"{c.metric} needs {r.needs}" for c, r in results if isinstance(r, Missing))
-    return _row(g, check, "not_evaluated", None, None, check.first_threshold, None, None, None, None, text)
+    text = "; ".join(
+        f"needs {r.needs}" if len(results) == 1 else f"{c.metric} needs {r.needs}"
+        for c, r in results
+        if isinstance(r, Missing)
+    )
+    return _row(
+        g, check, "not_evaluated", None, None, check.first_threshold, None, None, None, None, text
+    )
 
 
 def _where(result: Measured, check: Check) -> tuple[int | None, int | None, int | None, int | None]:
@@ -151,12 +217,35 @@ def _where(result: Measured, check: Check) -> tuple[int | None, int | None, int 
 
 
 def _row(
-    g: Guideline, check: Check, status: str, severity: str | None, value: float | None, threshold: float | None,
-    step: int | None, rank: int | None, start: int | None, end: int | None, evidence: str,
+    g: Guideline,
+    check: Check,
+    status: str,
+    severity: str | None,
+    value: float | None,
+    threshold: float | None,
+    step: int | None,
+    rank: int | None,
+    start: int | None,
+    end: int | None,
+    evidence: str,
 ) -> tuple[Any, ...]:
     return (
-        g.id, g.title, status, severity, value, threshold, check.unit, step, rank, start, end, evidence,
-        g.recommendation, g.source, check.metric, check.heuristic,
+        g.id,
+        g.title,
+        status,
+        severity,
+        value,
+        threshold,
+        check.unit,
+        step,
+        rank,
+        start,
+        end,
+        evidence,
+        g.recommendation,
+        g.source,
+        check.metric,
+        check.heuristic,
     )
 
 

@@ -44,10 +44,14 @@ from taxonomy.vocab import STAGE
 from ..model.scalars import as_float
 
 OUTPUTS = {
-    "stages": "per step × stage: seconds, share of the step's wall time, inside the step or not, the keys",
-    "steps": "per step: total, its origin, stage sum, residual (other), outside time, wall, dominant stage, outlier",
-    "stats": "step wall-time statistics: median, p95, mean, min, max, MAD, the outlier rule and count",
-    "stage_summary": "per stage over the run: seconds, share of all wall time, median and p95 per step",
+    "stages": "per step × stage: seconds, share of the step's "
+              "wall time, inside the step or not, the keys",
+    "steps": "per step: total, its origin, stage sum, residual (other), outside time, wall, "
+             "dominant stage, outlier",
+    "stats": "step wall-time statistics: median, p95, mean, "
+             "min, max, MAD, the outlier rule and count",
+    "stage_summary": "per stage over the run: seconds, share "
+                     "of all wall time, median and p95 per step",
     "dominant": "the stage with the largest share of the run (other excluded), and other's share",
     "weight_sync": "weight-sync seconds and share, or where the version hides it",
     "long_tail": "per step: response length mean/max/min, max ÷ mean, clip ratio",
@@ -74,28 +78,54 @@ OUTSIDE_CANDIDATES: tuple[str, ...] = ("evaluation", "checkpoint")
 
 NEEDS_TRACE: tuple[tuple[str, str], ...] = (
     ("bubbles", "idle time by cause needs each device's kernel activity"),
-    ("collectives", "communication time, bytes, bandwidth and overlap per dimension need NCCL events"),
+    (
+        "collectives",
+        "communication time, bytes, bandwidth and overlap per dimension need NCCL events",
+    ),
     ("critical_path", "which rank and stage set the step time needs per-rank stage intervals"),
     ("stragglers", "ranks arriving late at collectives need per-rank traces"),
     ("workdepth", "work, depth and what-if bounds need device-busy time per stage"),
-    ("rollout_tail_time", "the share of generation spent on the last requests needs per-request finish times; "
-                          "logs give only length statistics"),
+    (
+        "rollout_tail_time",
+        "the share of generation spent on the last requests needs per-request finish times; "
+        "logs give only length statistics",
+    ),
 )
 
 STAGES_SCHEMA = pl.Schema({
     "step": pl.Int32(), "stage": STAGE, "label": pl.String(), "composite": pl.Boolean(),
     "seconds": pl.Float64(), "share": pl.Float64(), "in_step": pl.Boolean(), "keys": pl.String(),
 })
-STEPS_SCHEMA = pl.Schema({
-    "step": pl.Int32(), "total_s": pl.Float64(), "total_from": pl.String(), "stages_s": pl.Float64(),
-    "residual_s": pl.Float64(), "outside_s": pl.Float64(), "wall_s": pl.Float64(), "dominant": STAGE,
-    "outlier": pl.Boolean(), "outlier_cause": pl.String(),
-})
-STATS_SCHEMA = pl.Schema({
-    "n_steps": pl.Int64(), "first_step": pl.Int32(), "last_step": pl.Int32(), "median_s": pl.Float64(),
-    "p95_s": pl.Float64(), "mean_s": pl.Float64(), "min_s": pl.Float64(), "max_s": pl.Float64(),
-    "mad_s": pl.Float64(), "outlier_threshold_s": pl.Float64(), "n_outliers": pl.Int64(), "outlier_rule": pl.String(),
-})
+STEPS_SCHEMA = pl.Schema(
+    {
+        "step": pl.Int32(),
+        "total_s": pl.Float64(),
+        "total_from": pl.String(),
+        "stages_s": pl.Float64(),
+        "residual_s": pl.Float64(),
+        "outside_s": pl.Float64(),
+        "wall_s": pl.Float64(),
+        "dominant": STAGE,
+        "outlier": pl.Boolean(),
+        "outlier_cause": pl.String(),
+    }
+)
+STATS_SCHEMA = pl.Schema(
+    {
+        "n_steps": pl.Int64(),
+        "first_step": pl.Int32(),
+        "last_step": pl.Int32(),
+        "median_s": pl.Float64(),
+        "p95_s": pl.Float64(),
+        "mean_s": pl.Float64(),
+        "min_s": pl.Float64(),
+        "max_s": pl.Float64(),
+        "mad_s": pl.Float64(),
+        "outlier_threshold_s": pl.Float64(),
+        "n_outliers": pl.Int64(),
+        "outlier_rule": pl.String(),
+    }
+)
 STAGE_SUMMARY_SCHEMA = pl.Schema({
     "stage": STAGE, "label": pl.String(), "composite": pl.Boolean(), "seconds": pl.Float64(),
     "share": pl.Float64(), "median_s": pl.Float64(), "p95_s": pl.Float64(), "n_steps": pl.Int64(),
@@ -111,15 +141,28 @@ LONG_TAIL_SCHEMA = pl.Schema({
     "step": pl.Int32(), "mean_len": pl.Float64(), "max_len": pl.Float64(), "min_len": pl.Float64(),
     "max_over_mean": pl.Float64(), "clip_ratio": pl.Float64(),
 })
-LONG_TAIL_SUMMARY_SCHEMA = pl.Schema({
-    "n_steps": pl.Int64(), "median_max_over_mean": pl.Float64(), "p95_max_over_mean": pl.Float64(),
-    "max_max_over_mean": pl.Float64(), "mean_clip_ratio": pl.Float64(), "max_clip_ratio": pl.Float64(),
-    "keys": pl.String(),
-})
-UNCLASSIFIED_SCHEMA = pl.Schema({"name": pl.String(), "n_steps": pl.Int64(), "seconds": pl.Float64()})
+LONG_TAIL_SUMMARY_SCHEMA = pl.Schema(
+    {
+        "n_steps": pl.Int64(),
+        "median_max_over_mean": pl.Float64(),
+        "p95_max_over_mean": pl.Float64(),
+        "max_max_over_mean": pl.Float64(),
+        "mean_clip_ratio": pl.Float64(),
+        "max_clip_ratio": pl.Float64(),
+        "keys": pl.String(),
+    }
+)
+UNCLASSIFIED_SCHEMA = pl.Schema(
+    {"name": pl.String(), "n_steps": pl.Int64(), "seconds": pl.Float64()}
+)
 NEEDS_TRACE_SCHEMA = pl.Schema({"analysis": pl.String(), "reason": pl.String()})
 
-LONG_TAIL_KEYS: tuple[str, ...] = ("response_length_mean", "response_length_max", "response_length_min", "clip_ratio")
+LONG_TAIL_KEYS: tuple[str, ...] = (
+    "response_length_mean",
+    "response_length_max",
+    "response_length_min",
+    "clip_ratio",
+)
 
 
 @dataclass
@@ -163,9 +206,16 @@ def compute(
     if long_tail.height == 0:
         needs.append(("long_tail", "the log has no response-length statistics"))
     return LogSteps(
-        stages=stages, steps=steps, stats=stats, stage_summary=summary, dominant=dominant,
-        weight_sync=weight_sync, long_tail=long_tail, long_tail_summary=tail_summary,
-        unclassified=unclassified, needs_trace=pl.DataFrame(needs, schema=NEEDS_TRACE_SCHEMA, orient="row"),
+        stages=stages,
+        steps=steps,
+        stats=stats,
+        stage_summary=summary,
+        dominant=dominant,
+        weight_sync=weight_sync,
+        long_tail=long_tail,
+        long_tail_summary=tail_summary,
+        unclassified=unclassified,
+        needs_trace=pl.DataFrame(needs, schema=NEEDS_TRACE_SCHEMA, orient="row"),
         notes=notes,
     )
 
@@ -198,14 +248,20 @@ def _digits(value: pl.Expr) -> pl.Expr:
     return value.cast(pl.String).str.strip_chars_end("0").str.len_chars()
 
 
-def one_per_key(rows: pl.DataFrame, keys: list[str], value: str, digits: pl.Expr | None = None) -> pl.DataFrame:
+def one_per_key(
+    rows: pl.DataFrame, keys: list[str], value: str, digits: pl.Expr | None = None
+) -> pl.DataFrame:
     """One row per ``keys``: within a source its last statement; across sources (a console log
     and ``trainer_state.json`` state the same timer, the console rounded) the one stated with the
     most digits (``digits``, by default those of ``value``), then the larger — so the answer does
     not depend on the order the files were given in."""
     last = rows.unique(subset=["source", *keys], keep="last", maintain_order=True)
-    last = last.with_columns((_digits(pl.col(value)) if digits is None else digits).alias("_digits"))
-    ranked = last.sort([*keys, "_digits", value], descending=[False] * len(keys) + [True, True], nulls_last=True)
+    last = last.with_columns(
+        (_digits(pl.col(value)) if digits is None else digits).alias("_digits")
+    )
+    ranked = last.sort(
+        [*keys, "_digits", value], descending=[False] * len(keys) + [True, True], nulls_last=True
+    )
     return ranked.unique(subset=keys, keep="first", maintain_order=True).drop("_digits")
 
 
@@ -228,27 +284,43 @@ def _stage_rows(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         if over.height:
             names = ", ".join(sorted(set(over["name"].to_list())))
             notes.append(
-                f"{over['step'].n_unique()} steps: parts ({names}) exceed their parent timer; they overlap it "
+                f"{over['step'].n_unique()} steps: parts ({names}) "
+                "exceed their parent timer; they overlap it "
                 "(asynchronous execution) and are capped at the parent's time"
             )
-        scale = pl.when(pl.col("_carve") > pl.col("p_seconds")).then(pl.col("p_seconds") / pl.col("_carve")).otherwise(1.0)
-        moving = moving.with_columns((pl.col("seconds") * scale).alias("seconds"), pl.col("p_in_step").alias("in_step"))
+        scale = (
+            pl.when(pl.col("_carve") > pl.col("p_seconds"))
+            .then(pl.col("p_seconds") / pl.col("_carve"))
+            .otherwise(1.0)
+        )
+        moving = moving.with_columns(
+            (pl.col("seconds") * scale).alias("seconds"), pl.col("p_in_step").alias("in_step")
+        )
         carved = moving.group_by("step", "parent").agg(pl.col("seconds").sum().alias("_out"))
-        stages = stages.join(carved, left_on=["step", "name"], right_on=["step", "parent"], how="left").with_columns(
-            (pl.col("seconds") - pl.col("_out").fill_null(0.0)).alias("seconds")
-        ).drop("_out")
+        stages = (
+            stages.join(carved, left_on=["step", "name"], right_on=["step", "parent"], how="left")
+            .with_columns((pl.col("seconds") - pl.col("_out").fill_null(0.0)).alias("seconds"))
+            .drop("_out")
+        )
         stages = pl.concat([stages, moving.select(cols)])
     return pl.concat([stages, orphans]), notes
 
 
 def _totals(rows: pl.DataFrame, stage_rows: pl.DataFrame) -> pl.DataFrame:
-    own = rows.filter(pl.col("relation") == "step").group_by("step").agg(
-        pl.col("seconds").max().alias("own"), pl.col("name").sort_by("seconds").last().alias("own_name")
+    own = (
+        rows.filter(pl.col("relation") == "step")
+        .group_by("step")
+        .agg(
+            pl.col("seconds").max().alias("own"),
+            pl.col("name").sort_by("seconds").last().alias("own_name"),
+        )
     )
     summed = stage_rows.group_by("step").agg(
         pl.col("seconds").filter(pl.col("in_step")).sum().alias("stages_s"),
     )
-    steps = summed.join(own, on="step", how="full", coalesce=True).with_columns(pl.col("stages_s").fill_null(0.0))
+    steps = summed.join(own, on="step", how="full", coalesce=True).with_columns(
+        pl.col("stages_s").fill_null(0.0)
+    )
     return steps.with_columns(
         pl.coalesce("own", "stages_s").alias("total_s"),
         pl.when(pl.col("own").is_not_null()).then(pl.col("own_name")).otherwise(pl.lit(TOTAL_FROM_STAGES)).alias("total_from"),
@@ -259,11 +331,15 @@ def _tolerance(total: pl.Expr) -> pl.Expr:
     return TOLERANCE_S + TOLERANCE_SHARE * total
 
 
-def _check_in_step(stage_rows: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+def _check_in_step(
+    stage_rows: pl.DataFrame, steps: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
     """Let the numbers overrule the assumed version about evaluation/checkpoint being inside the
     step total (only for steps whose total is the log's own step timer)."""
     candidate = pl.col("stage").cast(pl.String).is_in(list(OUTSIDE_CANDIDATES))
-    timed = steps.filter(pl.col("total_from") != TOTAL_FROM_STAGES).select("step", "total_s", "stages_s")
+    timed = steps.filter(pl.col("total_from") != TOTAL_FROM_STAGES).select(
+        "step", "total_s", "stages_s"
+    )
     if timed.height == 0:
         return stage_rows, steps, []
     per = stage_rows.filter(candidate).group_by("step").agg(
@@ -276,11 +352,20 @@ def _check_in_step(stage_rows: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.Da
     tol = _tolerance(pl.col("total_s"))
     notes = []
     flip_out = per.filter(pl.col("inside") > 0)
-    if flip_out.height and flip_out.select(((residual < -tol) & (residual + pl.col("inside") >= -tol)).all()).item():
-        stage_rows = stage_rows.with_columns(pl.when(candidate).then(False).otherwise(pl.col("in_step")).alias("in_step"))
+    if (
+        flip_out.height
+        and flip_out.select(
+            ((residual < -tol) & (residual + pl.col("inside") >= -tol)).all()
+        ).item()
+    ):
+        stage_rows = stage_rows.with_columns(
+            pl.when(candidate).then(False).otherwise(pl.col("in_step")).alias("in_step")
+        )
         notes.append(
-            "the step total excludes evaluation and checkpoint timers (the stage sum exceeds it on exactly the "
-            f"{flip_out.height} steps that have them): they are counted outside the step, against the assumed version"
+            "the step total excludes evaluation and checkpoint "
+            "timers (the stage sum exceeds it on exactly the "
+            f"{flip_out.height} steps that have them): they are "
+            "counted outside the step, against the assumed version"
         )
     flip_in = per.filter(pl.col("outside") > 0)
     plain = timed.join(per.select("step"), on="step", how="anti")
@@ -288,23 +373,41 @@ def _check_in_step(stage_rows: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.Da
         base = float((plain["total_s"] - plain["stages_s"]).median())
         fits = ((residual - pl.col("outside") - base).abs() <= tol) & (pl.col("outside") > tol)
         if flip_in.select(fits.all()).item():
-            stage_rows = stage_rows.with_columns(pl.when(candidate).then(True).otherwise(pl.col("in_step")).alias("in_step"))
+            stage_rows = stage_rows.with_columns(
+                pl.when(candidate).then(True).otherwise(pl.col("in_step")).alias("in_step")
+            )
             notes.append(
                 "the step total includes evaluation and checkpoint timers (on the "
-                f"{flip_in.height} steps that have them the residual exceeds the other steps' by exactly their "
+                f"{flip_in.height} steps that have them the "
+                "residual exceeds the other steps' by exactly their "
                 "time): they are counted inside the step, against the assumed version"
             )
     if notes:
-        fresh = stage_rows.group_by("step").agg(pl.col("seconds").filter(pl.col("in_step")).sum().alias("stages_s"))
-        steps = steps.drop("stages_s").join(fresh, on="step", how="left").with_columns(
-            pl.col("stages_s").fill_null(0.0),
-            pl.when(pl.col("total_from") == TOTAL_FROM_STAGES).then(pl.col("stages_s")).otherwise(pl.col("total_s")).alias("total_s"),
+        fresh = stage_rows.group_by("step").agg(
+            pl.col("seconds").filter(pl.col("in_step")).sum().alias("stages_s")
+        )
+        steps = (
+            steps.drop("stages_s")
+            .join(fresh, on="step", how="left")
+            .with_columns(
+                pl.col("stages_s").fill_null(0.0),
+                pl.when(pl.col("total_from") == TOTAL_FROM_STAGES)
+                .then(pl.col("stages_s"))
+                .otherwise(pl.col("total_s"))
+                .alias("total_s"),
+            )
         )
     return stage_rows, steps, notes
 
 
-def _shares(stage_rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    outside = stage_rows.filter(~pl.col("in_step")).group_by("step").agg(pl.col("seconds").sum().alias("outside_s"))
+def _shares(
+    stage_rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    outside = (
+        stage_rows.filter(~pl.col("in_step"))
+        .group_by("step")
+        .agg(pl.col("seconds").sum().alias("outside_s"))
+    )
     steps = steps.join(outside, on="step", how="left").with_columns(
         pl.col("outside_s").fill_null(0.0),
         (pl.col("total_s") - pl.col("stages_s")).round(9).alias("residual_s"),
@@ -313,7 +416,8 @@ def _shares(stage_rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]) -> 
     if over.height:
         shown = ", ".join(str(s) for s in over["step"].head(5).to_list())
         notes.append(
-            f"{over.height} steps have stage timers summing to more than the step total (steps {shown}…): "
+            f"{over.height} steps have stage timers summing "
+            f"to more than the step total (steps {shown}…): "
             "timers overlap there; their residual is negative and no 'other' is added"
         )
     grouped = stage_rows.group_by("step", "stage", "label", "composite", "in_step").agg(
@@ -324,15 +428,26 @@ def _shares(stage_rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]) -> 
         pl.lit(False).alias("composite"), pl.lit(True).alias("in_step"),
         pl.col("residual_s").alias("seconds"), pl.lit("(step total − stage timers)").alias("keys"),
     )
-    stages = pl.concat([grouped.cast({"stage": STAGE}), other], how="vertical_relaxed").join(
-        steps.select("step", "wall_s"), on="step", how="left"
-    ).with_columns(
-        pl.when(pl.col("wall_s") > 0).then(pl.col("seconds") / pl.col("wall_s")).otherwise(None).alias("share")
+    stages = (
+        pl.concat([grouped.cast({"stage": STAGE}), other], how="vertical_relaxed")
+        .join(steps.select("step", "wall_s"), on="step", how="left")
+        .with_columns(
+            pl.when(pl.col("wall_s") > 0)
+            .then(pl.col("seconds") / pl.col("wall_s"))
+            .otherwise(None)
+            .alias("share")
+        )
     )
-    stages = stages.sort("step", "stage", "label", "composite", "in_step", "keys").select(list(STAGES_SCHEMA)).cast(STAGES_SCHEMA)
+    stages = (
+        stages.sort("step", "stage", "label", "composite", "in_step", "keys")
+        .select(list(STAGES_SCHEMA))
+        .cast(STAGES_SCHEMA)
+    )
     dominant = (
-        stages.filter(pl.col("in_step")).sort(["seconds", "stage", "label"], descending=[True, False, False])
-        .group_by("step", maintain_order=True).agg(pl.col("stage").first().alias("dominant"))
+        stages.filter(pl.col("in_step"))
+        .sort(["seconds", "stage", "label"], descending=[True, False, False])
+        .group_by("step", maintain_order=True)
+        .agg(pl.col("stage").first().alias("dominant"))
     )
     steps = steps.join(dominant, on="step", how="left")
     return stages, steps
@@ -341,8 +456,13 @@ def _shares(stage_rows: pl.DataFrame, steps: pl.DataFrame, notes: list[str]) -> 
 def _outliers(stages: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     wall = steps["wall_s"]
     if wall.len() == 0:
-        empty_steps = steps.with_columns(pl.lit(None, dtype=pl.Boolean).alias("outlier"), pl.lit(None, dtype=pl.String).alias("outlier_cause"))
-        return empty_steps.select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA), pl.DataFrame(schema=STATS_SCHEMA)
+        empty_steps = steps.with_columns(
+            pl.lit(None, dtype=pl.Boolean).alias("outlier"),
+            pl.lit(None, dtype=pl.String).alias("outlier_cause"),
+        )
+        return empty_steps.select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA), pl.DataFrame(
+            schema=STATS_SCHEMA
+        )
     median = as_float(wall.median())
     mad = float((wall - median).abs().median()) * MAD_SCALE
     threshold = median + OUTLIER_K * max(mad, MAD_FLOOR * median)
@@ -359,13 +479,26 @@ def _outliers(stages: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, 
     steps = steps.join(cause, on="step", how="left").with_columns(
         pl.when(pl.col("outlier")).then(pl.col("_cause")).otherwise(None).alias("outlier_cause")
     ).drop("_cause").sort("step")
-    stats = pl.DataFrame([{
-        "n_steps": wall.len(), "first_step": steps["step"].min(), "last_step": steps["step"].max(),
-        "median_s": median, "p95_s": as_float(wall.quantile(0.95, "linear")), "mean_s": as_float(wall.mean()),
-        "min_s": as_float(wall.min()), "max_s": as_float(wall.max()), "mad_s": mad, "outlier_threshold_s": threshold,
-        "n_outliers": int(steps["outlier"].sum()),
-        "outlier_rule": f"wall time > median + {OUTLIER_K:g} × MAD (MAD scaled by {MAD_SCALE}, at least {MAD_FLOOR:.0%} of the median)",
-    }], schema=STATS_SCHEMA)
+    stats = pl.DataFrame(
+        [
+            {
+                "n_steps": wall.len(),
+                "first_step": steps["step"].min(),
+                "last_step": steps["step"].max(),
+                "median_s": median,
+                "p95_s": as_float(wall.quantile(0.95, "linear")),
+                "mean_s": as_float(wall.mean()),
+                "min_s": as_float(wall.min()),
+                "max_s": as_float(wall.max()),
+                "mad_s": mad,
+                "outlier_threshold_s": threshold,
+                "n_outliers": int(steps["outlier"].sum()),
+                "outlier_rule": f"wall time > median + {OUTLIER_K:g} × MAD (MAD scaled by "
+                                f"{MAD_SCALE}, at least {MAD_FLOOR:.0%} of the median)",
+            }
+        ],
+        schema=STATS_SCHEMA,
+    )
     return steps.select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA), stats
 
 
@@ -386,7 +519,11 @@ def _summary(stages: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     ).rename({"_total": "seconds"}).with_columns(
         (pl.col("seconds") / wall if wall > 0 else pl.lit(None, dtype=pl.Float64)).alias("share")
     )
-    return summary.sort(["seconds", "stage", "label"], descending=[True, False, False]).select(list(STAGE_SUMMARY_SCHEMA)).cast(STAGE_SUMMARY_SCHEMA)
+    return (
+        summary.sort(["seconds", "stage", "label"], descending=[True, False, False])
+        .select(list(STAGE_SUMMARY_SCHEMA))
+        .cast(STAGE_SUMMARY_SCHEMA)
+    )
 
 
 def _dominant(summary: pl.DataFrame) -> pl.DataFrame:
@@ -394,30 +531,57 @@ def _dominant(summary: pl.DataFrame) -> pl.DataFrame:
     top = summary.filter(pl.col("stage") != "other").head(1)
     if top.height == 0:
         return pl.DataFrame(schema=DOMINANT_SCHEMA)
-    return top.select("stage", "label", "share", pl.lit(other, dtype=pl.Float64).alias("other_share")).cast(DOMINANT_SCHEMA)
+    return top.select(
+        "stage", "label", "share", pl.lit(other, dtype=pl.Float64).alias("other_share")
+    ).cast(DOMINANT_SCHEMA)
 
 
-def _weight_sync(stages: pl.DataFrame, steps: pl.DataFrame, rows: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
+def _weight_sync(
+    stages: pl.DataFrame, steps: pl.DataFrame, rows: pl.DataFrame
+) -> tuple[pl.DataFrame, str | None]:
     measured = stages.filter(pl.col("stage") == "weight_sync")
     wall = float(steps["wall_s"].sum()) if steps.height else 0.0
     if measured.height:
         per_step = measured.group_by("step").agg(pl.col("seconds").sum())
         seconds = float(per_step["seconds"].sum())
         keys = ", ".join(sorted(set(", ".join(measured["keys"].to_list()).split(", "))))
-        row = ("measured", seconds, seconds / wall if wall else None, as_float(per_step["seconds"].median()), keys, None)
+        row = (
+            "measured",
+            seconds,
+            seconds / wall if wall else None,
+            as_float(per_step["seconds"].median()),
+            keys,
+            None,
+        )
         return pl.DataFrame([row], schema=WEIGHT_SYNC_SCHEMA, orient="row"), None
-    hiding = rows.filter(pl.col("hides").list.contains("weight_sync").fill_null(False))["name"].unique().sort().to_list()
+    hiding = (
+        rows.filter(pl.col("hides").list.contains("weight_sync").fill_null(False))["name"]
+        .unique()
+        .sort()
+        .to_list()
+    )
     if hiding:
         where = ", ".join(hiding)
-        note = f"weight sync happens inside {where} in this framework version and is not logged on its own: needs a trace"
-        return pl.DataFrame([("hidden", None, None, None, where, note)], schema=WEIGHT_SYNC_SCHEMA, orient="row"), note
+        note = (
+            f"weight sync happens inside {where} in this framework version and is not logged on "
+            "its own: needs a trace"
+        )
+        return pl.DataFrame(
+            [("hidden", None, None, None, where, note)], schema=WEIGHT_SYNC_SCHEMA, orient="row"
+        ), note
     note = "the log has no weight-sync timer: needs a trace"
-    return pl.DataFrame([("not_logged", None, None, None, None, note)], schema=WEIGHT_SYNC_SCHEMA, orient="row"), note
+    return pl.DataFrame(
+        [("not_logged", None, None, None, None, note)], schema=WEIGHT_SYNC_SCHEMA, orient="row"
+    ), note
 
 
-def _long_tail(metrics: pl.DataFrame, metric_keys: Mapping[str, Sequence[str]]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _long_tail(
+    metrics: pl.DataFrame, metric_keys: Mapping[str, Sequence[str]]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     present = set(metrics["key"].unique().to_list()) if metrics.height else set()
-    chosen = {q: next((k for k in metric_keys.get(q, ()) if k in present), None) for q in LONG_TAIL_KEYS}
+    chosen = {
+        q: next((k for k in metric_keys.get(q, ()) if k in present), None) for q in LONG_TAIL_KEYS
+    }
     if chosen["response_length_mean"] is None:
         return pl.DataFrame(schema=LONG_TAIL_SCHEMA), pl.DataFrame(schema=LONG_TAIL_SUMMARY_SCHEMA)
     used = {k: q for q, k in chosen.items() if k is not None}

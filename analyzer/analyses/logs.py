@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     pass
 
 @provides("log_result")
-def log_result(events: pl.DataFrame, metrics: pl.DataFrame, profile: dict[str, Any]) -> log_steps.LogSteps | None:
+def log_result(
+    events: pl.DataFrame, metrics: pl.DataFrame, profile: dict[str, Any]
+) -> log_steps.LogSteps | None:
     """The logs-only analysis of the run's log timers (None when it has none)."""
     timers = events.filter(pl.col("kind") == "log_stage")
     if timers.height == 0:
@@ -33,7 +35,11 @@ def log_result(events: pl.DataFrame, metrics: pl.DataFrame, profile: dict[str, A
 
 def _output(attr: str) -> Callable[[log_steps.LogSteps | None], pl.DataFrame]:
     def output(log_result: log_steps.LogSteps | None) -> pl.DataFrame:
-        return pl.DataFrame(schema=_empty_schema(attr)) if log_result is None else getattr(log_result, attr)
+        return (
+            pl.DataFrame(schema=_empty_schema(attr))
+            if log_result is None
+            else getattr(log_result, attr)
+        )
 
     output.__qualname__ = output.__name__ = f"log_{attr}"
     output.__doc__ = f"The log analysis' ``{attr}`` frame: {log_steps.OUTPUTS[attr]}."

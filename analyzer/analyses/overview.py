@@ -43,32 +43,103 @@ METRICS: tuple[Metric, ...] = (
     Metric("ranks", "ranks (devices)", "count", ""),
     Metric("steps", "steps", "count", "step detection (product 'steps')"),
     Metric("step_time_ns", "step time (median)", "ns", "step detection (product 'steps')", "lower"),
-    Metric("step_time_max_ns", "step time (max)", "ns", "step detection (product 'steps')", "lower"),
+    Metric(
+        "step_time_max_ns", "step time (max)", "ns", "step detection (product 'steps')", "lower"
+    ),
     Metric("gpu_busy_ns", "GPU busy (sum over ranks)", "ns", "GPU activity in a trace"),
-    Metric("gpu_idle_fraction", "GPU idle (HTA sense)", "fraction", "GPU activity in a trace", "lower"),
-    Metric("idle_fraction", "idle, all devices", "fraction", "idle analysis (product 'bubbles')", "lower"),
-    Metric("trainer_idle_fraction", "idle, train pool", "fraction", "idle analysis and pools ('bubbles', 'pools')", "lower"),
-    Metric("rollout_idle_fraction", "idle, rollout pool", "fraction", "idle analysis and pools ('bubbles', 'pools')", "lower"),
-    Metric("weight_sync_share", "weight sync share of step", "fraction", "weight-sync analysis (product 'weight_sync')", "lower"),
-    Metric("exposed_comm_ns", "exposed communication", "ns", "collective analysis (product 'collectives_by_dim')", "lower"),
-    Metric("parallelism", "parallelism W/D (mean)", "ratio", "work–depth analysis (product 'workdepth')", "higher"),
-    Metric("guideline_errors", "guideline violations: error", "count", "guideline evaluation (product 'violations')", "lower"),
-    Metric("guideline_warnings", "guideline violations: warn", "count", "guideline evaluation (product 'violations')", "lower"),
+    Metric(
+        "gpu_idle_fraction", "GPU idle (HTA sense)", "fraction", "GPU activity in a trace", "lower"
+    ),
+    Metric(
+        "idle_fraction",
+        "idle, all devices",
+        "fraction",
+        "idle analysis (product 'bubbles')",
+        "lower",
+    ),
+    Metric(
+        "trainer_idle_fraction",
+        "idle, train pool",
+        "fraction",
+        "idle analysis and pools ('bubbles', 'pools')",
+        "lower",
+    ),
+    Metric(
+        "rollout_idle_fraction",
+        "idle, rollout pool",
+        "fraction",
+        "idle analysis and pools ('bubbles', 'pools')",
+        "lower",
+    ),
+    Metric(
+        "weight_sync_share",
+        "weight sync share of step",
+        "fraction",
+        "weight-sync analysis (product 'weight_sync')",
+        "lower",
+    ),
+    Metric(
+        "exposed_comm_ns",
+        "exposed communication",
+        "ns",
+        "collective analysis (product 'collectives_by_dim')",
+        "lower",
+    ),
+    Metric(
+        "parallelism",
+        "parallelism W/D (mean)",
+        "ratio",
+        "work–depth analysis (product 'workdepth')",
+        "higher",
+    ),
+    Metric(
+        "guideline_errors",
+        "guideline violations: error",
+        "count",
+        "guideline evaluation (product 'violations')",
+        "lower",
+    ),
+    Metric(
+        "guideline_warnings",
+        "guideline violations: warn",
+        "count",
+        "guideline evaluation (product 'violations')",
+        "lower",
+    ),
 )
 METRIC_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 
 
-READS = ("ranks", "steps", "gpu_time", "bubbles", "pools", "weight_sync", "collectives_by_dim", "workdepth",
-         "violations")
+READS = (
+    "ranks",
+    "steps",
+    "gpu_time",
+    "bubbles",
+    "pools",
+    "weight_sync",
+    "collectives_by_dim",
+    "workdepth",
+    "violations",
+)
 
 
 @provides("overview")
 def overview(ranks: list[int], steps: pl.DataFrame, gpu_time: pl.DataFrame, bubbles: pl.DataFrame,
              pools: pl.DataFrame, weight_sync: pl.DataFrame, collectives_by_dim: pl.DataFrame,
              workdepth: pl.DataFrame, violations: pl.DataFrame) -> pl.DataFrame:
-    return compute(dict(ranks=ranks, steps=steps, gpu_time=gpu_time, bubbles=bubbles, pools=pools,
-                        weight_sync=weight_sync, collectives_by_dim=collectives_by_dim, workdepth=workdepth,
-                        violations=violations))
+    return compute(
+        dict(
+            ranks=ranks,
+            steps=steps,
+            gpu_time=gpu_time,
+            bubbles=bubbles,
+            pools=pools,
+            weight_sync=weight_sync,
+            collectives_by_dim=collectives_by_dim,
+            workdepth=workdepth,
+            violations=violations,
+        )
+    )
 
 
 def compute(products: Mapping[str, Any]) -> pl.DataFrame:
@@ -111,7 +182,11 @@ def _steps(products: Mapping[str, Any]) -> dict[str, Any]:
     if steps is None or steps.height == 0:
         return {}
     length = steps["end_ns"] - steps["start_ns"]
-    return {"steps": steps["step"].n_unique(), "step_time_ns": length.median(), "step_time_max_ns": length.max()}
+    return {
+        "steps": steps["step"].n_unique(),
+        "step_time_ns": length.median(),
+        "step_time_max_ns": length.max(),
+    }
 
 
 def _gpu(products: Mapping[str, Any]) -> dict[str, Any]:
@@ -129,11 +204,15 @@ def _idle(products: Mapping[str, Any]) -> dict[str, Any]:
     bubbles = _in(products, "bubbles", "step", "rank", "window_ns", "idle_ns")
     if bubbles is None or bubbles.height == 0:
         return {}
-    per_device = bubbles.group_by("step", "rank").agg(pl.col("window_ns").first(), pl.col("idle_ns").sum())
+    per_device = bubbles.group_by("step", "rank").agg(
+        pl.col("window_ns").first(), pl.col("idle_ns").sum()
+    )
     out = {"idle_fraction": _ratio(per_device)}
     pools = _in(products, "pools", "rank", "pool")
     if pools is not None:
-        tagged = per_device.join(pools.select("rank", pl.col("pool").cast(pl.String)), on="rank", how="left")
+        tagged = per_device.join(
+            pools.select("rank", pl.col("pool").cast(pl.String)), on="rank", how="left"
+        )
         for pool, key in (("train", "trainer_idle_fraction"), ("rollout", "rollout_idle_fraction")):
             mine = tagged.filter(pl.col("pool").is_in([pool, "shared"]))
             if mine.height:

@@ -132,7 +132,10 @@ def _per_source(rows: pl.DataFrame, label: str = "kind") -> Per:
         ["source", "len", "_l"], descending=[False, True, False])
     return counted.group_by("source", maintain_order=True).agg(
         pl.col("len").sum().cast(pl.Int64).alias("count"),
-        pl.format("{} {}", pl.col("len"), pl.col("_l")).head(EXAMPLES).str.join(", ").alias("detail"),
+        pl.format("{} {}", pl.col("len"), pl.col("_l"))
+        .head(EXAMPLES)
+        .str.join(", ")
+        .alias("detail"),
     )
 
 
@@ -162,7 +165,9 @@ def stream_overlaps(events: pl.DataFrame) -> Per:
     stream). A row overlaps a later one exactly when the next start is before its end."""
     keys = ["source", "pid", "device", "stream"]
     gpu = events.filter(
-        pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("stream") >= 0) & (pl.col("end_ns") > pl.col("start_ns"))
+        pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
+        & (pl.col("stream") >= 0)
+        & (pl.col("end_ns") > pl.col("start_ns"))
     ).sort([*keys, "start_ns", "end_ns"])
     before = pl.col("start_ns") < pl.col("end_ns").cum_max().shift(1).over(keys) - RESOLUTION_NS
     after = pl.col("end_ns") - RESOLUTION_NS > pl.col("start_ns").shift(-1).over(keys)
@@ -174,16 +179,28 @@ def thread_crossings(events: pl.DataFrame) -> Per:
     thread form a stack; a crossing one breaks every stage and depth rule built on it)."""
     keys = ["source", "pid", "tid"]
     host = events.filter(
-        pl.col("kind").is_in(list(HOST_KINDS)) & (pl.col("tid") >= 0) & (pl.col("end_ns") > pl.col("start_ns"))
+        pl.col("kind").is_in(list(HOST_KINDS))
+        & (pl.col("tid") >= 0)
+        & (pl.col("end_ns") > pl.col("start_ns"))
     ).select(*keys, "kind", "start_ns", "end_ns")
     if host.height == 0:
         return _empty()
-    ordered = host.with_columns(nesting_depth(host, keys).cast(pl.Int32).alias("depth")).with_row_index("_row").sort(
-        [*keys, "start_ns", "end_ns", "_row"], descending=[False] * 4 + [True, False]
-    ).with_row_index("_order")
-    parents = ordered.select(*keys, "_order", (pl.col("depth") + 1).alias("depth"), pl.col("end_ns").alias("_parent_end"))
+    ordered = (
+        host.with_columns(nesting_depth(host, keys).cast(pl.Int32).alias("depth"))
+        .with_row_index("_row")
+        .sort([*keys, "start_ns", "end_ns", "_row"], descending=[False] * 4 + [True, False])
+        .with_row_index("_order")
+    )
+    parents = ordered.select(
+        *keys, "_order", (pl.col("depth") + 1).alias("depth"), pl.col("end_ns").alias("_parent_end")
+    )
     linked = ordered.filter(pl.col("depth") > 0).join_asof(
-        parents, on="_order", by=[*keys, "depth"], strategy="backward", allow_exact_matches=False, check_sortedness=False
+        parents,
+        on="_order",
+        by=[*keys, "depth"],
+        strategy="backward",
+        allow_exact_matches=False,
+        check_sortedness=False,
     )
     return _per_source(linked.filter(pl.col("end_ns") > pl.col("_parent_end") + RESOLUTION_NS))
 
@@ -201,8 +218,9 @@ def before_launch(events: pl.DataFrame, formats: dict[int, str]) -> Per:
     launches = events.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null()).select(
         "source", "corr", _launch_pid(formats), pl.col("start_ns").alias("_launch")
     ).unique(["source", "corr", "_lp"], keep="first")
-    gpu = events.filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & pl.col("corr").is_not_null()).with_columns(
-        _launch_pid(formats))
+    gpu = events.filter(
+        pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & pl.col("corr").is_not_null()
+    ).with_columns(_launch_pid(formats))
     linked = gpu.join(launches, on=["source", "corr", "_lp"])
     return _per_source(linked.filter(pl.col("start_ns") < pl.col("_launch") - RESOLUTION_NS))
 
@@ -212,9 +230,13 @@ def stream_disorder(events: pl.DataFrame) -> Per:
     with launch order, and a stream runs in launch order)."""
     keys = ["source", "pid", "device", "stream"]
     gpu = events.filter(
-        pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("stream") >= 0) & pl.col("corr").is_not_null()
+        pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
+        & (pl.col("stream") >= 0)
+        & pl.col("corr").is_not_null()
     ).sort([*keys, "start_ns", "corr"])
-    return _per_source(gpu.filter((pl.col("corr") < pl.col("corr").cum_max().shift(1).over(keys)).fill_null(False)))
+    return _per_source(
+        gpu.filter((pl.col("corr") < pl.col("corr").cum_max().shift(1).over(keys)).fill_null(False))
+    )
 
 
 def outside_window(events: pl.DataFrame, sources: list[Any]) -> Per:
@@ -222,8 +244,12 @@ def outside_window(events: pl.DataFrame, sources: list[Any]) -> Per:
     windows = [(s.index, *w) for s in sources if (w := profiler_window_ns(s.meta)) is not None]
     if not windows:
         return _empty()
-    frame = pl.DataFrame(windows, schema={"source": pl.UInt32, "_lo": pl.Int64, "_hi": pl.Int64}, orient="row")
-    rows = events.join(frame, on="source").filter((pl.col("start_ns") < pl.col("_lo")) | (pl.col("end_ns") > pl.col("_hi")))
+    frame = pl.DataFrame(
+        windows, schema={"source": pl.UInt32, "_lo": pl.Int64, "_hi": pl.Int64}, orient="row"
+    )
+    rows = events.join(frame, on="source").filter(
+        (pl.col("start_ns") < pl.col("_lo")) | (pl.col("end_ns") > pl.col("_hi"))
+    )
     return _per_source(rows)
 
 
@@ -231,7 +257,9 @@ def profiler_window_ns(meta: dict[str, Any]) -> tuple[int, int] | None:
     """The recorded window on the event table's clock, where the source states one in a time
     base whose offset is known."""
     window = meta.get("profiler_window_us")
-    base = {"baseTimeNanoseconds": meta.get("base_time_ns"), "epoch microseconds": 0}.get(meta.get("time_base", ""))
+    base = {"baseTimeNanoseconds": meta.get("base_time_ns"), "epoch microseconds": 0}.get(
+        meta.get("time_base", "")
+    )
     if not window or base is None:
         return None
     try:
@@ -241,7 +269,8 @@ def profiler_window_ns(meta: dict[str, Any]) -> tuple[int, int] | None:
     return lo, hi
 
 
-# --- run-level checks ------------------------------------------------------------------------------
+# --- run-level checks
+# ------------------------------------------------------------------------------
 
 
 def _rank_sources(q: Inputs) -> pl.DataFrame:
@@ -253,8 +282,13 @@ def clock_offsets(q: Inputs) -> Per:
     clock = q.clock.filter(pl.col("offset_ns") != 0).join(_rank_sources(q), on="rank")
     if clock.height == 0:
         return _empty()
-    return _details(clock, lambda r: f"rank {r['rank']}: {duration(r['offset_ns'])} ± {duration(r['uncertainty_ns'])} "
-                                     f"from {r['matched']} matched collectives")
+    return _details(
+        clock,
+        lambda r: (
+            f"rank {r['rank']}: {duration(r['offset_ns'])} ± {duration(r['uncertainty_ns'])} "
+            f"from {r['matched']} matched collectives"
+        ),
+    )
 
 
 def clock_unaligned(q: Inputs) -> Per:
@@ -269,21 +303,33 @@ def clock_unaligned(q: Inputs) -> Per:
 
 
 def time_bases(q: Inputs) -> Per:
-    rows = [(s.index, 1, f"time base: {s.meta['time_base']}") for s in q.sources
-            if s.meta.get("role") != "log" and any(w in str(s.meta.get("time_base", "")).lower() for w in _NOT_EPOCH)]
+    rows = [
+        (s.index, 1, f"time base: {s.meta['time_base']}")
+        for s in q.sources
+        if s.meta.get("role") != "log"
+        and any(w in str(s.meta.get("time_base", "")).lower() for w in _NOT_EPOCH)
+    ]
     return _frame(rows)
 
 
 def skipped_categories(q: Inputs) -> Per:
-    rows = [(s.index, len(cats), ", ".join(map(str, cats[:EXAMPLES])) + (" …" if len(cats) > EXAMPLES else ""))
-            for s in q.sources if (cats := list(s.meta.get("skipped_categories") or []))]
+    rows = [
+        (
+            s.index,
+            len(cats),
+            ", ".join(map(str, cats[:EXAMPLES])) + (" …" if len(cats) > EXAMPLES else ""),
+        )
+        for s in q.sources
+        if (cats := list(s.meta.get("skipped_categories") or []))
+    ]
     return _frame(rows)
 
 
 def unmapped_names(q: Inputs) -> tuple[Per, int]:
     """Annotation names (collective ranges aside) that no rule of the run's profile maps."""
-    ann = q.events.filter(pl.col("kind").is_in(["annotation", "gpu_annotation"]) & pl.col("coll").is_null()).select(
-        "source", pl.col("name").cast(pl.String))
+    ann = q.events.filter(
+        pl.col("kind").is_in(["annotation", "gpu_annotation"]) & pl.col("coll").is_null()
+    ).select("source", pl.col("name").cast(pl.String))
     if ann.height == 0:
         return _empty(), 0
     classes = name_classes(q.profile, ann["name"].unique(), "trace")
@@ -295,7 +341,11 @@ def unmapped_names(q: Inputs) -> tuple[Per, int]:
 def unmapped_timers(q: Inputs) -> tuple[Per, int]:
     """Log timers no rule claims (the log analysis lists them as ``log_unclassified``)."""
     names = q.log_unclassified.select("name")
-    rows = q.events.filter(pl.col("kind") == "log_stage").select("source", pl.col("name").cast(pl.String)).join(names, on="name")
+    rows = (
+        q.events.filter(pl.col("kind") == "log_stage")
+        .select("source", pl.col("name").cast(pl.String))
+        .join(names, on="name")
+    )
     return _names(rows), rows["name"].n_unique()
 
 
@@ -303,7 +353,11 @@ def _names(rows: pl.DataFrame) -> Per:
     """Per source: how many distinct names, the commonest few."""
     if rows.height == 0:
         return _empty()
-    counted = rows.group_by("source", "name").len().sort(["source", "len", "name"], descending=[False, True, False])
+    counted = (
+        rows.group_by("source", "name")
+        .len()
+        .sort(["source", "len", "name"], descending=[False, True, False])
+    )
     return counted.group_by("source", maintain_order=True).agg(
         pl.len().cast(pl.Int64).alias("count"),
         (pl.col("name").head(EXAMPLES).str.join(", ")
@@ -316,12 +370,24 @@ def salvaged(q: Inputs) -> Per:
     cut = [s for s in q.sources if s.meta.get("salvaged")]
     if not cut:
         return _empty()
-    ends = trace_ends(q.aligned, [s.index for s in cut]).group_by("source").agg(pl.col("trace_end_ns").min())
+    ends = (
+        trace_ends(q.aligned, [s.index for s in cut])
+        .group_by("source")
+        .agg(pl.col("trace_end_ns").min())
+    )
     starts = q.aligned.group_by("source").agg(pl.col("start_ns").min(), pl.len().alias("kept"))
-    first = q.incomplete_steps.filter(pl.col("reason") == "cut").group_by("source").agg(pl.col("step").min())
-    facts = (pl.DataFrame({"source": [s.index for s in cut]}, schema={"source": pl.UInt32})
-             .join(starts, on="source", how="left").join(ends, on="source", how="left").join(first, on="source", how="left")
-             .with_columns(pl.col("kept").fill_null(0)))
+    first = (
+        q.incomplete_steps.filter(pl.col("reason") == "cut")
+        .group_by("source")
+        .agg(pl.col("step").min())
+    )
+    facts = (
+        pl.DataFrame({"source": [s.index for s in cut]}, schema={"source": pl.UInt32})
+        .join(starts, on="source", how="left")
+        .join(ends, on="source", how="left")
+        .join(first, on="source", how="left")
+        .with_columns(pl.col("kept").fill_null(0))
+    )
     meta = {s.index: s.meta["salvaged"] for s in cut}
     stepped = _has_steps(q)
     return _details(facts, lambda r: _salvage_text(meta[r["source"]], r, stepped), count="kept")
@@ -340,9 +406,17 @@ def _salvage_text(kept: Any, row: dict[str, Any], stepped: bool) -> str:
         what = f"salvaged: {kept}"
     if row["trace_end_ns"] is None or row["start_ns"] is None:
         return what
-    where = f"complete data ends {duration(row['trace_end_ns'] - row['start_ns'])} after the trace's start"
-    step = (f"inside step {row['step']}, which is excluded" if row["step"] is not None
-            else "after the last step (no step excluded)" if stepped else "no step found in what was kept")
+    where = (
+        f"complete data ends {duration(row['trace_end_ns'] - row['start_ns'])} "
+        "after the trace's start"
+    )
+    step = (
+        f"inside step {row['step']}, which is excluded"
+        if row["step"] is not None
+        else "after the last step (no step excluded)"
+        if stepped
+        else "no step found in what was kept"
+    )
     return f"{what}; {where}, {step}"
 
 
@@ -350,16 +424,29 @@ def excluded_steps(q: Inputs) -> tuple[Per, int]:
     found = q.incomplete_steps
     if found.height == 0:
         return _empty(), 0
-    per = found.group_by("source", "reason", maintain_order=True).agg(pl.col("step").unique().sort())
-    rows = [(r["source"], len(r["step"]), exclusion(r["reason"], r["step"])) for r in per.iter_rows(named=True)]
-    merged = _frame(rows).group_by("source", maintain_order=True).agg(pl.col("count").sum(), pl.col("detail").str.join("; "))
+    per = found.group_by("source", "reason", maintain_order=True).agg(
+        pl.col("step").unique().sort()
+    )
+    rows = [
+        (r["source"], len(r["step"]), exclusion(r["reason"], r["step"]))
+        for r in per.iter_rows(named=True)
+    ]
+    merged = (
+        _frame(rows)
+        .group_by("source", maintain_order=True)
+        .agg(pl.col("count").sum(), pl.col("detail").str.join("; "))
+    )
     return merged, found["step"].n_unique()
 
 
 def parser_tallies(q: Inputs) -> pl.DataFrame:
     """``meta["quality"]`` of every source as rows ``source, check, title, count, detail``."""
-    rows = [(s.index, f"parser:{k}", parser_title(str(k)), int(v), "counted by the parser")
-            for s in q.sources for k, v in sorted((s.meta.get("quality") or {}).items()) if _count(v)]
+    rows = [
+        (s.index, f"parser:{k}", parser_title(str(k)), int(v), "counted by the parser")
+        for s in q.sources
+        for k, v in sorted((s.meta.get("quality") or {}).items())
+        if _count(v)
+    ]
     return pl.DataFrame(rows, schema={"source": pl.UInt32, "check": pl.String, "title": pl.String,
                                       "count": pl.Int64, "detail": pl.String}, orient="row")
 
@@ -372,10 +459,18 @@ def _count(value: Any) -> bool:
 
 
 def _frame(rows: list[tuple[int, int, str]]) -> Per:
-    return pl.DataFrame(rows, schema={"source": pl.UInt32, "count": pl.Int64, "detail": pl.String}, orient="row") if rows else _empty()
+    return (
+        pl.DataFrame(
+            rows, schema={"source": pl.UInt32, "count": pl.Int64, "detail": pl.String}, orient="row"
+        )
+        if rows
+        else _empty()
+    )
 
 
-def _details(facts: pl.DataFrame, text: Callable[[dict[str, Any]], str], count: str | None = None) -> Per:
+def _details(
+    facts: pl.DataFrame, text: Callable[[dict[str, Any]], str], count: str | None = None
+) -> Per:
     """One detail line per fact row (a few rows: ranks or files), joined per source in the order
     of source, rank and step (a join's row order changes from run to run)."""
     keys = [c for c in ("rank", "step") if c in facts.columns]
@@ -383,11 +478,19 @@ def _details(facts: pl.DataFrame, text: Callable[[dict[str, Any]], str], count: 
     def order(r: dict[str, Any]) -> tuple:
         return (r["source"], *((r[k] is not None, r[k]) for k in keys), text(r))
 
-    rows = [(r["source"], int(r[count]) if count else 1, text(r)) for r in sorted(facts.iter_rows(named=True), key=order)]
-    return _frame(rows).group_by("source", maintain_order=True).agg(pl.col("count").sum(), pl.col("detail").str.join("; "))
+    rows = [
+        (r["source"], int(r[count]) if count else 1, text(r))
+        for r in sorted(facts.iter_rows(named=True), key=order)
+    ]
+    return (
+        _frame(rows)
+        .group_by("source", maintain_order=True)
+        .agg(pl.col("count").sum(), pl.col("detail").str.join("; "))
+    )
 
 
-# --- the product and the section -------------------------------------------------------------------
+# --- the product and the section
+# -------------------------------------------------------------------
 
 
 def _checks(q: Inputs) -> dict[str, tuple[Per, int | None]]:
@@ -423,32 +526,64 @@ def compute(q: Inputs) -> pl.DataFrame:
     checks = _checks(q)
     computed = [per.with_columns(pl.lit(key).alias("check"), pl.lit(TITLES[key]).alias("title"))
                 for key, (per, _) in checks.items() if per.height]
-    found = pl.concat([parser_tallies(q), *(c.select("source", "check", "title", "count", "detail") for c in computed)])
+    found = pl.concat(
+        [
+            parser_tallies(q),
+            *(c.select("source", "check", "title", "count", "detail") for c in computed),
+        ]
+    )
     if found.height == 0:
         return frames.empty(frames.DATA_QUALITY)
     order = {k: i for i, k in enumerate(TITLES)}
     found = found.with_columns(
         pl.col("check").replace_strict(order, default=-1, return_dtype=pl.Int32).alias("_order"))
-    names = pl.DataFrame({"source": [s.index for s in q.sources], "file": [s.path.name for s in q.sources]},
-                         schema={"source": pl.UInt32, "file": pl.String})
+    names = pl.DataFrame(
+        {"source": [s.index for s in q.sources], "file": [s.path.name for s in q.sources]},
+        schema={"source": pl.UInt32, "file": pl.String},
+    )
     per_file = found.join(names, on="source").sort("source", "_order", "check")
     distinct = {k: t for k, (_, t) in checks.items() if t is not None}
-    totals = per_file.group_by("check", "title", "_order").agg(
-        pl.col("count").sum(), pl.col("source").n_unique().alias("_files")
-    ).with_columns(
-        pl.col("check").replace_strict(distinct, default=None, return_dtype=pl.Int64).fill_null(pl.col("count")).alias("count"),
-        pl.lit(TOTAL).alias("file"),
-        pl.format("in {} file(s)", pl.col("_files")).alias("detail"),
-    ).sort("_order", "check")
+    totals = (
+        per_file.group_by("check", "title", "_order")
+        .agg(pl.col("count").sum(), pl.col("source").n_unique().alias("_files"))
+        .with_columns(
+            pl.col("check")
+            .replace_strict(distinct, default=None, return_dtype=pl.Int64)
+            .fill_null(pl.col("count"))
+            .alias("count"),
+            pl.lit(TOTAL).alias("file"),
+            pl.format("in {} file(s)", pl.col("_files")).alias("detail"),
+        )
+        .sort("_order", "check")
+    )
     cols = list(frames.DATA_QUALITY)
     return pl.concat([per_file.select(cols), totals.select(cols)]).cast(frames.DATA_QUALITY)
 
 
 @provides("data_quality", schema=frames.DATA_QUALITY)
-def data_quality(events: pl.DataFrame, sources: list[SourceInfo], aligned: pl.DataFrame, clock: pl.DataFrame,
-                 pools: pl.DataFrame, incomplete_steps: pl.DataFrame, step_table: pl.DataFrame,
-                 profile: dict[str, Any], log_unclassified: pl.DataFrame) -> pl.DataFrame:
-    return compute(Inputs(events, sources, aligned, clock, pools, incomplete_steps, step_table, profile,
-                          log_unclassified))
+def data_quality(
+    events: pl.DataFrame,
+    sources: list[SourceInfo],
+    aligned: pl.DataFrame,
+    clock: pl.DataFrame,
+    pools: pl.DataFrame,
+    incomplete_steps: pl.DataFrame,
+    step_table: pl.DataFrame,
+    profile: dict[str, Any],
+    log_unclassified: pl.DataFrame,
+) -> pl.DataFrame:
+    return compute(
+        Inputs(
+            events,
+            sources,
+            aligned,
+            clock,
+            pools,
+            incomplete_steps,
+            step_table,
+            profile,
+            log_unclassified,
+        )
+    )
 
 

@@ -68,12 +68,18 @@ def compute_by_dim(waits: pl.DataFrame) -> pl.DataFrame:
     if waits.height == 0:
         return frames.empty(frames.COLLECTIVES_BY_DIM)
     factors = pl.DataFrame(
-        {"coll": list(BUSBW_FACTOR), "_a": [a for a, _ in BUSBW_FACTOR.values()], "_b": [b for _, b in BUSBW_FACTOR.values()]}
+        {
+            "coll": list(BUSBW_FACTOR),
+            "_a": [a for a, _ in BUSBW_FACTOR.values()],
+            "_b": [b for _, b in BUSBW_FACTOR.values()],
+        }
     )
     n = pl.col("group_size").cast(pl.Float64)
     transfer = pl.col("end_ns") - pl.col("start_ns") - pl.col("wait_ns")
     rows = waits.join(factors, on="coll", how="left").with_columns(
-        pl.when((transfer > 0) & (n >= 1) & pl.col("_a").is_not_null() & pl.col("bytes").is_not_null())
+        pl.when(
+            (transfer > 0) & (n >= 1) & pl.col("_a").is_not_null() & pl.col("bytes").is_not_null()
+        )
         .then(pl.col("bytes") / transfer * (pl.col("_a") * (n - 1) / n + pl.col("_b")))
         .alias("_busbw")
     )
@@ -87,7 +93,10 @@ def compute_by_dim(waits: pl.DataFrame) -> pl.DataFrame:
             pl.col("exposed_ns").sum().alias("exposed_ns"),
             pl.col("wait_ns").sum().alias("wait_ns"),
             pl.when(pl.col("bytes").filter(weighted).sum() > 0)
-            .then((pl.col("_busbw") * pl.col("bytes")).filter(weighted).sum() / pl.col("bytes").filter(weighted).sum())
+            .then(
+                (pl.col("_busbw") * pl.col("bytes")).filter(weighted).sum()
+                / pl.col("bytes").filter(weighted).sum()
+            )
             .alias("busbw_gbps"),
         )
         .with_columns((pl.col("time_ns") - pl.col("wait_ns")).alias("transfer_ns"))
@@ -96,10 +105,15 @@ def compute_by_dim(waits: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def compute_weight_sync(stage_timeline: pl.DataFrame, waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def compute_weight_sync(
+    stage_timeline: pl.DataFrame, waits: pl.DataFrame, steps: pl.DataFrame
+) -> pl.DataFrame:
     """WEIGHT_SYNC: per step with a weight sync, its wall time, bytes and effective bandwidth."""
     syncing = intervals.clip_to_windows(
-        stage_timeline.filter(pl.col("stage") == "weight_sync").select("rank", "start_ns", "end_ns"), steps
+        stage_timeline.filter(pl.col("stage") == "weight_sync").select(
+            "rank", "start_ns", "end_ns"
+        ),
+        steps,
     )
     if syncing.height == 0:
         return frames.empty(frames.WEIGHT_SYNC)
@@ -107,7 +121,9 @@ def compute_weight_sync(stage_timeline: pl.DataFrame, waits: pl.DataFrame, steps
     inside = waits.filter(pl.col("stage") == pl.lit("weight_sync", STAGE))
     per_instance = pl.concat(
         [
-            inside.filter(pl.col("instance") >= 0).group_by("step", "instance").agg(pl.col("bytes").max()),
+            inside.filter(pl.col("instance") >= 0)
+            .group_by("step", "instance")
+            .agg(pl.col("bytes").max()),
             inside.filter(pl.col("instance") < 0).select("step", "instance", "bytes"),
         ]
     )
@@ -118,7 +134,9 @@ def compute_weight_sync(stage_timeline: pl.DataFrame, waits: pl.DataFrame, steps
         .join(windows, on="step")
         .with_columns(pl.col("bytes").fill_null(0))
         .with_columns(
-            pl.when(pl.col("time_ns") > 0).then(pl.col("bytes") / pl.col("time_ns")).alias("bandwidth_gbps"),
+            pl.when(pl.col("time_ns") > 0)
+            .then(pl.col("bytes") / pl.col("time_ns"))
+            .alias("bandwidth_gbps"),
             (pl.col("time_ns") / pl.col("_window")).alias("share"),
         )
         .select(pl.col(name).cast(dtype) for name, dtype in frames.WEIGHT_SYNC.items())
@@ -129,7 +147,9 @@ def compute_weight_sync(stage_timeline: pl.DataFrame, waits: pl.DataFrame, steps
 def compute_stragglers(waits: pl.DataFrame) -> pl.DataFrame:
     """STRAGGLERS: per rank that arrived last at some matched instance, the others' wait there."""
     matched = waits.filter(pl.col("instance") >= 0)
-    members = matched.group_by("instance").agg(pl.len().alias("_members"), pl.col("wait_ns").sum().alias("_all"))
+    members = matched.group_by("instance").agg(
+        pl.len().alias("_members"), pl.col("wait_ns").sum().alias("_all")
+    )
     last = (
         matched.sort(["instance", "start_ns", "rank"], descending=[False, True, False])
         .group_by("instance", maintain_order=True)
@@ -140,7 +160,10 @@ def compute_stragglers(waits: pl.DataFrame) -> pl.DataFrame:
         last.join(members, on="instance")
         .filter(pl.col("_members") >= 2)
         .group_by("rank")
-        .agg((pl.col("_all") - pl.col("_own")).sum().alias("caused_wait_ns"), pl.len().alias("last_arrivals"))
+        .agg(
+            (pl.col("_all") - pl.col("_own")).sum().alias("caused_wait_ns"),
+            pl.len().alias("last_arrivals"),
+        )
         .select(pl.col(name).cast(dtype) for name, dtype in frames.STRAGGLERS.items())
         .sort(["caused_wait_ns", "rank"], descending=[True, False])
     )
@@ -157,7 +180,9 @@ def collectives_by_dim(collective_waits: pl.DataFrame) -> pl.DataFrame:
 
 
 @provides("weight_sync")
-def weight_sync(stage_timeline: pl.DataFrame, collective_waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def weight_sync(
+    stage_timeline: pl.DataFrame, collective_waits: pl.DataFrame, steps: pl.DataFrame
+) -> pl.DataFrame:
     return compute_weight_sync(stage_timeline, collective_waits, steps)
 
 

@@ -34,7 +34,9 @@ def compute(
     summary = critical_summary(chain)
     if summary.height == 0:
         return frames.empty(frames.WORKDEPTH)
-    step_ns = steps.select(pl.col("step").cast(pl.Int32), (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns"))
+    step_ns = steps.select(
+        pl.col("step").cast(pl.Int32), (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns")
+    )
     work = (
         bubbles.group_by("step", "rank").agg(pl.col("productive_ns").first()).group_by("step").agg(
             pl.col("productive_ns").sum().alias("work_ns")
@@ -51,7 +53,9 @@ def compute(
     )
     return (
         out.with_columns(
-            pl.when(pl.col("depth_ns") > 0).then(pl.col("work_ns") / pl.col("depth_ns")).alias("parallelism"),
+            pl.when(pl.col("depth_ns") > 0)
+            .then(pl.col("work_ns") / pl.col("depth_ns"))
+            .alias("parallelism"),
             (pl.col("step_ns") - pl.col("_tail")).alias("no_tail_step_ns"),
             (pl.col("step_ns") - pl.col("_imbalance")).alias("balanced_dp_step_ns"),
         )
@@ -65,7 +69,9 @@ def _async_overlap(chain: pl.DataFrame) -> pl.DataFrame:
     rollout = chain.filter(pl.col("stage") == "rollout")
     t_gen = intervals.union_length(rollout.select("step", "start_ns", "end_ns"), ["step"], "_gen")
     gen_end = rollout.group_by("step").agg(pl.col("end_ns").max().alias("_gen_end"))
-    ends = chain.group_by("step").agg(pl.col("start_ns").min().alias("_first"), pl.col("end_ns").max().alias("_last"))
+    ends = chain.group_by("step").agg(
+        pl.col("start_ns").min().alias("_first"), pl.col("end_ns").max().alias("_last")
+    )
     t_train = pl.col("_last") - pl.col("_gen_end").fill_null(pl.col("_first"))
     t_gen_ns = pl.col("_gen").fill_null(0)
     return (
@@ -84,14 +90,20 @@ def _async_overlap(chain: pl.DataFrame) -> pl.DataFrame:
 def _tail_saving(chain: pl.DataFrame, stage_ranges: pl.DataFrame) -> pl.DataFrame:
     """Per step: how much earlier the critical path's rollout would end at the median rank's end."""
     finished = (
-        stage_ranges.filter((pl.col("stage") == "rollout") & (pl.col("rank") >= 0) & pl.col("step").is_not_null())
+        stage_ranges.filter(
+            (pl.col("stage") == "rollout") & (pl.col("rank") >= 0) & pl.col("step").is_not_null()
+        )
         .group_by("step", "rank")
         .agg(pl.col("end_ns").max())
         .group_by("step")
         .agg(pl.col("end_ns").median().round().cast(pl.Int64).alias("_median"))
         .with_columns(pl.col("step").cast(pl.Int32))
     )
-    on_chain = chain.filter(pl.col("stage") == "rollout").group_by("step").agg(pl.col("end_ns").max().alias("_gen_end"))
+    on_chain = (
+        chain.filter(pl.col("stage") == "rollout")
+        .group_by("step")
+        .agg(pl.col("end_ns").max().alias("_gen_end"))
+    )
     return on_chain.join(finished, on="step").select(
         "step", (pl.col("_gen_end") - pl.col("_median")).clip(lower_bound=0).alias("_tail")
     )
@@ -99,21 +111,36 @@ def _tail_saving(chain: pl.DataFrame, stage_ranges: pl.DataFrame) -> pl.DataFram
 
 def _imbalance(stage_timeline: pl.DataFrame, states: pl.DataFrame) -> pl.DataFrame:
     """Per step: max − mean over ranks of productive time inside update stages."""
-    updates = stage_timeline.filter(pl.col("stage").cast(pl.String).is_in(TRAIN_STAGES) & pl.col("step").is_not_null())
+    updates = stage_timeline.filter(
+        pl.col("stage").cast(pl.String).is_in(TRAIN_STAGES) & pl.col("step").is_not_null()
+    )
     productive = states.filter(pl.col("cause").is_null())
     keys = ["rank", "step"]
     both = intervals.intersection(
         productive.select(*keys, "start_ns", "end_ns"),
-        updates.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), "start_ns", "end_ns"),
+        updates.select(
+            pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), "start_ns", "end_ns"
+        ),
         keys,
     )
     per_rank = intervals.length(both, keys, "_update")
-    return per_rank.group_by("step").agg((pl.col("_update").max() - pl.col("_update").mean()).round().cast(pl.Int64).alias("_imbalance"))
+    return per_rank.group_by("step").agg(
+        (pl.col("_update").max() - pl.col("_update").mean())
+        .round()
+        .cast(pl.Int64)
+        .alias("_imbalance")
+    )
 
 
 @provides("workdepth")
-def workdepth(steps: pl.DataFrame, bubbles: pl.DataFrame, critical_path: pl.DataFrame, stage_ranges: pl.DataFrame,
-              stage_timeline: pl.DataFrame, device_states: pl.DataFrame) -> pl.DataFrame:
+def workdepth(
+    steps: pl.DataFrame,
+    bubbles: pl.DataFrame,
+    critical_path: pl.DataFrame,
+    stage_ranges: pl.DataFrame,
+    stage_timeline: pl.DataFrame,
+    device_states: pl.DataFrame,
+) -> pl.DataFrame:
     return compute(steps, bubbles, critical_path, stage_ranges, stage_timeline, device_states)
 
 

@@ -2,11 +2,11 @@
 is, its collective calls, one clock for all ranks (modules :mod:`.ranks`, :mod:`.collectives`,
 :mod:`.clock`; discovery and the parse cache are :mod:`.ingest`, run identity :mod:`.runs`).
 
-* **Ranks and roles** (:func:`assign_ranks`, called by :func:`build`, which makes the run): a rank from the trace
-  (``distributedInfo``, nsys environment), else from the file name (``rank-3``, ``rank3``),
-  else the next free number. The single controller of verl/OpenRLHF-style runs is not a device:
-  a source (or, in an Nsight report of the whole job, a process) without device work whose
-  ranges are the driver's timers (``step``, ``gen``, …), or whose file is named so
+* **Ranks and roles** (:func:`assign_ranks`, called by :func:`build`, which makes the run): a rank
+  from the trace (``distributedInfo``, nsys environment), else from the file name (``rank-3``,
+  ``rank3``), else the next free number. The single controller of verl/OpenRLHF-style runs is
+  not a device: a source (or, in an Nsight report of the whole job, a process) without device
+  work whose ranges are the driver's timers (``step``, ``gen``, …), or whose file is named so
   (``driver``, ``controller``), gets rank ``-1`` and the ``driver`` role. Log rows keep ``-1``.
 * **Clock** (product ``clock``, docs/analyses.md §2): parsers already put every source on the
   epoch clock; per-rank offsets are then estimated from matched collective instances (members
@@ -39,14 +39,28 @@ from .ranks import assign_ranks
 __all__ = ["build"]
 
 
-def build(parsed: list[ParsedSource], options: Options | None = None, *, unknown: list[Path] | None = None,
-          notes: list[str] | None = None) -> Run:
+def build(
+    parsed: list[ParsedSource],
+    options: Options | None = None,
+    *,
+    unknown: list[Path] | None = None,
+    notes: list[str] | None = None,
+) -> Run:
     """The run of ``parsed`` (one run's sources): ranks and roles assigned with the user's
     options, events and metric rows concatenated, the parsers' warnings kept."""
     options = options or Options()
     events, ranks, roles, assembly_notes = assign_ranks(parsed, options)
     infos = [SourceInfo(i, p.path, p.format, ranks[i], {**p.meta, "role": roles[i]}, p.warnings)
              for i, p in enumerate(parsed)]
-    metrics = pl.concat([p.metrics for p in parsed if p.metrics.height] or [empty_metrics()], how="vertical")
-    return Run(sources=infos, events=events, metrics=metrics, warnings=[w for p in parsed for w in p.warnings],
-               notes=[*(notes or []), *assembly_notes], unknown=list(unknown or []), options=options)
+    metrics = pl.concat(
+        [p.metrics for p in parsed if p.metrics.height] or [empty_metrics()], how="vertical"
+    )
+    return Run(
+        sources=infos,
+        events=events,
+        metrics=metrics,
+        warnings=[w for p in parsed for w in p.warnings],
+        notes=[*(notes or []), *assembly_notes],
+        unknown=list(unknown or []),
+        options=options,
+    )

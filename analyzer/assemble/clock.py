@@ -47,31 +47,60 @@ def estimate_clock(calls: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
         pl.col("end_ns").max(), pl.col("coll").is_in(list(SYMMETRIC)).all().alias("sym"))
     ref = matched.group_by("instance").agg(pl.col("rank").min().alias("ref"))
     rows = matched.join(ref, on="instance")
-    ref_end = rows.filter(pl.col("rank") == pl.col("ref")).select("instance", pl.col("end_ns").alias("ref_end"))
+    ref_end = rows.filter(pl.col("rank") == pl.col("ref")).select(
+        "instance", pl.col("end_ns").alias("ref_end")
+    )
     edges = (
-        rows.filter(pl.col("rank") != pl.col("ref")).join(ref_end, on="instance")
-        .group_by("rank", "ref", "sym").agg((pl.col("end_ns") - pl.col("ref_end")).median().alias("d"), pl.len().alias("w"))
-        .with_columns(pl.when(pl.col("sym")).then(pl.col("w") * ROOTED_DISCOUNT).otherwise(pl.col("w")).alias("w"))
+        rows.filter(pl.col("rank") != pl.col("ref"))
+        .join(ref_end, on="instance")
+        .group_by("rank", "ref", "sym")
+        .agg((pl.col("end_ns") - pl.col("ref_end")).median().alias("d"), pl.len().alias("w"))
+        .with_columns(
+            pl.when(pl.col("sym"))
+            .then(pl.col("w") * ROOTED_DISCOUNT)
+            .otherwise(pl.col("w"))
+            .alias("w")
+        )
     )
     offsets = _spanning_offsets(edges.iter_rows(named=True))
     table = pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int32}).join(
-        pl.DataFrame({"rank": list(offsets), "offset": list(offsets.values())}, schema={"rank": pl.Int32, "offset": pl.Float64}),
-        on="rank", how="left",
+        pl.DataFrame(
+            {"rank": list(offsets), "offset": list(offsets.values())},
+            schema={"rank": pl.Int32, "offset": pl.Float64},
+        ),
+        on="rank",
+        how="left",
     )
     if rows.height:
-        with_off = rows.join(table, on="rank").with_columns((pl.col("end_ns") - pl.col("offset")).alias("_t"))
+        with_off = rows.join(table, on="rank").with_columns(
+            (pl.col("end_ns") - pl.col("offset")).alias("_t")
+        )
         common = with_off.group_by("instance").agg(pl.col("_t").median().alias("_e"))
         resid = with_off.join(common, on="instance").group_by("rank").agg(
             (pl.col("_t") - pl.col("_e")).abs().median().alias("mad"), pl.len().alias("matched"))
         table = table.join(resid, on="rank", how="left")
     else:
-        table = table.with_columns(pl.lit(None, pl.Float64).alias("mad"), pl.lit(0, pl.UInt32).alias("matched"))
-    significant = (pl.col("offset").abs() > SIGNIFICANCE * pl.col("mad")) & (pl.col("offset").abs() >= MIN_OFFSET_NS)
+        table = table.with_columns(
+            pl.lit(None, pl.Float64).alias("mad"), pl.lit(0, pl.UInt32).alias("matched")
+        )
+    significant = (pl.col("offset").abs() > SIGNIFICANCE * pl.col("mad")) & (
+        pl.col("offset").abs() >= MIN_OFFSET_NS
+    )
     return table.select(
         "rank",
-        pl.when(significant).then(pl.col("offset").round(0)).otherwise(0).fill_null(0).cast(pl.Int64).alias("offset_ns"),
-        pl.when(significant).then(pl.col("mad")).otherwise(pl.max_horizontal(pl.col("mad"), pl.col("offset").abs()))
-        .round(0).fill_null(0).cast(pl.Int64).alias("uncertainty_ns"),
+        pl.when(significant)
+        .then(pl.col("offset").round(0))
+        .otherwise(0)
+        .fill_null(0)
+        .cast(pl.Int64)
+        .alias("offset_ns"),
+        pl.when(significant)
+        .then(pl.col("mad"))
+        .otherwise(pl.max_horizontal(pl.col("mad"), pl.col("offset").abs()))
+        .round(0)
+        .fill_null(0)
+        .cast(pl.Int64)
+        .alias("uncertainty_ns"),
         pl.col("matched").fill_null(0).cast(pl.Int64).alias("matched"),
         (pl.col("matched").fill_null(0) > 0).alias("aligned"),
         pl.col("offset").round(0).cast(pl.Int64).alias("estimate_ns"),
@@ -111,18 +140,32 @@ def aligned_events(events: pl.DataFrame, clock: pl.DataFrame, unaligned_sources:
     offsets = clock.select("rank", "offset_ns")
     shift = pl.col("offset_ns").fill_null(0)
     keep = ~pl.col("source").is_in(unaligned_sources) & ~pl.col("synthetic_time")
-    out = events.join(offsets, on="rank", how="left", maintain_order="left").with_columns(
-        pl.when(keep).then(pl.col("start_ns") - shift).otherwise(pl.col("start_ns")).alias("start_ns"),
-        pl.when(keep).then(pl.col("end_ns") - shift).otherwise(pl.col("end_ns")).alias("end_ns"),
-    ).drop("offset_ns")
+    out = (
+        events.join(offsets, on="rank", how="left", maintain_order="left")
+        .with_columns(
+            pl.when(keep)
+            .then(pl.col("start_ns") - shift)
+            .otherwise(pl.col("start_ns"))
+            .alias("start_ns"),
+            pl.when(keep)
+            .then(pl.col("end_ns") - shift)
+            .otherwise(pl.col("end_ns"))
+            .alias("end_ns"),
+        )
+        .drop("offset_ns")
+    )
     if ranks is not None:
         out = out.filter((pl.col("rank") < 0) | ranks.expr("rank"))
     return out
 
 
 def _unaligned_sources(sources: list[SourceInfo]) -> list[int]:
-    return [s.index for s in sources if str(s.meta.get("time_base", "")).startswith(("synthetic", "session-relative", "none"))
-            or SESSION_CLOCK in format_traits(s.format)]
+    return [
+        s.index
+        for s in sources
+        if str(s.meta.get("time_base", "")).startswith(("synthetic", "session-relative", "none"))
+        or SESSION_CLOCK in format_traits(s.format)
+    ]
 
 
 @provides("clock", schema=frames.CLOCK)
@@ -131,5 +174,7 @@ def clock(collective_calls: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
 
 
 @provides("aligned")
-def aligned(events: pl.DataFrame, clock: pl.DataFrame, sources: list[SourceInfo], options: Options) -> pl.DataFrame:
+def aligned(
+    events: pl.DataFrame, clock: pl.DataFrame, sources: list[SourceInfo], options: Options
+) -> pl.DataFrame:
     return aligned_events(events, clock, _unaligned_sources(sources), options.rank_selection)

@@ -19,12 +19,21 @@ CALL_COLUMNS = ["rank", "source", "name", "kind", "coll", "pg", "pg_desc", "pg_r
                 "bytes", "seq", "start_ns", "end_ns", "group", "instance"]
 
 
-def collective_calls(events: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]]) -> pl.DataFrame:
+def collective_calls(
+    events: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]]
+) -> pl.DataFrame:
     """One row per rank and collective call, with its group (canonical ranks) and instance."""
-    coll = events.filter(pl.col("coll").is_not_null() & (pl.col("rank") >= 0) & (pl.col("kind") != "log_stage"))
-    device_ranks = events.filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("rank") >= 0))["rank"].unique()
+    coll = events.filter(
+        pl.col("coll").is_not_null() & (pl.col("rank") >= 0) & (pl.col("kind") != "log_stage")
+    )
+    device_ranks = events.filter(
+        pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("rank") >= 0)
+    )["rank"].unique()
     on_device = coll.filter(pl.col("kind") == "kernel")
-    host = coll.filter(~pl.col("rank").is_in(device_ranks.implode()) & pl.col("kind").is_in(["annotation", "cpu_op"]))
+    host = coll.filter(
+        ~pl.col("rank").is_in(device_ranks.implode())
+        & pl.col("kind").is_in(["annotation", "cpu_op"])
+    )
     # per rank, the annotation rows (gloo:/nccl: record_function) when there are any, else cpu ops
     has_ann = host.filter(pl.col("kind") == "annotation")["rank"].unique()
     host = host.filter(
@@ -32,9 +41,19 @@ def collective_calls(events: pl.DataFrame, pg_config: dict[int, list[dict[str, A
     )
     host = _outermost(host)
     calls = pl.concat([on_device, host]).select(
-        "rank", "source", pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String), pl.col("coll").cast(pl.String),
-        pl.col("pg").cast(pl.String), pl.col("pg_desc").cast(pl.String), "pg_ranks", "group_size", "bytes", "seq",
-        "start_ns", "end_ns",
+        "rank",
+        "source",
+        pl.col("name").cast(pl.String),
+        pl.col("kind").cast(pl.String),
+        pl.col("coll").cast(pl.String),
+        pl.col("pg").cast(pl.String),
+        pl.col("pg_desc").cast(pl.String),
+        "pg_ranks",
+        "group_size",
+        "bytes",
+        "seq",
+        "start_ns",
+        "end_ns",
     )
     calls = fill_groups(calls, pg_config)
     return _instances(calls).select(CALL_COLUMNS).sort("rank", "start_ns")
@@ -44,7 +63,9 @@ def _outermost(rows: pl.DataFrame) -> pl.DataFrame:
     """Host collective rows not inside another collective row of the same rank and thread."""
     if rows.height == 0:
         return rows
-    ordered = rows.sort(["rank", "source", "pid", "tid", "start_ns", "end_ns"], descending=[False] * 5 + [True])
+    ordered = rows.sort(
+        ["rank", "source", "pid", "tid", "start_ns", "end_ns"], descending=[False] * 5 + [True]
+    )
     reach = pl.col("end_ns").cum_max().shift(1).over(["rank", "source", "pid", "tid"])
     return ordered.filter(reach.is_null() | (pl.col("start_ns") >= reach))
 
@@ -55,9 +76,22 @@ def fill_groups(calls: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]])
     of times — named after the one ``pg_config`` group with exactly those ranks, and left
     without a description when several groups have them."""
     config = pl.DataFrame(
-        [{"source": s, "pg": str(g.get("pg_name")), "cfg_desc": g.get("pg_desc"), "cfg_ranks": g.get("ranks")}
-         for s, groups in pg_config.items() for g in groups or []],
-        schema={"source": pl.UInt32, "pg": pl.String, "cfg_desc": pl.String, "cfg_ranks": pl.String},
+        [
+            {
+                "source": s,
+                "pg": str(g.get("pg_name")),
+                "cfg_desc": g.get("pg_desc"),
+                "cfg_ranks": g.get("ranks"),
+            }
+            for s, groups in pg_config.items()
+            for g in groups or []
+        ],
+        schema={
+            "source": pl.UInt32,
+            "pg": pl.String,
+            "cfg_desc": pl.String,
+            "cfg_ranks": pl.String,
+        },
     )
     calls = calls.join(config, on=["source", "pg"], how="left").with_columns(
         pl.coalesce("pg_ranks", "cfg_ranks").alias("pg_ranks"),
@@ -72,22 +106,47 @@ def fill_groups(calls: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]])
             pl.len().alias("n"),
         ).filter(pl.col("even") & (pl.col("n") > 1))
         by_ranks = (
-            config.unique(["cfg_ranks", "pg"]).group_by("cfg_ranks")
-            .agg(pl.col("cfg_desc").first(), pl.col("pg").first().alias("cfg_pg"), pl.len().alias("_n"))
-            .filter(pl.col("_n") == 1).drop("_n")
+            config.unique(["cfg_ranks", "pg"])
+            .group_by("cfg_ranks")
+            .agg(
+                pl.col("cfg_desc").first(),
+                pl.col("pg").first().alias("cfg_pg"),
+                pl.len().alias("_n"),
+            )
+            .filter(pl.col("_n") == 1)
+            .drop("_n")
         )
-        members = members.join(by_ranks, left_on="members", right_on="cfg_ranks", how="left").with_columns(
-            pl.coalesce(pl.col("cfg_pg"), pl.lit("~") + pl.col("coll")).alias("cfg_pg"))
-        calls = calls.join(members.select("coll", "members", "cfg_desc", "cfg_pg"), on="coll", how="left").with_columns(
-            pl.when(pl.col("pg_ranks").is_null()).then(pl.col("members")).otherwise(pl.col("pg_ranks")).alias("pg_ranks"),
-            pl.when(pl.col("pg_ranks").is_null()).then(pl.col("cfg_desc")).otherwise(pl.col("pg_desc")).alias("pg_desc"),
-            pl.when(pl.col("pg_ranks").is_null()).then(pl.col("cfg_pg")).otherwise(pl.col("pg")).alias("pg"),
-        ).drop("members", "cfg_desc", "cfg_pg")
+        members = members.join(
+            by_ranks, left_on="members", right_on="cfg_ranks", how="left"
+        ).with_columns(pl.coalesce(pl.col("cfg_pg"), pl.lit("~") + pl.col("coll")).alias("cfg_pg"))
+        calls = (
+            calls.join(
+                members.select("coll", "members", "cfg_desc", "cfg_pg"), on="coll", how="left"
+            )
+            .with_columns(
+                pl.when(pl.col("pg_ranks").is_null())
+                .then(pl.col("members"))
+                .otherwise(pl.col("pg_ranks"))
+                .alias("pg_ranks"),
+                pl.when(pl.col("pg_ranks").is_null())
+                .then(pl.col("cfg_desc"))
+                .otherwise(pl.col("pg_desc"))
+                .alias("pg_desc"),
+                pl.when(pl.col("pg_ranks").is_null())
+                .then(pl.col("cfg_pg"))
+                .otherwise(pl.col("pg"))
+                .alias("pg"),
+            )
+            .drop("members", "cfg_desc", "cfg_pg")
+        )
     return calls.with_columns(
         pl.when(pl.col("pg_ranks").is_not_null())
         .then(pl.concat_str([pl.col("pg_ranks"), pl.lit("|"), pl.col("pg").fill_null("")]))
-        .otherwise(pl.lit("|") + pl.col("pg")).alias("group"),
-        pl.coalesce(pl.col("group_size"), pl.col("pg_ranks").str.count_matches(",") + 1).cast(pl.Int32).alias("group_size"),
+        .otherwise(pl.lit("|") + pl.col("pg"))
+        .alias("group"),
+        pl.coalesce(pl.col("group_size"), pl.col("pg_ranks").str.count_matches(",") + 1)
+        .cast(pl.Int32)
+        .alias("group_size"),
     )
 
 
@@ -102,7 +161,10 @@ def _instances(calls: pl.DataFrame) -> pl.DataFrame:
     members = pl.col("rank").n_unique().over(["group", "_key"])
     ident = pl.struct("group", "_key").rank("dense").cast(pl.Int64) - 1
     return keyed.with_columns(
-        pl.when(pl.col("group").is_not_null() & (members > 1)).then(ident).otherwise(-1).alias("instance")
+        pl.when(pl.col("group").is_not_null() & (members > 1))
+        .then(ident)
+        .otherwise(-1)
+        .alias("instance")
     ).drop("seq_ok", "_key")
 
 

@@ -89,9 +89,14 @@ def ingest(
     note = skipped_note(found.skipped)
     if not results:
         why = f" ({note})" if note else ""
-        raise InputError(given[0], f"no trace, Nsight Systems export or framework log rlperf can read was found{why}")
+        raise InputError(
+            given[0],
+            f"no trace, Nsight Systems export or framework log rlperf can read was found{why}",
+        )
     notes = [*found.notes, *([note] if note else [])]
-    return Ingested(sources=[results[i] for i in sorted(results)], unknown=found.unknown, notes=notes)
+    return Ingested(
+        sources=[results[i] for i in sorted(results)], unknown=found.unknown, notes=notes
+    )
 
 
 def _in_path_order(found: Discovery) -> None:
@@ -122,8 +127,11 @@ def _refuse_overwrite(sources: list[tuple[Path, str]], outputs: tuple[Path, ...]
             st = path.stat()
             if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
                 same = "" if output.absolute() == path.absolute() else f" (the same file as {path})"
-                raise InputError(output, f"is an input of this run{same}; writing there would overwrite it: "
-                                 "name another output file")
+                raise InputError(
+                    output,
+                    f"is an input of this run{same}; writing there would overwrite it: "
+                    "name another output file",
+                )
 
 
 def _explain_explicit_unknowns(paths: list[Path], unknown: list[Path]) -> None:
@@ -162,7 +170,9 @@ def _parse_all(
     import multiprocessing
 
     paths = {i: p for i, p, _ in todo}
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
         for index, parsed in pool.map(_parse_one, todo):
             if progress:
                 progress(paths[index])

@@ -28,14 +28,21 @@ WORKER = "worker"
 LOG = "log"
 
 
-def assign_ranks(parsed: list[ParsedSource], options: Options | None = None) -> tuple[pl.DataFrame, list[int], list[str], list[str]]:
+def assign_ranks(
+    parsed: list[ParsedSource], options: Options | None = None
+) -> tuple[pl.DataFrame, list[int], list[str], list[str]]:
     """Events of all sources with ``source`` and ``rank`` filled, each source's rank (-1: several
     or none) and role (``worker``, ``driver``, ``log``), and notes saying what was decided. The
     driver is told by the names of its ranges, classified with the user's ``--rules`` and
     ``--framework``."""
     notes: list[str] = []
-    tables = [p.events.with_columns(pl.lit(i, dtype=pl.UInt32).alias("source")) for i, p in enumerate(parsed)]
-    taken = {int(r) for t in tables for r in t["rank"].unique().to_list() if r is not None and r >= 0}
+    tables = [
+        p.events.with_columns(pl.lit(i, dtype=pl.UInt32).alias("source"))
+        for i, p in enumerate(parsed)
+    ]
+    taken = {
+        int(r) for t in tables for r in t["rank"].unique().to_list() if r is not None and r >= 0
+    }
     units = _units(parsed, tables, options or Options())
     several = sum(u["trace"] for u in units) > 1
     fixes: dict[tuple[int, int | None], int] = {}
@@ -65,7 +72,12 @@ def assign_ranks(parsed: list[ParsedSource], options: Options | None = None) -> 
     for i, table in enumerate(tables):
         mine = {pid: r for (s, pid), r in fixes.items() if s == i}
         if None in mine:
-            table = table.with_columns(pl.when(pl.col("rank") < 0).then(pl.lit(mine[None], pl.Int32)).otherwise(pl.col("rank")).alias("rank"))
+            table = table.with_columns(
+                pl.when(pl.col("rank") < 0)
+                .then(pl.lit(mine[None], pl.Int32))
+                .otherwise(pl.col("rank"))
+                .alias("rank")
+            )
         elif mine:
             table = table.with_columns(
                 pl.when(pl.col("rank") < 0)
@@ -78,22 +90,39 @@ def assign_ranks(parsed: list[ParsedSource], options: Options | None = None) -> 
         traced = [u for u in units if u["source"] == i and u["trace"]]
         worker_ranks = {u["rank"] for u in traced if u["role"] == WORKER and u["rank"] >= 0}
         ranks.append(worker_ranks.pop() if len(worker_ranks) == 1 else -1)
-        roles.append(LOG if not traced else DRIVER if all(u["role"] == DRIVER for u in traced) else WORKER)
+        roles.append(
+            LOG if not traced else DRIVER if all(u["role"] == DRIVER for u in traced) else WORKER
+        )
     return concat(out), ranks, roles, notes
 
 
-def _units(parsed: list[ParsedSource], tables: list[pl.DataFrame], options: Options) -> list[dict[str, Any]]:
+def _units(
+    parsed: list[ParsedSource], tables: list[pl.DataFrame], options: Options
+) -> list[dict[str, Any]]:
     """The processes of the run: a whole source, or one pid of a multi-process (nsys) source."""
     units = []
     names: set[str] = set()
     for table in tables:
-        names.update(table.filter(pl.col("kind").is_in(["annotation", "gpu_annotation"]))["name"].cast(pl.String).unique().to_list())
+        names.update(
+            table.filter(pl.col("kind").is_in(["annotation", "gpu_annotation"]))["name"]
+            .cast(pl.String)
+            .unique()
+            .to_list()
+        )
     profiles = tp.load_profiles(options.rules)
     meta = next((p.meta for p in parsed if p.meta.get("framework")), None)
     detection = tp.detect(names, meta=meta, profiles=profiles, framework=options.framework)
     classes = tp.classify(names, "trace", detection, profiles=profiles)
-    driver_names = set(classes.filter((pl.col("role") == "driver") & pl.col("relation").is_in(["stage", "step"]))["name"].to_list())
-    other_names = set(classes.filter((pl.col("role") != "driver") & (pl.col("relation") == "stage"))["name"].to_list())
+    driver_names = set(
+        classes.filter((pl.col("role") == "driver") & pl.col("relation").is_in(["stage", "step"]))[
+            "name"
+        ].to_list()
+    )
+    other_names = set(
+        classes.filter((pl.col("role") != "driver") & (pl.col("relation") == "stage"))[
+            "name"
+        ].to_list()
+    )
     for i, (p, table) in enumerate(zip(parsed, tables, strict=True)):
         split = "processes" in p.meta and table.filter(pl.col("rank") < 0).height > 0
         stats = (
@@ -104,21 +133,35 @@ def _units(parsed: list[ParsedSource], tables: list[pl.DataFrame], options: Opti
                 (pl.col("kind") != "log_stage").any().alias("trace"),
                 pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)).any().alias("gpu"),
                 pl.col("coll").is_not_null().any().alias("coll"),
-                pl.col("name").filter(pl.col("kind").is_in(["annotation", "gpu_annotation"])).cast(pl.String).unique().alias("names"),
+                pl.col("name")
+                .filter(pl.col("kind").is_in(["annotation", "gpu_annotation"]))
+                .cast(pl.String)
+                .unique()
+                .alias("names"),
             )
             .sort("pid", nulls_last=True)
         )
         for row in stats.iter_rows(named=True):
             own = set(row["names"] or [])
             n_driver, n_other = len(own & driver_names), len(own & other_names)
-            units.append({
-                "source": i, "pid": row["pid"], "rank": int(row["rank"]) if row["rank"] is not None else -1,
-                "trace": bool(row["trace"]), "file": p.path.name,
-                "label": p.path.name + (f" pid {row['pid']}" if row["pid"] is not None else ""),
-                "driver_file": bool(DRIVER_FILE.search(p.path.name)) and row["pid"] is None and not row["gpu"],
-                "driverish": not row["gpu"] and not row["coll"] and n_driver > 0 and n_driver >= n_other,
-                "role": WORKER,
-            })
+            units.append(
+                {
+                    "source": i,
+                    "pid": row["pid"],
+                    "rank": int(row["rank"]) if row["rank"] is not None else -1,
+                    "trace": bool(row["trace"]),
+                    "file": p.path.name,
+                    "label": p.path.name + (f" pid {row['pid']}" if row["pid"] is not None else ""),
+                    "driver_file": bool(DRIVER_FILE.search(p.path.name))
+                    and row["pid"] is None
+                    and not row["gpu"],
+                    "driverish": not row["gpu"]
+                    and not row["coll"]
+                    and n_driver > 0
+                    and n_driver >= n_other,
+                    "role": WORKER,
+                }
+            )
     return units
 
 

@@ -94,7 +94,9 @@ class RunsError(InputError):
         why = f" ({'; '.join(reasons)})" if reasons else ""
         lines = [f"{len(runs)} separate runs found{why}; rlperf analyses one run at a time"]
         lines += [f"  run {r.number}: {r.summary}" for r in runs]
-        lines.append("choose one with --run K (K as listed above, or a path prefix of the run's files)")
+        lines.append(
+            "choose one with --run K (K as listed above, or a path prefix of the run's files)"
+        )
         super().__init__(where, lines[0])
         self.problem = "\n".join(lines)
         self.args = ("\n".join(printable(line) for line in [f"{where}: {lines[0]}", *lines[1:]]),)
@@ -111,7 +113,9 @@ class RunsError(InputError):
 
 def facts(index: int, parsed: ParsedSource) -> Facts:
     events = parsed.events
-    log = parsed.format.endswith("-log") or (events.height > 0 and bool((events["kind"] == "log_stage").all()))
+    log = parsed.format.endswith("-log") or (
+        events.height > 0 and bool((events["kind"] == "log_stage").all())
+    )
     ranks = frozenset(int(r) for r in events.filter(pl.col("rank") >= 0)["rank"].unique().to_list())
     world = parsed.meta.get("world_size")
     return Facts(
@@ -147,8 +151,9 @@ def _deduplicate(found: list[Facts]) -> list[Facts]:
         first = kept.setdefault(_fingerprint(f), f)
         if first is not f:
             first.source.warnings.append(
-                f"{f.source.path.name}: a copy of {first.source.path.name} (same ranks, events and time "
-                "window); read once")
+                f"{f.source.path.name}: a copy of {first.source.path.name} (same ranks, events "
+                "and time window); read once"
+            )
     return list(kept.values())
 
 
@@ -209,8 +214,14 @@ def _attach_logs(traces: list[Group], logs: list[Group], reasons: list[str]) -> 
     undecided: list[Group] = []
     for log in logs:
         lw = log.window
-        near = [(t, t.window) for t in traces if lw and t.window and _overlap(lw, t.window, LOG_SLACK_NS)
-                and _frameworks_agree(log, t)]
+        near = [
+            (t, t.window)
+            for t in traces
+            if lw
+            and t.window
+            and _overlap(lw, t.window, LOG_SLACK_NS)
+            and _frameworks_agree(log, t)
+        ]
         if near and lw:
             start = lw[0]
             best, _ = min(near, key=lambda tw: abs(tw[1][0] - start))
@@ -228,8 +239,11 @@ def _attach_logs(traces: list[Group], logs: list[Group], reasons: list[str]) -> 
 
 def _frameworks_agree(log: Group, traces: Group) -> bool:
     stated = {m.framework for m in traces.members if m.framework}
-    return not stated or bool(stated & {m.framework for m in log.members if m.framework}) or not any(
-        m.framework for m in log.members)
+    return (
+        not stated
+        or bool(stated & {m.framework for m in log.members if m.framework})
+        or not any(m.framework for m in log.members)
+    )
 
 
 def group(parsed: list[ParsedSource]) -> tuple[list[Group], list[str]]:
@@ -246,7 +260,9 @@ def group(parsed: list[ParsedSource]) -> tuple[list[Group], list[str]]:
 # --- choosing ----------------------------------------------------------------------------------
 
 
-def choose(parsed: list[ParsedSource], choice: str | int | None, inputs: Iterable[str | Path]) -> tuple[list[ParsedSource], list[str]]:
+def choose(
+    parsed: list[ParsedSource], choice: str | int | None, inputs: Iterable[str | Path]
+) -> tuple[list[ParsedSource], list[str]]:
     """The sources of the one run in ``parsed`` (re-indexed from 0), or of the run ``choice``
     names (its number as listed, or a prefix of its files' paths); notes saying what was chosen.
     Raises :class:`RunsError` when there are several and no choice."""
@@ -261,8 +277,11 @@ def choose(parsed: list[ParsedSource], choice: str | int | None, inputs: Iterabl
     else:
         picked = runs[_pick(str(choice).strip(), listed) - 1]
         if len(runs) > 1:
-            notes.append(f"run {listed[runs.index(picked)].number} of {len(runs)} separate runs in the input "
-                         f"(--run {choice}); the others are not analysed")
+            notes.append(
+                f"run {listed[runs.index(picked)].number} "
+                f"of {len(runs)} separate runs in the input "
+                f"(--run {choice}); the others are not analysed"
+            )
     return [_reindexed(parsed[i], k) for k, i in enumerate(picked.indexes)], notes
 
 
@@ -270,14 +289,23 @@ def _pick(choice: str, listed: list[FoundRun]) -> int:
     if choice.isdigit():
         if 1 <= int(choice) <= len(listed):
             return int(choice)
-        raise InputError("--run", f"no run {choice} (the input holds {len(listed)}: 1-{len(listed)})")
+        raise InputError(
+            "--run", f"no run {choice} (the input holds {len(listed)}: 1-{len(listed)})"
+        )
     prefix = _norm(Path(choice))
-    hits = [r.number for r in listed if any(_norm(p).startswith(prefix) or str(p).startswith(choice) for p in r.paths)]
+    hits = [
+        r.number
+        for r in listed
+        if any(_norm(p).startswith(prefix) or str(p).startswith(choice) for p in r.paths)
+    ]
     if len(hits) == 1:
         return hits[0]
     if not hits:
         raise InputError("--run", f"no run has a file under {choice!r} (runs 1-{len(listed)})")
-    raise InputError("--run", f"{choice!r} matches runs {', '.join(map(str, hits))}: give a longer prefix or the number")
+    raise InputError(
+        "--run",
+        f"{choice!r} matches runs {', '.join(map(str, hits))}: give a longer prefix or the number",
+    )
 
 
 def _norm(path: Path) -> str:
@@ -287,7 +315,11 @@ def _norm(path: Path) -> str:
 def _reindexed(parsed: ParsedSource, index: int) -> ParsedSource:
     """The source as the ``index``-th of its run (events' and metrics' ``source`` column)."""
     column = pl.lit(index, dtype=pl.UInt32).alias("source")
-    return replace(parsed, events=parsed.events.with_columns(column), metrics=parsed.metrics.with_columns(column))
+    return replace(
+        parsed,
+        events=parsed.events.with_columns(column),
+        metrics=parsed.metrics.with_columns(column),
+    )
 
 
 # --- listing -----------------------------------------------------------------------------------
@@ -305,7 +337,9 @@ def _found(number: int, g: Group, inputs: list[Path]) -> FoundRun:
 def _summary(g: Group, paths: list[Path], inputs: list[Path]) -> str:
     root = _common_root(inputs)
     shown = [_relative(p, root) for p in paths[:LISTED_FILES]]
-    files = ", ".join(shown) + (f" (+{len(paths) - LISTED_FILES} more)" if len(paths) > LISTED_FILES else "")
+    files = ", ".join(shown) + (
+        f" (+{len(paths) - LISTED_FILES} more)" if len(paths) > LISTED_FILES else ""
+    )
     facts_ = [_formats(g), _ranks(g), _frameworks(g), _when(g)]
     return f"{files}: " + "; ".join(f for f in facts_ if f)
 

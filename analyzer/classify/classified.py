@@ -37,37 +37,71 @@ def _anchors(ev: pl.DataFrame, formats: dict[int, str]) -> pl.DataFrame:
     launches = ev.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null()).select(
         "source", "corr", link_pid.alias("_lp"), pl.col("start_ns").alias("_launch")
     ).unique(["source", "corr", "_lp"], keep="first")
-    rows = ev.select("source", "corr", "start_ns", gpu.alias("_gpu"), link_pid.alias("_lp")).with_row_index("_row")
-    linked = rows.filter(pl.col("_gpu") & pl.col("corr").is_not_null()).join(launches, on=["source", "corr", "_lp"]).select("_row", "_launch")
-    return rows.join(linked, on="_row", how="left").sort("_row").select(
-        pl.coalesce("_launch", "start_ns").alias("anchor"), (pl.col("_gpu") & pl.col("_launch").is_null()).alias("unlinked"))
+    rows = ev.select(
+        "source", "corr", "start_ns", gpu.alias("_gpu"), link_pid.alias("_lp")
+    ).with_row_index("_row")
+    linked = (
+        rows.filter(pl.col("_gpu") & pl.col("corr").is_not_null())
+        .join(launches, on=["source", "corr", "_lp"])
+        .select("_row", "_launch")
+    )
+    return (
+        rows.join(linked, on="_row", how="left")
+        .sort("_row")
+        .select(
+            pl.coalesce("_launch", "start_ns").alias("anchor"),
+            (pl.col("_gpu") & pl.col("_launch").is_null()).alias("unlinked"),
+        )
+    )
 
 
-def device_timeline(aligned: pl.DataFrame, profile: dict[str, Any], steps: pl.DataFrame) -> pl.DataFrame:
+def device_timeline(
+    aligned: pl.DataFrame, profile: dict[str, Any], steps: pl.DataFrame
+) -> pl.DataFrame:
     """The stage timeline of the device-side annotations (Kineto ``gpu_user_annotation``): for
     GPU work whose launch the trace does not hold."""
-    ev = aligned.filter((pl.col("kind") == "gpu_annotation") & (pl.col("end_ns") > pl.col("start_ns")))
+    ev = aligned.filter(
+        (pl.col("kind") == "gpu_annotation") & (pl.col("end_ns") > pl.col("start_ns"))
+    )
     if ev.height == 0:
         return frames.empty(frames.STAGE_TIMELINE)
     rows = staged(with_classes(profile, ev.select("rank", "name", "start_ns", "end_ns")))
     if rows.height == 0:
         return frames.empty(frames.STAGE_TIMELINE)
-    rows = rows.with_columns(window_step(rows.select("start_ns").with_row_index("_row").rename({"start_ns": "t"}), steps).alias("step"))
-    rows = rows.with_columns(nesting_depth(rows, ["rank"]).alias("depth")).select(list(frames.STAGE_RANGES)).cast(frames.STAGE_RANGES)
+    rows = rows.with_columns(
+        window_step(
+            rows.select("start_ns").with_row_index("_row").rename({"start_ns": "t"}), steps
+        ).alias("step")
+    )
+    rows = (
+        rows.with_columns(nesting_depth(rows, ["rank"]).alias("depth"))
+        .select(list(frames.STAGE_RANGES))
+        .cast(frames.STAGE_RANGES)
+    )
     return timeline(rows)
 
 
 @provides("classified")
-def classified(aligned: pl.DataFrame, events: pl.DataFrame, sources: list[SourceInfo], segments: pl.DataFrame,
-               profile: dict[str, Any], steps: pl.DataFrame, pools: pl.DataFrame, options: Options,
-               incomplete_steps: pl.DataFrame) -> pl.DataFrame:
+def classified(
+    aligned: pl.DataFrame,
+    events: pl.DataFrame,
+    sources: list[SourceInfo],
+    segments: pl.DataFrame,
+    profile: dict[str, Any],
+    steps: pl.DataFrame,
+    pools: pl.DataFrame,
+    options: Options,
+    incomplete_steps: pl.DataFrame,
+) -> pl.DataFrame:
     ev = aligned
     anchors = _anchors(ev, {s.index: s.format for s in sources})
     points = ev.select("rank").with_columns(anchors["anchor"].alias("t")).with_row_index("_row")
     hit = stage_at(points, segments).sort("_row")
     if anchors["unlinked"].any():
         unlinked = points.filter(anchors["unlinked"])
-        on_device = stage_at(unlinked, device_timeline(aligned, profile, steps)).filter(pl.col("stage").is_not_null())
+        on_device = stage_at(unlinked, device_timeline(aligned, profile, steps)).filter(
+            pl.col("stage").is_not_null()
+        )
         if on_device.height:
             hit = hit.update(on_device, on="_row")
     by_window = window_step(points, steps)
@@ -80,21 +114,39 @@ def classified(aligned: pl.DataFrame, events: pl.DataFrame, sources: list[Source
     if logs.height:
         lc = name_classes(profile, logs["name"].cast(pl.String).unique(), "log").select(
             "name", pl.col("stage").alias("_ls"), pl.col("role").alias("_lr"))
-        out = out.with_columns(pl.col("name").cast(pl.String).alias("_name")).join(
-            lc, left_on="_name", right_on="name", how="left", maintain_order="left"
-        ).with_columns(
-            pl.when(pl.col("kind") == "log_stage").then(pl.col("_ls")).otherwise(pl.col("stage")).alias("stage"),
-            pl.when(pl.col("kind") == "log_stage").then(pl.col("_lr")).otherwise(pl.col("role")).alias("role"),
-        ).drop("_name", "_ls", "_lr")
+        out = (
+            out.with_columns(pl.col("name").cast(pl.String).alias("_name"))
+            .join(lc, left_on="_name", right_on="name", how="left", maintain_order="left")
+            .with_columns(
+                pl.when(pl.col("kind") == "log_stage")
+                .then(pl.col("_ls"))
+                .otherwise(pl.col("stage"))
+                .alias("stage"),
+                pl.when(pl.col("kind") == "log_stage")
+                .then(pl.col("_lr"))
+                .otherwise(pl.col("role"))
+                .alias("role"),
+            )
+            .drop("_name", "_ls", "_lr")
+        )
     out = out.with_columns(
-        pl.when(pl.col("kind") == "log_stage").then(pl.col("step")).otherwise(pl.col("_step")).alias("step")
+        pl.when(pl.col("kind") == "log_stage")
+        .then(pl.col("step"))
+        .otherwise(pl.col("_step"))
+        .alias("step")
     ).drop("_step")
     dims = row_dims(out, sources, options, pools)
     pool = pools.select("rank", "pool")
-    out = out.with_columns(dims.alias("dim")).join(pool, on="rank", how="left", maintain_order="left")
+    out = out.with_columns(dims.alias("dim")).join(
+        pool, on="rank", how="left", maintain_order="left"
+    )
     out = out.with_columns(
-        pl.col("stage").cast(STAGE), pl.col("role").cast(ROLE), pl.col("dim").cast(DIM), pl.col("pool").cast(POOL),
-        pl.col("inferred").cast(pl.Boolean), pl.col("confidence").cast(pl.Float32),
+        pl.col("stage").cast(STAGE),
+        pl.col("role").cast(ROLE),
+        pl.col("dim").cast(DIM),
+        pl.col("pool").cast(POOL),
+        pl.col("inferred").cast(pl.Boolean),
+        pl.col("confidence").cast(pl.Float32),
     )
     out = out.select([*events.columns, *frames.CLASSIFIED_COLUMNS])
     return select_steps(out, options, incomplete_steps)
@@ -110,7 +162,14 @@ def activity(classified: pl.DataFrame) -> pl.DataFrame:
         | ((pl.col("kind") == "annotation") & pl.col("coll").is_not_null())
     ))
     out = pl.concat([device, host]).select(
-        "rank", "device", "stream", pl.col("kind").cast(pl.String), "start_ns", "end_ns", "stage", "step",
+        "rank",
+        "device",
+        "stream",
+        pl.col("kind").cast(pl.String),
+        "start_ns",
+        "end_ns",
+        "stage",
+        "step",
         pl.col("coll").is_not_null().alias("is_collective"),
     )
     return out.cast(frames.ACTIVITY).sort("rank", "start_ns")

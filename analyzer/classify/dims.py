@@ -30,13 +30,19 @@ def _dim_rules(options: Options) -> tc.CollectiveRules:
     return rules
 
 
-def group_dims(pools: pl.DataFrame, groups: pl.DataFrame, rules: tc.CollectiveRules) -> pl.DataFrame:
+def group_dims(
+    pools: pl.DataFrame, groups: pl.DataFrame, rules: tc.CollectiveRules
+) -> pl.DataFrame:
     """Per unique (group, pg_desc): the dimension from the description, else pool spanning
     (``gdim``, and ``by`` which of them decided), and what the rank layout says (``_layout``)."""
     groups = groups.unique(["group", "pg_desc"]).filter(pl.col("group").is_not_null())
     if groups.height == 0:
-        return groups.with_columns(pl.lit(None, pl.String).alias("gdim"), pl.lit(None, pl.String).alias("by"),
-                                   pl.lit(None, pl.String).alias("_layout"), pl.lit(True).alias("_weak"))
+        return groups.with_columns(
+            pl.lit(None, pl.String).alias("gdim"),
+            pl.lit(None, pl.String).alias("by"),
+            pl.lit(None, pl.String).alias("_layout"),
+            pl.lit(True).alias("_weak"),
+        )
     by_desc = tc.description_dims(groups["pg_desc"], rules)
     pool_of = dict(pools.select("rank", pl.col("pool").cast(pl.String)).iter_rows())
     ranks_text = [g.split("|", 1)[0] or None for g in groups["group"].to_list()]
@@ -52,15 +58,31 @@ def group_dims(pools: pl.DataFrame, groups: pl.DataFrame, rules: tc.CollectiveRu
             continue
         members = [int(x) for x in g.split(",")]
         pool_names = {pool_of.get(r) for r in members}
-        pool = sorted(r for r, p in pool_of.items() if p in pool_names) if pool_names <= {"rollout", "train", "shared"} and len(pool_names) == 1 else sorted(pool_of)
-        lay = tc.infer_layout([(d, k) for d, k in known if set(map(int, k.split(","))) <= set(pool)], rules.layout, len(pool))
+        pool = (
+            sorted(r for r, p in pool_of.items() if p in pool_names)
+            if pool_names <= {"rollout", "train", "shared"} and len(pool_names) == 1
+            else sorted(pool_of)
+        )
+        lay = tc.infer_layout(
+            [(d, k) for d, k in known if set(map(int, k.split(","))) <= set(pool)],
+            rules.layout,
+            len(pool),
+        )
         layout_of.append(tc.layout_dims([g], pool, lay)[0])
         pattern_only.append(not tc.has_degrees(lay, len(pool)))
-    out = out.with_columns(pl.Series("_layout", layout_of, dtype=pl.String), pl.Series("_weak", pattern_only, dtype=pl.Boolean))
+    out = out.with_columns(
+        pl.Series("_layout", layout_of, dtype=pl.String),
+        pl.Series("_weak", pattern_only, dtype=pl.Boolean),
+    )
     return out.with_columns(
-        pl.coalesce(pl.col("_desc"), pl.when(pl.col("_span")).then(pl.lit("weight_sync"))).alias("gdim"),
-        pl.when(pl.col("_desc").is_not_null()).then(pl.lit("description"))
-        .when(pl.col("_span")).then(pl.lit("pools")).alias("by"),
+        pl.coalesce(pl.col("_desc"), pl.when(pl.col("_span")).then(pl.lit("weight_sync"))).alias(
+            "gdim"
+        ),
+        pl.when(pl.col("_desc").is_not_null())
+        .then(pl.lit("description"))
+        .when(pl.col("_span"))
+        .then(pl.lit("pools"))
+        .alias("by"),
     ).select("group", "pg_desc", "gdim", "by", "_layout", "_weak")
 
 
@@ -70,41 +92,73 @@ def _dims_for(rows: pl.DataFrame, options: Options, pools: pl.DataFrame) -> pl.D
     g = group_dims(pools, rows.select("group", "pg_desc"), rules)
     names = rows["name"].unique()
     kd = pl.DataFrame({"name": names, "_kdim": tc.kernel_dims(names, rules)})
-    out = rows.join(g, on=["group", "pg_desc"], how="left", nulls_equal=True, maintain_order="left").join(
-        kd, on="name", how="left", maintain_order="left")
+    out = rows.join(
+        g, on=["group", "pg_desc"], how="left", nulls_equal=True, maintain_order="left"
+    ).join(kd, on="name", how="left", maintain_order="left")
     pattern = tc.pattern_dim(rules)
     in_sync = pl.when(pl.col("stage").cast(pl.String) == "weight_sync").then(pl.lit("weight_sync"))
     # a rank pattern read without degrees does not outweigh what p2p and all-to-all say
     out = out.with_columns(
-        pl.when(pl.col("_weak") & pl.col("coll").is_in(list(PATTERN_FIRST))).then(None).otherwise(pl.col("_layout")).alias("_layout"))
+        pl.when(pl.col("_weak") & pl.col("coll").is_in(list(PATTERN_FIRST)))
+        .then(None)
+        .otherwise(pl.col("_layout"))
+        .alias("_layout")
+    )
     return out.with_columns(
-        pl.coalesce("gdim", in_sync, "_layout", "_kdim", pattern.cast(pl.String)).cast(DIM).alias("dim"),
+        pl.coalesce("gdim", in_sync, "_layout", "_kdim", pattern.cast(pl.String))
+        .cast(DIM)
+        .alias("dim"),
         pl.coalesce(
-            "by", pl.when(in_sync.is_not_null()).then(pl.lit("stage")),
+            "by",
+            pl.when(in_sync.is_not_null()).then(pl.lit("stage")),
             pl.when(pl.col("_layout").is_not_null()).then(pl.lit("layout")),
-            pl.when(pl.col("_kdim").is_not_null()).then(pl.lit("kernel name")), pl.lit("pattern"),
+            pl.when(pl.col("_kdim").is_not_null()).then(pl.lit("kernel name")),
+            pl.lit("pattern"),
         ).alias("dim_by"),
     ).drop("gdim", "by", "_kdim", "_layout", "_weak")
 
 
-def row_dims(ev: pl.DataFrame, sources: list[SourceInfo], options: Options, pools: pl.DataFrame) -> pl.Series:
+def row_dims(
+    ev: pl.DataFrame, sources: list[SourceInfo], options: Options, pools: pl.DataFrame
+) -> pl.Series:
     """Dimension of every collective row of the event table (null elsewhere)."""
-    coll = ev.with_row_index("_row").filter(pl.col("coll").is_not_null() & (pl.col("kind") != "log_stage"))
+    coll = ev.with_row_index("_row").filter(
+        pl.col("coll").is_not_null() & (pl.col("kind") != "log_stage")
+    )
     if coll.height == 0:
         return pl.Series("dim", [None] * ev.height, dtype=DIM)
     calls = coll.select(
-        "_row", "rank", "source", pl.col("name").cast(pl.String), pl.col("coll").cast(pl.String), pl.col("pg").cast(pl.String),
-        pl.col("pg_desc").cast(pl.String), "pg_ranks", "group_size", "bytes", "stage",
+        "_row",
+        "rank",
+        "source",
+        pl.col("name").cast(pl.String),
+        pl.col("coll").cast(pl.String),
+        pl.col("pg").cast(pl.String),
+        pl.col("pg_desc").cast(pl.String),
+        "pg_ranks",
+        "group_size",
+        "bytes",
+        "stage",
     )
     filled = fill_groups(calls, pg_config(sources))
     dims = _dims_for(filled, options, pools)
-    return pl.DataFrame({"_row": pl.int_range(ev.height, eager=True).cast(pl.UInt32)}).join(
-        dims.select(pl.col("_row").cast(pl.UInt32), "dim"), on="_row", how="left").sort("_row")["dim"]
+    return (
+        pl.DataFrame({"_row": pl.int_range(ev.height, eager=True).cast(pl.UInt32)})
+        .join(dims.select(pl.col("_row").cast(pl.UInt32), "dim"), on="_row", how="left")
+        .sort("_row")["dim"]
+    )
 
 
 @provides("collectives", schema=frames.COLLECTIVE_INSTANCES)
-def collectives(collective_calls: pl.DataFrame, clock: pl.DataFrame, stage_timeline: pl.DataFrame, steps: pl.DataFrame,
-                options: Options, pools: pl.DataFrame, incomplete_steps: pl.DataFrame) -> pl.DataFrame:
+def collectives(
+    collective_calls: pl.DataFrame,
+    clock: pl.DataFrame,
+    stage_timeline: pl.DataFrame,
+    steps: pl.DataFrame,
+    options: Options,
+    pools: pl.DataFrame,
+    incomplete_steps: pl.DataFrame,
+) -> pl.DataFrame:
     calls = collective_calls
     offsets = clock.select("rank", "offset_ns")
     calls = calls.join(offsets, on="rank", how="left").with_columns(
@@ -114,13 +168,28 @@ def collectives(collective_calls: pl.DataFrame, clock: pl.DataFrame, stage_timel
     points = calls.select("rank", pl.col("start_ns").alias("t")).with_row_index("_row")
     hit = stage_at(points, stage_timeline).sort("_row")
     calls = calls.with_columns(
-        hit["stage"].alias("stage"), pl.coalesce(hit["seg_step"], window_step(points, steps)).alias("step"),
+        hit["stage"].alias("stage"),
+        pl.coalesce(hit["seg_step"], window_step(points, steps)).alias("step"),
         (pl.col("kind") == "kernel").alias("on_device"),
     )
     calls = _dims_for(calls, options, pools)
     out = calls.select(
-        "instance", "rank", "step", "coll", "dim", pl.col("pg"), "pg_ranks", "group_size", "bytes", "start_ns", "end_ns",
-        "stage", "on_device", "pg_desc", "dim_by", "name",
+        "instance",
+        "rank",
+        "step",
+        "coll",
+        "dim",
+        pl.col("pg"),
+        "pg_ranks",
+        "group_size",
+        "bytes",
+        "start_ns",
+        "end_ns",
+        "stage",
+        "on_device",
+        "pg_desc",
+        "dim_by",
+        "name",
     )
     ranks = options.rank_selection
     if ranks is not None:

@@ -19,7 +19,10 @@ def pools(aligned: pl.DataFrame, stage_ranges: pl.DataFrame) -> pl.DataFrame:
     ev = aligned.filter(pl.col("rank") >= 0)
     ranks = ev.group_by("rank").agg(
         pl.col("host").cast(pl.String).drop_nulls().first().alias("host"),
-        pl.col("device").filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("device") >= 0)).first().alias("device"),
+        pl.col("device")
+        .filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("device") >= 0))
+        .first()
+        .alias("device"),
     )
     stages = stage_ranges.filter(pl.col("rank") >= 0).group_by("rank").agg(
         (pl.col("stage") == "rollout").any().alias("gen"),

@@ -22,10 +22,16 @@ from .steps import select_steps
 
 
 @provides("stage_ranges", schema=frames.STAGE_RANGES)
-def stage_ranges(stepping: dict[str, Any], options: Options, incomplete_steps: pl.DataFrame) -> pl.DataFrame:
+def stage_ranges(
+    stepping: dict[str, Any], options: Options, incomplete_steps: pl.DataFrame
+) -> pl.DataFrame:
     rows = stepping["rows"]
     depth = nesting_depth(rows, ["rank"]) if rows.height else pl.Series("depth", [], dtype=pl.Int16)
-    out = rows.with_columns(depth.alias("depth")).select(list(frames.STAGE_RANGES)).cast(frames.STAGE_RANGES)
+    out = (
+        rows.with_columns(depth.alias("depth"))
+        .select(list(frames.STAGE_RANGES))
+        .cast(frames.STAGE_RANGES)
+    )
     return select_steps(out, options, incomplete_steps)
 
 
@@ -40,11 +46,23 @@ def timeline(ranges: pl.DataFrame, keep: Sequence[str] = ()) -> pl.DataFrame:
     keyed = ranges.with_row_index("_id").sort("rank", "start_ns")
     for d in sorted(keyed["depth"].unique().to_list()):
         level = keyed.filter(pl.col("depth") == d)
-        inner = keyed.filter(pl.col("depth") > d).drop("_id").join_asof(
-            level.select("rank", "start_ns", "_id"), on="start_ns", by="rank", strategy="backward", check_sortedness=False)
+        inner = (
+            keyed.filter(pl.col("depth") > d)
+            .drop("_id")
+            .join_asof(
+                level.select("rank", "start_ns", "_id"),
+                on="start_ns",
+                by="rank",
+                strategy="backward",
+                check_sortedness=False,
+            )
+        )
         inner = inner.filter(pl.col("_id").is_not_null())
-        own = intervals.difference(level.select("rank", "_id", "start_ns", "end_ns"),
-                                   inner.select("rank", "_id", "start_ns", "end_ns"), by=["rank", "_id"])
+        own = intervals.difference(
+            level.select("rank", "_id", "start_ns", "end_ns"),
+            inner.select("rank", "_id", "start_ns", "end_ns"),
+            by=["rank", "_id"],
+        )
         if own.height:
             pieces.append(own.join(level.drop("rank", "start_ns", "end_ns"), on="_id").select(cols))
     return pl.concat(pieces).sort("rank", "start_ns").cast(frames.STAGE_TIMELINE)
@@ -54,18 +72,27 @@ def stage_at(points: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
     """For ``_row, rank, t``: the segment (stage, role, step, inferred, confidence) covering t."""
     if segments.height == 0 or points.height == 0:
         return points.select("_row").with_columns(
-            pl.lit(None, STAGE).alias("stage"), pl.lit(None, ROLE).alias("role"), pl.lit(None, pl.Int32).alias("seg_step"),
-            pl.lit(None, pl.Boolean).alias("inferred"), pl.lit(None, pl.Float32).alias("confidence"))
+            pl.lit(None, STAGE).alias("stage"),
+            pl.lit(None, ROLE).alias("role"),
+            pl.lit(None, pl.Int32).alias("seg_step"),
+            pl.lit(None, pl.Boolean).alias("inferred"),
+            pl.lit(None, pl.Float32).alias("confidence"),
+        )
     if "confidence" not in segments.columns:
         segments = segments.with_columns(pl.lit(1.0, pl.Float32).alias("confidence"))
     segs = segments.sort("rank", "start_ns").select(
         "rank", pl.col("start_ns").alias("t"), pl.col("end_ns").alias("_end"), "stage", "role",
         pl.col("step").alias("seg_step"), "inferred", "confidence")
-    hit = points.sort("rank", "t").join_asof(segs, on="t", by="rank", strategy="backward", check_sortedness=False)
+    hit = points.sort("rank", "t").join_asof(
+        segs, on="t", by="rank", strategy="backward", check_sortedness=False
+    )
     inside = pl.col("t") < pl.col("_end")
     return hit.select(
         "_row",
-        *[pl.when(inside).then(pl.col(c)).alias(c) for c in ("stage", "role", "seg_step", "inferred", "confidence")],
+        *[
+            pl.when(inside).then(pl.col(c)).alias(c)
+            for c in ("stage", "role", "seg_step", "inferred", "confidence")
+        ],
     )
 
 
@@ -85,6 +112,10 @@ def window_step(points: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
     """Step whose window holds the point (the latest-starting one when windows overlap)."""
     if steps.height == 0:
         return pl.Series("step", [None] * points.height, dtype=pl.Int32)
-    w = steps.sort("start_ns").select(pl.col("start_ns").alias("t"), pl.col("end_ns").alias("_we"), "step")
+    w = steps.sort("start_ns").select(
+        pl.col("start_ns").alias("t"), pl.col("end_ns").alias("_we"), "step"
+    )
     hit = points.select("_row", "t").sort("t").join_asof(w, on="t", strategy="backward")
-    return hit.sort("_row").select(pl.when(pl.col("t") < pl.col("_we")).then(pl.col("step")).cast(pl.Int32))["step"]
+    return hit.sort("_row").select(
+        pl.when(pl.col("t") < pl.col("_we")).then(pl.col("step")).cast(pl.Int32)
+    )["step"]

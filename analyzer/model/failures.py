@@ -56,7 +56,9 @@ def traceback_text(exc: BaseException) -> str:
     cannot drive the terminal or pass for another line under ``--debug``."""
     structural = ("Traceback", "  ", "\n")
     chunks = traceback.TracebackException.from_exception(exc).format()
-    return "".join(c if c.startswith(structural) else printable(c.rstrip("\n")) + "\n" for c in chunks)
+    return "".join(
+        c if c.startswith(structural) else printable(c.rstrip("\n")) + "\n" for c in chunks
+    )
 
 
 def _modules(exc: BaseException) -> list[str]:

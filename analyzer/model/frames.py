@@ -1,9 +1,9 @@
 """The frames that flow between assembly, classification, the analyses and the reports.
 
 Each schema here is a contract: the module that produces a frame returns exactly these columns
-(more may follow at the end), and every consumer reads only these. ``docs/architecture.md`` documents
-them for users of the Python API (``analyzer.load(paths)`` → ``Run``). Times are epoch ns on
-the aligned clock (docs/analyses.md §2).
+(more may follow at the end), and every consumer reads only these. ``docs/architecture.md``
+documents them for users of the Python API (``analyzer.load(paths)`` → ``Run``). Times are epoch
+ns on the aligned clock (docs/analyses.md §2).
 """
 
 from __future__ import annotations

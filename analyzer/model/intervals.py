@@ -36,7 +36,9 @@ def union(frame: pl.DataFrame | pl.LazyFrame, by: Sequence[str] = ()) -> pl.Data
     )
 
 
-def union_length(frame: pl.DataFrame | pl.LazyFrame, by: Sequence[str] = (), name: str = "length_ns") -> pl.DataFrame:
+def union_length(
+    frame: pl.DataFrame | pl.LazyFrame, by: Sequence[str] = (), name: str = "length_ns"
+) -> pl.DataFrame:
     """Total length of the union of intervals per group."""
     merged = union(frame, by)
     if not by:
@@ -54,7 +56,9 @@ def difference(a: pl.DataFrame, b: pl.DataFrame, by: Sequence[str] = ()) -> pl.D
     return _sweep(a, b, list(by), pl.col("_ca").gt(0) & pl.col("_cb").eq(0))
 
 
-def length(intervals: pl.DataFrame, by: Sequence[str] = (), name: str = "length_ns") -> pl.DataFrame:
+def length(
+    intervals: pl.DataFrame, by: Sequence[str] = (), name: str = "length_ns"
+) -> pl.DataFrame:
     """Sum of interval lengths per group (intervals assumed disjoint)."""
     dur = (pl.col(END) - pl.col(START)).sum().alias(name)
     if not by:
@@ -71,8 +75,17 @@ def _sweep(a: pl.DataFrame, b: pl.DataFrame, by: list[str], keep: pl.Expr) -> pl
     ])
     points = pl.concat(
         [
-            tagged.select([*by, pl.col(START).alias("t"), pl.col("_a").alias("da"), pl.col("_b").alias("db")]),
-            tagged.select([*by, pl.col(END).alias("t"), (-pl.col("_a")).alias("da"), (-pl.col("_b")).alias("db")]),
+            tagged.select(
+                [*by, pl.col(START).alias("t"), pl.col("_a").alias("da"), pl.col("_b").alias("db")]
+            ),
+            tagged.select(
+                [
+                    *by,
+                    pl.col(END).alias("t"),
+                    (-pl.col("_a")).alias("da"),
+                    (-pl.col("_b")).alias("db"),
+                ]
+            ),
         ]
     ).sort([*by, "t"])
     per = _per(by)
@@ -85,7 +98,9 @@ def _sweep(a: pl.DataFrame, b: pl.DataFrame, by: list[str], keep: pl.Expr) -> pl
     return union(merged, by) if merged.height else merged
 
 
-def clip_to_windows(frame: pl.DataFrame, windows: pl.DataFrame, on: Sequence[str] = ()) -> pl.DataFrame:
+def clip_to_windows(
+    frame: pl.DataFrame, windows: pl.DataFrame, on: Sequence[str] = ()
+) -> pl.DataFrame:
     """Each interval cut to every window it overlaps, tagged with that window's ``step``.
 
     ``windows`` holds ``step``, start_ns, end_ns (plus the ``on`` keys when windows differ per
@@ -118,7 +133,14 @@ def labelled_sweep(tagged: pl.DataFrame, by: Sequence[str], labels: int) -> pl.D
     by = list(by)
     live = tagged.filter(pl.col(END) > pl.col(START))
     if live.height == 0:
-        return pl.DataFrame(schema={**{k: tagged.schema[k] for k in by}, "label": pl.Int8(), START: pl.Int64(), END: pl.Int64()})
+        return pl.DataFrame(
+            schema={
+                **{k: tagged.schema[k] for k in by},
+                "label": pl.Int8(),
+                START: pl.Int64(),
+                END: pl.Int64(),
+            }
+        )
     deltas = [
         pl.when(pl.col("label") == k).then(pl.col("_d")).otherwise(0).cast(pl.Int32).alias(f"_d{k}")
         for k in range(labels)
@@ -126,8 +148,12 @@ def labelled_sweep(tagged: pl.DataFrame, by: Sequence[str], labels: int) -> pl.D
     points = (
         pl.concat(
             [
-                live.select([*by, "label", pl.col(START).alias("t"), pl.lit(1, pl.Int32).alias("_d")]),
-                live.select([*by, "label", pl.col(END).alias("t"), pl.lit(-1, pl.Int32).alias("_d")]),
+                live.select(
+                    [*by, "label", pl.col(START).alias("t"), pl.lit(1, pl.Int32).alias("_d")]
+                ),
+                live.select(
+                    [*by, "label", pl.col(END).alias("t"), pl.lit(-1, pl.Int32).alias("_d")]
+                ),
             ]
         )
         .lazy()
@@ -138,11 +164,21 @@ def labelled_sweep(tagged: pl.DataFrame, by: Sequence[str], labels: int) -> pl.D
     )
     over = _per(by)
     winner = pl.coalesce(
-        [pl.when(over(pl.col(f"_d{k}").cum_sum()) > 0).then(pl.lit(k, pl.Int8)) for k in range(labels)]
+        [
+            pl.when(over(pl.col(f"_d{k}").cum_sum()) > 0).then(pl.lit(k, pl.Int8))
+            for k in range(labels)
+        ]
     )
     pieces = points.select(
-        [*by, pl.col("t").alias(START), over(pl.col("t").shift(-1)).alias(END), winner.alias("label")]
-    ).filter(pl.col("label").is_not_null() & pl.col(END).is_not_null() & (pl.col(END) > pl.col(START)))
+        [
+            *by,
+            pl.col("t").alias(START),
+            over(pl.col("t").shift(-1)).alias(END),
+            winner.alias("label"),
+        ]
+    ).filter(
+        pl.col("label").is_not_null() & pl.col(END).is_not_null() & (pl.col(END) > pl.col(START))
+    )
     run = (pl.col("label") != pl.col("label").shift(1)) | (pl.col(START) != pl.col(END).shift(1))
     return (
         pieces.with_columns(over(run.fill_null(True).cum_sum()).alias("_run"))
@@ -174,7 +210,12 @@ def overlap_each(frame: pl.DataFrame, cover: pl.DataFrame, by: Sequence[str] = (
     def covered_before(col: str) -> pl.DataFrame:
         points = rows.select(["_row", *by, pl.col(col).alias("_x")]).sort([*by, "_x"])
         hit = points.join_asof(
-            pieces, left_on="_x", right_on="_ps", by=by or None, strategy="backward", check_sortedness=False
+            pieces,
+            left_on="_x",
+            right_on="_ps",
+            by=by or None,
+            strategy="backward",
+            check_sortedness=False,
         )
         inside = (pl.min_horizontal("_x", "_pe") - pl.col("_ps")).clip(lower_bound=0)
         return hit.select("_row", (pl.col("_before") + inside).fill_null(0).alias(col))

@@ -47,9 +47,16 @@ class Options:
         return parse_selection(self.ranks)
 
     @classmethod
-    def checked(cls, *, framework: str | None = None, steps: str | None = None, ranks: str | None = None,
-                rules: str | Path | None = None, layout: str | None = None,
-                guidelines: str | Path | None = None) -> Options:
+    def checked(
+        cls,
+        *,
+        framework: str | None = None,
+        steps: str | None = None,
+        ranks: str | None = None,
+        rules: str | Path | None = None,
+        layout: str | None = None,
+        guidelines: str | Path | None = None,
+    ) -> Options:
         """Options from the command line, each checked: a bad value is one :class:`InputError`
         line (the guideline file is checked by its loader, ``analyses.guidelines``)."""
         from taxonomy.collectives import CollectiveRulesError, parse_layout
@@ -63,8 +70,12 @@ class Options:
             profiles = tp.load_profiles(rules)
         except tp.ProfileError as exc:
             raise InputError(rules or "--rules", str(exc).removeprefix(f"{rules}: ")) from None
-        if framework and not any(framework == p.name or framework in p.frameworks for p in profiles.values()):
-            raise InputError("--framework", f"no profile {framework!r} (one of {', '.join(sorted(profiles))})")
+        if framework and not any(
+            framework == p.name or framework in p.frameworks for p in profiles.values()
+        ):
+            raise InputError(
+                "--framework", f"no profile {framework!r} (one of {', '.join(sorted(profiles))})"
+            )
         if layout:
             try:
                 parse_layout(layout)
@@ -97,7 +108,9 @@ class Selection:
 
     def expr(self, column: str) -> pl.Expr:
         """Whether ``column`` lies in the selection (bounds past int64 cannot match a value)."""
-        inside = [pl.col(column).is_between(max(a, INT64[0]), min(b, INT64[1])) for a, b in self.spans]
+        inside = [
+            pl.col(column).is_between(max(a, INT64[0]), min(b, INT64[1])) for a, b in self.spans
+        ]
         return pl.any_horizontal(inside)
 
     def within(self, values: Iterable[int]) -> list[int]:

@@ -73,7 +73,9 @@ def provides(name: str, *, schema: Mapping[str, pl.DataType] | None = None,
     def register(fn: F) -> F:
         params = tuple(inspect.signature(fn).parameters)
         if bool(lazy) != (LAZY in params):
-            raise ProductError(f"{fn.__qualname__}: lazy products need a parameter {LAZY!r}, and it needs them")
+            raise ProductError(
+                f"{fn.__qualname__}: lazy products need a parameter {LAZY!r}, and it needs them"
+            )
         known = _PROVIDERS.get(name)
         if known is not None and known.fn.__qualname__ != fn.__qualname__:
             raise ProductError(f"{name!r} provided by both {known.module}.{known.fn.__qualname__} "

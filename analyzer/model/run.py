@@ -55,7 +55,9 @@ class Run(Products):
         if provider is None:
             raise ProductError(f"no provider of product {name!r}")
         if name in self._resolving:
-            raise ProductError("products read each other in a cycle: " + " → ".join([*self._resolving, name]))
+            raise ProductError(
+                "products read each other in a cycle: " + " → ".join([*self._resolving, name])
+            )
         self._resolving.append(name)
         try:
             args = {p: self._argument(p, provider) for p in provider.params}

@@ -9,7 +9,9 @@ def duration(ns: float | int | None) -> str:
     ns = float(ns)
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
         if abs(ns) >= scale:
-            return f"{ns / scale:.3g} {unit}" if abs(ns) < 100 * scale else f"{ns / scale:,.0f} {unit}"
+            return (
+                f"{ns / scale:.3g} {unit}" if abs(ns) < 100 * scale else f"{ns / scale:,.0f} {unit}"
+            )
     return f"{ns:.0f} ns"
 
 
@@ -40,7 +42,13 @@ def number(value: float | int | None) -> str:
     return f"{value:,}"
 
 
-UNIT_FORMATS: dict[str, str] = {"ns": "duration", "fraction": "percent", "count": "number", "ratio": "number", "bytes": "bytes"}
+UNIT_FORMATS: dict[str, str] = {
+    "ns": "duration",
+    "fraction": "percent",
+    "count": "number",
+    "ratio": "number",
+    "bytes": "bytes",
+}
 """A run-summary unit (``overview``'s ``unit`` column) → the cell format its values print in."""
 
 

@@ -40,7 +40,8 @@ from ..model.units import cell, unit_format
 from ..report.json import SCHEMA as REPORT_SCHEMA
 
 DEFAULT_REGRESSION = 0.10
-"""With ``--baseline`` alone: the largest allowed change for the worse, as a fraction of the baseline."""
+"""With ``--baseline`` alone: the largest allowed change for the worse, as a fraction of the
+baseline."""
 AGGREGATES = ("max", "min", "sum", "mean", "count")
 LIMITS = ("max", "min", "max_increase", "max_decrease")
 CHECK_KEYS = frozenset({"metric", "name", "missing", *LIMITS})
@@ -108,15 +109,21 @@ def parse_path(text: str, where: str) -> MetricPath:
     """A metric path, or an InputError naming ``where`` (the budget file) and what is wrong."""
     m = _PATH.match(text.strip())
     if not m:
-        raise InputError(where, f"metric path {text!r} is not [agg:]section[column=value,...].field")
+        raise InputError(
+            where, f"metric path {text!r} is not [agg:]section[column=value,...].field"
+        )
     agg = m.group("agg")
     if agg is not None and agg not in AGGREGATES:
-        raise InputError(where, f"metric path {text!r}: unknown aggregate {agg!r} (use {', '.join(AGGREGATES)})")
+        raise InputError(
+            where, f"metric path {text!r}: unknown aggregate {agg!r} (use {', '.join(AGGREGATES)})"
+        )
     filters = []
     for part in filter(None, (m.group("filters") or "").split(",")):
         f = _FILTER.match(part)
         if not f:
-            raise InputError(where, f"metric path {text!r}: filter {part!r} is not column=value or column!=value")
+            raise InputError(
+                where, f"metric path {text!r}: filter {part!r} is not column=value or column!=value"
+            )
         filters.append((f.group("column"), f.group("op"), f.group("value").strip("\"'")))
     return MetricPath(text.strip(), agg, m.group("section"), tuple(filters), m.group("field"))
 
@@ -125,7 +132,9 @@ def resolve(document: dict[str, Any], path: MetricPath) -> tuple[float | None, s
     """The path's value in ``document`` and, when there is none, why."""
     rows = document.get(path.section)
     if not isinstance(rows, list):
-        known = ", ".join(k for k, v in document.items() if isinstance(v, list) and v and isinstance(v[0], dict))
+        known = ", ".join(
+            k for k, v in document.items() if isinstance(v, list) and v and isinstance(v[0], dict)
+        )
         return None, f"the report has no section {path.section!r} (sections with rows: {known})"
     rows = [r for r in rows if isinstance(r, dict) and all(_keep(r, f) for f in path.filters)]
     if rows and path.field not in rows[0] and "metric" in rows[0]:
@@ -135,12 +144,24 @@ def resolve(document: dict[str, Any], path: MetricPath) -> tuple[float | None, s
         values = [r.get(path.field) for r in rows]
     if path.agg == "count":
         return float(len(rows)), ""
-    numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    numbers = [
+        float(v)
+        for v in values
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    ]
     if not numbers:
-        return None, f"no value for {path.text} in the report ({len(rows)} matching row(s), none with a number)"
+        return (
+            None,
+            f"no value for {path.text} in the report "
+            f"({len(rows)} matching row(s), none with a number)",
+        )
     if path.agg is None:
         if len(numbers) > 1:
-            return None, f"{path.text} matches {len(numbers)} values: add a [column=value] filter or an aggregate (max:, sum:, …)"
+            return (
+                None,
+                f"{path.text} matches {len(numbers)} values: add a [column=value] filter or an "
+                "aggregate (max:, sum:, …)",
+            )
         return numbers[0], ""
     reducers: dict[str, Callable[[list[float]], float]] = {
         "max": max, "min": min, "sum": sum, "mean": lambda v: sum(v) / len(v),
@@ -175,9 +196,17 @@ def load_budget(path: Path) -> list[Check]:
     entries = data.get("check")
     unknown = set(data) - {"check"}
     if unknown:
-        raise InputError(path, f"unknown top-level key(s) {', '.join(sorted(unknown))} (a budget is a list of [[check]] tables)")
+        raise InputError(
+            path,
+            f"unknown top-level key(s) {', '.join(sorted(unknown))} "
+            "(a budget is a list of [[check]] tables)",
+        )
     if not isinstance(entries, list) or not entries:
-        raise InputError(path, "no [[check]] tables: a budget lists checks, e.g. [[check]] metric = \"overview.weight_sync_share\" max = 0.05")
+        raise InputError(
+            path,
+            'no [[check]] tables: a budget lists checks, e.g. [[check]] metric = '
+            '"overview.weight_sync_share" max = 0.05',
+        )
     return [_check(path, i, entry) for i, entry in enumerate(entries, 1)]
 
 
@@ -187,7 +216,10 @@ def _check(path: Path, index: int, entry: Any) -> Check:
         raise InputError(where, "each [[check]] needs a metric path")
     unknown = set(entry) - CHECK_KEYS
     if unknown:
-        raise InputError(where, f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(CHECK_KEYS))})")
+        raise InputError(
+            where,
+            f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(CHECK_KEYS))})",
+        )
     limits = {}
     for key in LIMITS:
         if key in entry:
@@ -196,18 +228,26 @@ def _check(path: Path, index: int, entry: Any) -> Check:
                 raise InputError(where, f"{key} must be a number, not {value!r}")
             limits[key] = float(value)
     if not limits:
-        raise InputError(where, f"check on {entry['metric']!r} sets no limit (one of {', '.join(LIMITS)})")
+        raise InputError(
+            where, f"check on {entry['metric']!r} sets no limit (one of {', '.join(LIMITS)})"
+        )
     missing = entry.get("missing", "fail")
     if missing not in ("fail", "skip"):
         raise InputError(where, f"missing must be \"fail\" or \"skip\", not {missing!r}")
     metric = parse_path(str(entry["metric"]), where)
-    return Check(name=str(entry.get("name") or metric.text), path=metric, limits=limits, missing=missing)
+    return Check(
+        name=str(entry.get("name") or metric.text), path=metric, limits=limits, missing=missing
+    )
 
 
 def regression_checks(baseline: dict[str, Any]) -> list[Check]:
     """With a baseline and no budget: every run-summary number with a direction that the baseline
     has, held to DEFAULT_REGRESSION."""
-    have = {row.get("metric") for row in baseline.get("overview", []) if isinstance(row, dict) and row.get("value") is not None}
+    have = {
+        row.get("metric")
+        for row in baseline.get("overview", [])
+        if isinstance(row, dict) and row.get("value") is not None
+    }
     checks = []
     for m in METRICS:
         if m.better and m.name in have:
@@ -226,7 +266,11 @@ def load_report(path: Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise InputError(path, f"not JSON: {exc}") from None
     if not isinstance(document, dict) or document.get("schema") != REPORT_SCHEMA:
-        raise InputError(path, f"not an rlperf JSON report (no \"schema\": \"{REPORT_SCHEMA}\"; write one with rlperf analyze --format json)")
+        raise InputError(
+            path,
+            f'not an rlperf JSON report (no "schema": "{REPORT_SCHEMA}"; write one with rlperf '
+            'analyze --format json)',
+        )
     return document
 
 
@@ -236,13 +280,21 @@ def is_report(path: Path) -> bool:
         return False
     with path.open("rb") as fh:
         head = fh.read(4096)
-    return f'"schema": "{REPORT_SCHEMA}"'.encode() in head or f'"schema":"{REPORT_SCHEMA}"'.encode() in head
+    return (
+        f'"schema": "{REPORT_SCHEMA}"'.encode() in head
+        or f'"schema":"{REPORT_SCHEMA}"'.encode() in head
+    )
 
 
 # --- evaluation ---------------------------------------------------------------------------------
 
 
-def audit(document: dict[str, Any], checks: list[Check], baseline: dict[str, Any] | None = None, subject: str = "") -> Result:
+def audit(
+    document: dict[str, Any],
+    checks: list[Check],
+    baseline: dict[str, Any] | None = None,
+    subject: str = "",
+) -> Result:
     return Result(subject=subject, outcomes=[_evaluate(c, document, baseline) for c in checks])
 
 
@@ -258,7 +310,11 @@ def failed_sections(document: dict[str, Any]) -> dict[str, str]:
 def _evaluate(check: Check, document: dict[str, Any], baseline: dict[str, Any] | None) -> Outcome:
     broken = failed_sections(document).get(check.path.section)
     if broken is not None:
-        return Outcome(check, "error", message=f"section {check.path.section} failed: internal error in {broken}")
+        return Outcome(
+            check,
+            "error",
+            message=f"section {check.path.section} failed: internal error in {broken}",
+        )
     value, why = resolve(document, check.path)
     if value is None:
         status = "skip" if check.missing == "skip" else "fail"
@@ -270,11 +326,20 @@ def _evaluate(check: Check, document: dict[str, Any], baseline: dict[str, Any] |
     if relative and baseline is not None:
         broken = failed_sections(baseline).get(check.path.section)
         if broken is not None:
-            return Outcome(check, "error", value=value, format=fmt,
-                           message=f"baseline: section {check.path.section} failed: internal error in {broken}")
+            return Outcome(
+                check,
+                "error",
+                value=value,
+                format=fmt,
+                message=f"baseline: section {check.path.section} "
+                        f"failed: internal error in {broken}",
+            )
         base, why = resolve(baseline, check.path)
         if base is None:
-            out.status, out.message = ("skip" if check.missing == "skip" else "fail"), f"baseline: {why}"
+            out.status, out.message = (
+                ("skip" if check.missing == "skip" else "fail"),
+                f"baseline: {why}",
+            )
             return out
         out.baseline = base
     problems = []
@@ -289,7 +354,9 @@ def _evaluate(check: Check, document: dict[str, Any], baseline: dict[str, Any] |
             worse = change if key == "max_increase" else -change
             if worse > limit:
                 verb = "up" if key == "max_increase" else "down"
-                problems.append(f"{verb} {_pct(abs(change))} from the baseline, more than {_pct(limit)}")
+                problems.append(
+                    f"{verb} {_pct(abs(change))} from the baseline, more than {_pct(limit)}"
+                )
     if problems:
         out.status = "fail"
     out.message = "; ".join([*problems, *notes])
@@ -346,13 +413,18 @@ def _shown(o: Outcome, *, path: bool = True) -> str:
     """``path = value (baseline …) [limits]``, then why it failed or has no value."""
     name = f"{o.check.path.text} " if path else ""
     if o.value is None:
-        return f"{name}: {o.message}".lstrip(" :") if not path else f"{o.check.path.text}: {o.message}"
+        return (
+            f"{name}: {o.message}".lstrip(" :") if not path else f"{o.check.path.text}: {o.message}"
+        )
     text = f"{name}= {cell(o.value, o.format)}"
     if o.baseline is not None:
         sign = "+" if o.value >= o.baseline else ""
-        text += f" (baseline {cell(o.baseline, o.format)}, {sign}{_pct(_change(o.value, o.baseline))})"
+        text += (
+            f" (baseline {cell(o.baseline, o.format)}, {sign}{_pct(_change(o.value, o.baseline))})"
+        )
     limits = ", ".join(
-        f"{k.replace('_', ' ')} {_pct(v) if k in ('max_increase', 'max_decrease') else cell(v, o.format)}"
+        f"{k.replace('_', ' ')} "
+        f"{_pct(v) if k in ('max_increase', 'max_decrease') else cell(v, o.format)}"
         for k, v in o.check.limits.items()
     )
     text += f"  [{limits}]"
@@ -362,7 +434,8 @@ def _shown(o: Outcome, *, path: bool = True) -> str:
 def github_annotations(result: Result) -> list[str]:
     """``::error`` workflow commands, which GitHub Actions shows on the run's summary page."""
     return [
-        f"::error title={escape_property(f'rlperf audit: {o.check.name}')}::{escape_data(_shown(o))}"
+        "::error "
+        f"title={escape_property(f'rlperf audit: {o.check.name}')}::{escape_data(_shown(o))}"
         for o in [*result.failed, *result.errors]
     ]
 
@@ -373,7 +446,8 @@ def escape_data(text: str) -> str:
 
 
 def escape_property(text: str) -> str:
-    """A workflow command's property value (``title=``): also ``:`` and ``,``, which would end it."""
+    """A workflow command's property value (``title=``): also ``:`` and ``,``, which would end
+    it."""
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
@@ -384,14 +458,30 @@ def junit_xml(result: Result, *, suite: str = "rlperf audit") -> str:
 
     failed = len(result.failed)
     skipped = sum(o.status == "skip" for o in result.outcomes)
-    counts = {"tests": str(len(result.outcomes)), "failures": str(failed), "errors": str(len(result.errors))}
+    counts = {
+        "tests": str(len(result.outcomes)),
+        "failures": str(failed),
+        "errors": str(len(result.errors)),
+    }
     root = ET.Element("testsuites", {"name": suite, **counts, "time": "0"})
-    node = ET.SubElement(root, "testsuite", {"name": f"{suite}: {result.subject}" if result.subject else suite, **counts,
-                                             "skipped": str(skipped), "time": "0"})
+    node = ET.SubElement(
+        root,
+        "testsuite",
+        {
+            "name": f"{suite}: {result.subject}" if result.subject else suite,
+            **counts,
+            "skipped": str(skipped),
+            "time": "0",
+        },
+    )
     for o in result.outcomes:
-        case = ET.SubElement(node, "testcase", {"name": o.check.name, "classname": "rlperf.audit", "time": "0"})
+        case = ET.SubElement(
+            node, "testcase", {"name": o.check.name, "classname": "rlperf.audit", "time": "0"}
+        )
         if o.status == "fail":
-            failure = ET.SubElement(case, "failure", {"message": o.message or "budget exceeded", "type": "budget"})
+            failure = ET.SubElement(
+                case, "failure", {"message": o.message or "budget exceeded", "type": "budget"}
+            )
             failure.text = _shown(o)
         elif o.status == "error":
             error = ET.SubElement(case, "error", {"message": o.message, "type": "internal"})

@@ -30,11 +30,12 @@ from ..model.scalars import number
 
 REASONS: dict[str, str] = {
     "stream_sync": "HTA counts CUDA stream-synchronisation rows as busy GPU time; rlperf does not "
-                   "(a sync is the host waiting for the GPU, not GPU work).",
+    "(a sync is the host waiting for the GPU, not GPU work).",
     "launchless": "HTA may leave out GPU work whose launch record is missing from the trace; "
-                  "rlperf counts it (it ran on the GPU inside the window).",
-    "ns_rounding": "HTA rounds sub-µs timestamps inward (start up, end down to whole µs), shrinking "
-                   "every kernel by up to 2 µs; HTA_DISABLE_NS_ROUNDING=1 turns that off.",
+    "rlperf counts it (it ran on the GPU inside the window).",
+    "ns_rounding": "HTA rounds sub-µs timestamps inward (start "
+                   "up, end down to whole µs), shrinking "
+    "every kernel by up to 2 µs; HTA_DISABLE_NS_ROUNDING=1 turns that off.",
 }
 """The documented reasons rlperf and HTA differ (tests/test_hta_differential.py)."""
 
@@ -45,8 +46,12 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("non_compute_us", "non-compute"),
     ("overlap_pct", "comm overlapped by compute (%)"),
 )
-HTA_COLUMNS = {"window_us": "kernel_time(us)", "idle_us": "idle_time(us)", "compute_us": "compute_time(us)",
-               "non_compute_us": "non_compute_time(us)"}
+HTA_COLUMNS = {
+    "window_us": "kernel_time(us)",
+    "idle_us": "idle_time(us)",
+    "compute_us": "compute_time(us)",
+    "non_compute_us": "non_compute_time(us)",
+}
 HTA_ROUNDED_KINDS = (*GPU_ACTIVITY_KINDS, "gpu_sync")
 """The GPU rows whose timestamps HTA rounds (its busy time counts stream syncs too)."""
 AGREE_FRACTION = 0.01
@@ -77,7 +82,11 @@ def load_hta():
     try:
         from hta.trace_analysis import TraceAnalysis
     except ImportError:
-        raise InputError("hta", "the cross-check needs Holistic Trace Analysis: pip install 'rlperf[hta]' (PyPI traceinsight)") from None
+        raise InputError(
+            "hta",
+            "the cross-check needs Holistic Trace Analysis: "
+            "pip install 'rlperf[hta]' (PyPI traceinsight)",
+        ) from None
     return TraceAnalysis
 
 
@@ -96,18 +105,35 @@ def crosscheck(run, progress=lambda **_: None) -> CrossCheck:
         try:
             theirs = hta_numbers(analysis, source.path)
         except Exception as exc:  # HTA fails in its own ways (e.g. IndexError on CPU-only traces)
-            problems.append(f"{source.path.name}: HTA could not analyse it ({type(exc).__name__}: {exc})")
+            problems.append(
+                f"{source.path.name}: HTA could not analyse it ({type(exc).__name__}: {exc})"
+            )
             progress(what=source.path.name)
             continue
         rank_rows, rank_reasons = _compare(source.rank, events, theirs, source.meta)
         rows += rank_rows
         reasons += rank_reasons
         progress(what=source.path.name)
-    table = pl.DataFrame(rows, schema={
-        "rank": pl.Int64, "metric": pl.String, "rlperf": pl.Float64, "hta": pl.Float64, "difference": pl.Float64,
-        "explained": pl.Float64, "unexplained": pl.Float64, "agree": pl.Boolean,
-    })
-    return CrossCheck(table, pl.DataFrame(reasons, schema={"rank": pl.Int64, "reason": pl.String, "effect_us": pl.Float64}), problems)
+    table = pl.DataFrame(
+        rows,
+        schema={
+            "rank": pl.Int64,
+            "metric": pl.String,
+            "rlperf": pl.Float64,
+            "hta": pl.Float64,
+            "difference": pl.Float64,
+            "explained": pl.Float64,
+            "unexplained": pl.Float64,
+            "agree": pl.Boolean,
+        },
+    )
+    return CrossCheck(
+        table,
+        pl.DataFrame(
+            reasons, schema={"rank": pl.Int64, "reason": pl.String, "effect_us": pl.Float64}
+        ),
+        problems,
+    )
 
 
 def hta_numbers(analysis, path: Path) -> dict[str, float]:
@@ -158,7 +184,9 @@ def without_launchless(events: pl.DataFrame) -> pl.DataFrame:
     """The events less GPU work whose correlation id no runtime launch carries."""
     launched = events.filter(pl.col("kind") == "runtime").select("corr").unique()
     activity = pl.col("kind").is_in(GPU_ACTIVITY_KINDS)
-    return pl.concat([events.filter(~activity), events.filter(activity).join(launched, on="corr", how="semi")])
+    return pl.concat(
+        [events.filter(~activity), events.filter(activity).join(launched, on="corr", how="semi")]
+    )
 
 
 def rounded_like_hta(events: pl.DataFrame, base_ns: int) -> pl.DataFrame:
@@ -170,7 +198,10 @@ def rounded_like_hta(events: pl.DataFrame, base_ns: int) -> pl.DataFrame:
     down = end // 1000 * 1000 + base_ns
     return events.with_columns(
         pl.when(activity).then(up).otherwise(pl.col("start_ns")).alias("start_ns"),
-        pl.when(activity).then(pl.max_horizontal(down, up)).otherwise(pl.col("end_ns")).alias("end_ns"),
+        pl.when(activity)
+        .then(pl.max_horizontal(down, up))
+        .otherwise(pl.col("end_ns"))
+        .alias("end_ns"),
     )
 
 
@@ -200,7 +231,9 @@ def _compare(rank: int, events: pl.DataFrame, theirs: dict[str, float], meta: di
         trial = ours(trial_events, hta_compatible=trial_compatible)
         trial_idle, adjusted_idle = number(trial["idle_us"]), adjusted["idle_us"]
         if abs(trial_idle - theirs["idle_us"]) < abs(adjusted_idle - theirs["idle_us"]) - 1e-6:
-            reasons.append({"rank": rank, "reason": reason, "effect_us": trial_idle - adjusted_idle})
+            reasons.append(
+                {"rank": rank, "reason": reason, "effect_us": trial_idle - adjusted_idle}
+            )
             current, compatible, adjusted = trial_events, trial_compatible, trial
     rows = []
     window = theirs["window_us"] or 1.0
@@ -213,7 +246,19 @@ def _compare(rank: int, events: pl.DataFrame, theirs: dict[str, float], meta: di
         unexplained = None if fitted is None or hta is None else fitted - hta
         explained = None if difference is None or unexplained is None else difference - unexplained
         tolerance = 1.0 if metric == "overlap_pct" else AGREE_FRACTION * window
-        agree = (value is None and hta is None) or (unexplained is not None and abs(unexplained) <= tolerance)
-        rows.append({"rank": rank, "metric": metric, "rlperf": value, "hta": hta, "difference": difference,
-                     "explained": explained, "unexplained": unexplained, "agree": agree})
+        agree = (value is None and hta is None) or (
+            unexplained is not None and abs(unexplained) <= tolerance
+        )
+        rows.append(
+            {
+                "rank": rank,
+                "metric": metric,
+                "rlperf": value,
+                "hta": hta,
+                "difference": difference,
+                "explained": explained,
+                "unexplained": unexplained,
+                "agree": agree,
+            }
+        )
     return rows, reasons

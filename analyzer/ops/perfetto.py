@@ -41,10 +41,14 @@ DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_sync", "gpu_annotation")
 
 def export(run, output: Path) -> dict[str, Any]:
     """Write ``run`` to ``output`` (gzip when it ends in ``.gz``); returns what was written."""
-    events = run.events.filter((pl.col("rank") >= 0) & pl.col("kind").cast(pl.String).is_in(list(CATEGORY)))
+    events = run.events.filter(
+        (pl.col("rank") >= 0) & pl.col("kind").cast(pl.String).is_in(list(CATEGORY))
+    )
     stages = frame_of(run, "stage_timeline", "rank", "step", "stage", "name", "start_ns", "end_ns")
     bubbles = _bubbles(run)
-    starts = [as_int(f["start_ns"].min()) for f in (events, stages, bubbles) if f is not None and f.height]
+    starts = [
+        as_int(f["start_ns"].min()) for f in (events, stages, bubbles) if f is not None and f.height
+    ]
     if not starts:
         raise ValueError("nothing to export: the run has no trace events")
     t0 = (min(starts) // 1000) * 1000
@@ -59,7 +63,11 @@ def export(run, output: Path) -> dict[str, Any]:
     if bubbles is not None and bubbles.height:
         parts.append(_bubble_slices(bubbles, t0))
         counts["bubble_slices"] = bubbles.height
-    body = pl.concat([p for p in parts if p.len()]) if any(p.len() for p in parts) else pl.Series([], dtype=pl.String)
+    body = (
+        pl.concat([p for p in parts if p.len()])
+        if any(p.len() for p in parts)
+        else pl.Series([], dtype=pl.String)
+    )
     meta = _metadata(run, events, stages, bubbles)
     header = {
         "schemaVersion": 1,
@@ -67,13 +75,19 @@ def export(run, output: Path) -> dict[str, Any]:
         "traceName": "rlperf export",
         "rlperf": {"stage_tid": STAGE_TID, "bubble_tid": BUBBLE_TID, "ranks": run.ranks, **counts},
     }
-    text = json.dumps(header)[:-1] + ',"traceEvents":[\n' + ",\n".join([*meta, *body.to_list()]) + "\n]}\n"
+    text = (
+        json.dumps(header)[:-1]
+        + ',"traceEvents":[\n'
+        + ",\n".join([*meta, *body.to_list()])
+        + "\n]}\n"
+    )
     _write(output, text.encode())
     return {"path": str(output), "bytes": output.stat().st_size, **counts}
 
 
 def _write(output: Path, data: bytes) -> None:
-    """``data`` at ``output`` atomically (gzipped for ``.gz``): a failed write leaves no half trace."""
+    """``data`` at ``output`` atomically (gzipped for ``.gz``): a failed write leaves no half
+    trace."""
     from ..report.files import atomic_binary
 
     with atomic_binary(output) as fh:
@@ -105,10 +119,16 @@ def _dur() -> pl.Expr:
 def _json_strings(column: pl.Expr, values: pl.Series) -> pl.Expr:
     """A string column as JSON string literals (each distinct value escaped once)."""
     distinct = values.cast(pl.String).fill_null("").unique().to_list()
-    return column.cast(pl.String).fill_null("").replace_strict({v: json.dumps(v) for v in distinct}, return_dtype=pl.String)
+    return (
+        column.cast(pl.String)
+        .fill_null("")
+        .replace_strict({v: json.dumps(v) for v in distinct}, return_dtype=pl.String)
+    )
 
 
-def _slice(cat: pl.Expr, name: pl.Expr, pid: pl.Expr, tid: pl.Expr, t0: int, args: pl.Expr, ph: str = "X") -> pl.Expr:
+def _slice(
+    cat: pl.Expr, name: pl.Expr, pid: pl.Expr, tid: pl.Expr, t0: int, args: pl.Expr, ph: str = "X"
+) -> pl.Expr:
     dur = _text(',"dur":', _dur()) if ph == "X" else pl.lit(',"s":"t"')
     return _text(
         f'{{"ph":"{ph}","cat":"', cat, '","name":', name, ',"pid":', pid, ',"tid":', tid,
@@ -130,7 +150,9 @@ def _events(events: pl.DataFrame, t0: int) -> pl.Series:
         pl.when(~collective).then(pl.col("bytes")).alias("bytes"),
         pl.when(collective).then(pl.col("coll").cast(pl.String)).alias("Collective name"),
         pl.when(collective).then(pl.col("pg").cast(pl.String)).alias("Process Group Name"),
-        pl.when(collective).then(pl.col("pg_desc").cast(pl.String)).alias("Process Group Description"),
+        pl.when(collective)
+        .then(pl.col("pg_desc").cast(pl.String))
+        .alias("Process Group Description"),
         pl.when(collective).then(pl.col("pg_ranks")).alias("Process Group Ranks"),
         pl.when(collective).then(pl.col("group_size")).alias("Group size"),
         pl.when(collective & pl.col("bytes").is_not_null()).then(pl.lit("Byte")).alias("dtype"),
@@ -154,7 +176,9 @@ def _events(events: pl.DataFrame, t0: int) -> pl.Series:
 
 def _stage_slices(stages: pl.DataFrame, t0: int) -> pl.Series:
     args = pl.struct(
-        pl.col("stage").cast(pl.String).alias("stage"), pl.col("step"), pl.col("name").cast(pl.String).alias("range"),
+        pl.col("stage").cast(pl.String).alias("stage"),
+        pl.col("step"),
+        pl.col("name").cast(pl.String).alias("range"),
         *[pl.col(c).cast(pl.String) for c in ("role",) if c in stages.columns],
         *[pl.col(c) for c in ("inferred",) if c in stages.columns],
     ).struct.json_encode()
@@ -176,18 +200,34 @@ def _bubbles(run) -> pl.DataFrame | None:
     ).filter(pl.col("end_ns") > pl.col("start_ns")).with_row_index("_i")
     marked: list[int] = []
     if largest is not None and largest.height:
-        top = largest.select("rank", pl.col("cause").cast(pl.String), pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"))
-        hits = idle.join(top, on=["rank", "cause"]).filter((pl.col("start_ns") < pl.col("_e")) & (pl.col("end_ns") > pl.col("_s")))
+        top = largest.select(
+            "rank",
+            pl.col("cause").cast(pl.String),
+            pl.col("start_ns").alias("_s"),
+            pl.col("end_ns").alias("_e"),
+        )
+        hits = idle.join(top, on=["rank", "cause"]).filter(
+            (pl.col("start_ns") < pl.col("_e")) & (pl.col("end_ns") > pl.col("_s"))
+        )
         marked = hits["_i"].unique().to_list()
     return idle.with_columns(pl.col("_i").is_in(marked).alias("largest")).drop("_i")
 
 
 def _bubble_slices(bubbles: pl.DataFrame, t0: int) -> pl.Series:
     args = pl.struct("cause", "step", "largest").struct.json_encode()
-    name = pl.when(pl.col("largest")).then(_text('"largest bubble: ', pl.col("cause"), '"')).otherwise(_text('"bubble: ', pl.col("cause"), '"'))
+    name = (
+        pl.when(pl.col("largest"))
+        .then(_text('"largest bubble: ', pl.col("cause"), '"'))
+        .otherwise(_text('"bubble: ', pl.col("cause"), '"'))
+    )
     color = pl.when(pl.col("largest")).then(pl.lit("terrible")).otherwise(pl.lit("bad"))
-    rows = bubbles.select(_slice(pl.lit(BUBBLE_CATEGORY), name, pl.col("rank"), pl.lit(BUBBLE_TID), t0, args), color.alias("c"))
-    return rows.select(_text(pl.col(rows.columns[0]).str.strip_suffix("}"), ',"cname":"', pl.col("c"), '"}')).to_series()
+    rows = bubbles.select(
+        _slice(pl.lit(BUBBLE_CATEGORY), name, pl.col("rank"), pl.lit(BUBBLE_TID), t0, args),
+        color.alias("c"),
+    )
+    return rows.select(
+        _text(pl.col(rows.columns[0]).str.strip_suffix("}"), ',"cname":"', pl.col("c"), '"}')
+    ).to_series()
 
 
 def _flows(run, stages: pl.DataFrame, t0: int) -> pl.Series:
@@ -197,39 +237,90 @@ def _flows(run, stages: pl.DataFrame, t0: int) -> pl.Series:
     sync = stages.filter(pl.col("stage").cast(pl.String) == "weight_sync")
     if pools is None or sync.height == 0:
         return pl.Series([], dtype=pl.String)
-    tagged = sync.join(pools.select("rank", pl.col("pool").cast(pl.String)), on="rank").with_columns(
-        ((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("mid")
+    tagged = sync.join(
+        pools.select("rank", pl.col("pool").cast(pl.String)), on="rank"
+    ).with_columns(((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("mid"))
+    sources = (
+        tagged.filter(pl.col("pool") == "train")
+        .sort("rank", "start_ns")
+        .group_by("step", maintain_order=True)
+        .first()
     )
-    sources = tagged.filter(pl.col("pool") == "train").sort("rank", "start_ns").group_by("step", maintain_order=True).first()
-    targets = tagged.filter(pl.col("pool") == "rollout").sort("step", "rank", "start_ns").group_by("step", "rank", maintain_order=True).first()
-    pairs = targets.join(sources.select("step", pl.col("rank").alias("src"), pl.col("mid").alias("src_mid")), on="step").with_row_index("id", offset=1)
+    targets = (
+        tagged.filter(pl.col("pool") == "rollout")
+        .sort("step", "rank", "start_ns")
+        .group_by("step", "rank", maintain_order=True)
+        .first()
+    )
+    pairs = targets.join(
+        sources.select("step", pl.col("rank").alias("src"), pl.col("mid").alias("src_mid")),
+        on="step",
+    ).with_row_index("id", offset=1)
     if pairs.height == 0:
         return pl.Series([], dtype=pl.String)
     head = f'"cat":"{FLOW_CATEGORY}","name":"weight sync","id":'
-    start = _text('{"ph":"s",' + head, pl.col("id"), ',"pid":', pl.col("src"), f',"tid":{STAGE_TID},"ts":', _ts("src_mid", t0), "}")
-    finish = _text('{"ph":"f","bp":"e",' + head, pl.col("id"), ',"pid":', pl.col("rank"), f',"tid":{STAGE_TID},"ts":', _ts("mid", t0), "}")
+    start = _text(
+        '{"ph":"s",' + head,
+        pl.col("id"),
+        ',"pid":',
+        pl.col("src"),
+        f',"tid":{STAGE_TID},"ts":',
+        _ts("src_mid", t0),
+        "}",
+    )
+    finish = _text(
+        '{"ph":"f","bp":"e",' + head,
+        pl.col("id"),
+        ',"pid":',
+        pl.col("rank"),
+        f',"tid":{STAGE_TID},"ts":',
+        _ts("mid", t0),
+        "}",
+    )
     return pl.concat([pairs.select(start).to_series(), pairs.select(finish).to_series()])
 
 
-def _metadata(run, events: pl.DataFrame, stages: pl.DataFrame | None, bubbles: pl.DataFrame | None) -> list[str]:
+def _metadata(
+    run, events: pl.DataFrame, stages: pl.DataFrame | None, bubbles: pl.DataFrame | None
+) -> list[str]:
     """Process and thread names and orders: rank r is "rank r (pool, host)", stages on top."""
     pools = frame_of(run, "pools", "rank", "pool")
-    pool_of = {} if pools is None else dict(zip(pools["rank"].to_list(), pools["pool"].cast(pl.String).to_list(), strict=True))
+    pool_of = (
+        {}
+        if pools is None
+        else dict(
+            zip(pools["rank"].to_list(), pools["pool"].cast(pl.String).to_list(), strict=True)
+        )
+    )
     hosts = events.group_by("rank").agg(pl.col("host").cast(pl.String).drop_nulls().first())
     host_of = dict(zip(hosts["rank"].to_list(), hosts["host"].to_list(), strict=True))
     out = []
-    ranks = sorted(set(events["rank"].to_list()) | set(stages["rank"].to_list() if stages is not None else []))
+    ranks = sorted(
+        set(events["rank"].to_list()) | set(stages["rank"].to_list() if stages is not None else [])
+    )
     for rank in ranks:
         label = ", ".join(str(x) for x in (pool_of.get(rank), host_of.get(rank)) if x)
-        out.append(_meta("process_name", rank, None, {"name": f"rank {rank}" + (f" ({label})" if label else "")}))
+        out.append(
+            _meta(
+                "process_name",
+                rank,
+                None,
+                {"name": f"rank {rank}" + (f" ({label})" if label else "")},
+            )
+        )
         out.append(_meta("process_sort_index", rank, None, {"sort_index": rank}))
     tracks = events.select(
         "rank", pl.col("kind").cast(pl.String).is_in(DEVICE_KINDS).alias("gpu"),
         pl.when(pl.col("kind").cast(pl.String).is_in(DEVICE_KINDS)).then(pl.col("stream").cast(pl.Int64)).otherwise(pl.col("tid")).alias("tid"),
     ).unique().sort("rank", "gpu", "tid", descending=[False, True, False])
     for rank, gpu, tid in tracks.iter_rows():
-        out.append(_meta("thread_name", rank, tid, {"name": f"stream {tid}" if gpu else f"thread {tid}"}))
-    for frame, tid, title, order in ((stages, STAGE_TID, "stages", -2), (bubbles, BUBBLE_TID, "bubbles (idle by cause)", -1)):
+        out.append(
+            _meta("thread_name", rank, tid, {"name": f"stream {tid}" if gpu else f"thread {tid}"})
+        )
+    for frame, tid, title, order in (
+        (stages, STAGE_TID, "stages", -2),
+        (bubbles, BUBBLE_TID, "bubbles (idle by cause)", -1),
+    ):
         if frame is None or frame.height == 0:
             continue
         for rank in sorted(frame["rank"].unique().to_list()):

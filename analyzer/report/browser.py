@@ -76,7 +76,9 @@ def _run(args: list[str]) -> tuple[str, str]:
         raise BrowserError("Chromium is not installed (apt-get install chromium)")
     profile = tempfile.mkdtemp(prefix="rlperf-chromium-")
     command = [binary, *FLAGS, f"--user-data-dir={profile}", *args]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -112,7 +114,11 @@ class _Charts(HTMLParser):
             self._depth += 1
             if found.get("data-chart"):
                 key = str(found["data-chart"])
-                self.charts[key] = {"rendered": str(found.get("data-rendered") or ""), "svg": 0, "canvas": 0}
+                self.charts[key] = {
+                    "rendered": str(found.get("data-rendered") or ""),
+                    "svg": 0,
+                    "canvas": 0,
+                }
                 self._open.append((key, self._depth))
         elif tag in ("svg", "canvas") and self._open:
             entry = self.charts[self._open[-1][0]]

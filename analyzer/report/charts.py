@@ -1,7 +1,7 @@
 """The report's figures, built from the run's products (altair / Vega-Lite specs).
 
-Each figure reads named products whose schemas are in ``analyzer/model/frames.py``; when a product is
-not provided (or is empty) the figure carries no chart but says what it needs, so every report
+Each figure reads named products whose schemas are in ``analyzer/model/frames.py``; when a product
+is not provided (or is empty) the figure carries no chart but says what it needs, so every report
 shows the analysis the moment its product lands. A figure also keeps the numbers it draws
 (``table``), which the Markdown and PNG reports use.
 
@@ -24,7 +24,11 @@ from taxonomy.vocab import CAUSE_COLORS, IDLE_CAUSES, STAGE_COLORS, STAGE_NAMES
 from ..analyses.overview import frame_of as product
 from ..model.scalars import as_float, as_int
 
-OVERLAP_COLORS: dict[str, str] = {"exposed": "#e15759", "hidden": "#bab0ac", "overlap unknown": "#4e79a7"}
+OVERLAP_COLORS: dict[str, str] = {
+    "exposed": "#e15759",
+    "hidden": "#bab0ac",
+    "overlap unknown": "#4e79a7",
+}
 BUBBLE_MARK = "#c00000"
 
 WIDTH = 860
@@ -32,7 +36,8 @@ ROW_PX = 16
 MAX_TIMELINE_MARKS = 4000
 """Above this many stage segments the timeline is aggregated into time slices."""
 TIMELINE_SLICES = 400
-"""Slices per rank in an aggregated timeline (fewer when many ranks: at most MAX_TIMELINE_MARKS in all)."""
+"""Slices per rank in an aggregated timeline (fewer when many ranks: at most MAX_TIMELINE_MARKS in
+all)."""
 MARKED_BUBBLES = 20
 """How many of the largest bubbles the timeline marks."""
 
@@ -69,13 +74,24 @@ def remarks(run) -> list[str]:
 
 def missing(key: str, title: str, name: str, what: str, frame: pl.DataFrame | None) -> Figure:
     if frame is None:
-        return Figure(key, title, needs=f"needs {what} (product '{name}'), which this run does not provide")
-    return Figure(key, title, needs=f"{what} found nothing to show in these sources (product '{name}' is empty)")
+        return Figure(
+            key, title, needs=f"needs {what} (product '{name}'), which this run does not provide"
+        )
+    return Figure(
+        key,
+        title,
+        needs=f"{what} found nothing to show in these sources (product '{name}' is empty)",
+    )
 
 
 def _who() -> pl.Expr:
     """Rank as a label: the driver (rank -1, the single controller) by name."""
-    return pl.when(pl.col("rank") < 0).then(pl.lit("driver")).otherwise(pl.col("rank").cast(pl.String)).alias("rank")
+    return (
+        pl.when(pl.col("rank") < 0)
+        .then(pl.lit("driver"))
+        .otherwise(pl.col("rank").cast(pl.String))
+        .alias("rank")
+    )
 
 
 def _who_order(frame: pl.DataFrame) -> list[str]:
@@ -96,7 +112,11 @@ def _scale(colors: dict[str, str], present: pl.Series) -> alt.Scale:
 
 def _rank_of(column: str, order: tuple[str, ...]) -> pl.Expr:
     """A category's place in the vocabulary, to stack bars in vocabulary order."""
-    return pl.col(column).replace_strict({v: i for i, v in enumerate(order)}, default=len(order)).alias("order")
+    return (
+        pl.col(column)
+        .replace_strict({v: i for i, v in enumerate(order)}, default=len(order))
+        .alias("order")
+    )
 
 
 def _values(frame: pl.DataFrame) -> alt.Data:
@@ -111,14 +131,21 @@ def timeline(run) -> Figure:
     segments = product(run, "stage_timeline", "rank", "step", "stage", "name", "start_ns", "end_ns")
     if segments is None or segments.height == 0:
         return missing(key, title, "stage_timeline", "stage classification", segments)
-    segments = segments.with_columns(pl.col("stage").cast(pl.String), pl.col("name").cast(pl.String))
+    segments = segments.with_columns(
+        pl.col("stage").cast(pl.String), pl.col("name").cast(pl.String)
+    )
     t0 = as_int(segments["start_ns"].min())
     note = "Drag to pan, scroll to zoom (time axis)."
     if segments.height > MAX_TIMELINE_MARKS:
-        slices = max(20, min(TIMELINE_SLICES, MAX_TIMELINE_MARKS // max(1, segments["rank"].n_unique())))
+        slices = max(
+            20, min(TIMELINE_SLICES, MAX_TIMELINE_MARKS // max(1, segments["rank"].n_unique()))
+        )
         segments = aggregate_timeline(segments, slices)
-        note = (f"{note} Aggregated: too many segments to draw, so each rank's time is cut into {slices} "
-                "slices and each slice shows the stage that filled most of it.")
+        note = (
+            f"{note} Aggregated: too many segments to draw, "
+            f"so each rank's time is cut into {slices} "
+            "slices and each slice shows the stage that filled most of it."
+        )
     data = segments.select(
         _who(), "step", "stage", "name", _ms("start_ns", t0), _ms("end_ns", t0),
         ((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("duration_ms"),
@@ -126,28 +153,65 @@ def timeline(run) -> Figure:
     ranks = _who_order(segments)
     y = alt.Y("rank:N", sort=ranks, title="rank")
     zoom = alt.selection_interval(bind="scales", encodings=["x"])
-    bars = alt.Chart(_values(data)).mark_bar(height=ROW_PX - 3).encode(
-        x=alt.X("start_ms:Q", title="time since first stage (ms)",
-                scale=alt.Scale(domain=[0, as_float(data["end_ms"].max())], nice=False, zero=False)),
-        x2="end_ms:Q",
-        y=y,
-        color=alt.Color("stage:N", scale=_scale(STAGE_COLORS, data["stage"]), legend=alt.Legend(title="stage")),
-        tooltip=["rank:N", "step:O", "stage:N", "name:N", alt.Tooltip("duration_ms:Q", format=".3f")],
-    ).add_params(zoom)
+    bars = (
+        alt.Chart(_values(data))
+        .mark_bar(height=ROW_PX - 3)
+        .encode(
+            x=alt.X(
+                "start_ms:Q",
+                title="time since first stage (ms)",
+                scale=alt.Scale(domain=[0, as_float(data["end_ms"].max())], nice=False, zero=False),
+            ),
+            x2="end_ms:Q",
+            y=y,
+            color=alt.Color(
+                "stage:N",
+                scale=_scale(STAGE_COLORS, data["stage"]),
+                legend=alt.Legend(title="stage"),
+            ),
+            tooltip=[
+                "rank:N",
+                "step:O",
+                "stage:N",
+                "name:N",
+                alt.Tooltip("duration_ms:Q", format=".3f"),
+            ],
+        )
+        .add_params(zoom)
+    )
     layers: list[alt.Chart] = [bars]
     bubbles = product(run, "largest_bubbles", "rank", "step", "cause", "start_ns", "end_ns")
     if bubbles is not None and bubbles.height:
-        top = bubbles.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("_d")).sort("_d", descending=True).head(MARKED_BUBBLES)
+        top = (
+            bubbles.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("_d"))
+            .sort("_d", descending=True)
+            .head(MARKED_BUBBLES)
+        )
         marks = top.select(
             _who(), "step", pl.col("cause").cast(pl.String), _ms("start_ns", t0), _ms("end_ns", t0),
             (pl.col("_d") / 1e6).alias("duration_ms"),
         )
-        layers.append(alt.Chart(_values(marks)).mark_bar(
-            height=ROW_PX - 3, fillOpacity=0.15, fill=BUBBLE_MARK, stroke=BUBBLE_MARK, strokeWidth=1.5,
-        ).encode(
-            x="start_ms:Q", x2="end_ms:Q", y=y,
-            tooltip=[alt.Tooltip("cause:N", title="bubble"), "rank:N", "step:O", alt.Tooltip("duration_ms:Q", format=".3f")],
-        ))
+        layers.append(
+            alt.Chart(_values(marks))
+            .mark_bar(
+                height=ROW_PX - 3,
+                fillOpacity=0.15,
+                fill=BUBBLE_MARK,
+                stroke=BUBBLE_MARK,
+                strokeWidth=1.5,
+            )
+            .encode(
+                x="start_ms:Q",
+                x2="end_ms:Q",
+                y=y,
+                tooltip=[
+                    alt.Tooltip("cause:N", title="bubble"),
+                    "rank:N",
+                    "step:O",
+                    alt.Tooltip("duration_ms:Q", format=".3f"),
+                ],
+            )
+        )
         note += f" Red outlines: the {marks.height} largest bubbles (idle runs of one cause)."
     chart = alt.layer(*layers).properties(width=WIDTH, height=ROW_PX * len(ranks), title=title)
     return Figure(key, title, chart=chart, note=note)
@@ -155,7 +219,8 @@ def timeline(run) -> Figure:
 
 def aggregate_timeline(segments: pl.DataFrame, slices: int) -> pl.DataFrame:
     """Per rank, ``slices`` equal slices of the run; each becomes the stage that covers most of it
-    (adjacent slices of one stage merged). Keeps the timeline's columns; ``name`` says it is a slice."""
+    (adjacent slices of one stage merged). Keeps the timeline's columns; ``name`` says it is a
+    slice."""
     t0, t1 = as_int(segments["start_ns"].min()), as_int(segments["end_ns"].max())
     width = max(1, -(-(t1 - t0) // slices))
     first = (pl.col("start_ns") - t0) // width
@@ -173,13 +238,23 @@ def aggregate_timeline(segments: pl.DataFrame, slices: int) -> pl.DataFrame:
         .group_by("rank", "slice", maintain_order=True)
         .first()
     )
-    run = (pl.col("stage") != pl.col("stage").shift(1)) | (pl.col("slice") != pl.col("slice").shift(1) + 1)
+    run = (pl.col("stage") != pl.col("stage").shift(1)) | (
+        pl.col("slice") != pl.col("slice").shift(1) + 1
+    )
     return (
         filled.with_columns(run.fill_null(True).cum_sum().over("rank").alias("_run"))
         .group_by("rank", "_run", maintain_order=True)
-        .agg(pl.col("stage").first(), pl.col("step").min(), pl.col("slice").min().alias("_a"), pl.col("slice").max().alias("_b"))
+        .agg(
+            pl.col("stage").first(),
+            pl.col("step").min(),
+            pl.col("slice").min().alias("_a"),
+            pl.col("slice").max().alias("_b"),
+        )
         .select(
-            "rank", "step", "stage", pl.lit("(aggregated)").alias("name"),
+            "rank",
+            "step",
+            "stage",
+            pl.lit("(aggregated)").alias("name"),
             (t0 + pl.col("_a") * width).alias("start_ns"),
             pl.min_horizontal(t0 + (pl.col("_b") + 1) * width, pl.lit(t1)).alias("end_ns"),
         )
@@ -197,22 +272,42 @@ def stage_share(run) -> Figure:
     ranks = breakdown.group_by("step").agg(pl.col("rank").n_unique().alias("_ranks"))
     table = (
         breakdown.with_columns(pl.col("stage").cast(pl.String))
-        .group_by("step", "stage").agg(pl.col("share").sum(), pl.col("time_ns").sum())
+        .group_by("step", "stage")
+        .agg(pl.col("share").sum(), pl.col("time_ns").sum())
         .join(ranks, on="step")
-        .with_columns((pl.col("share") / pl.col("_ranks")).alias("share"), _rank_of("stage", STAGE_NAMES))
+        .with_columns(
+            (pl.col("share") / pl.col("_ranks")).alias("share"), _rank_of("stage", STAGE_NAMES)
+        )
         .drop("_ranks")
         .sort("step", "stage")
     )
-    chart = alt.Chart(_values(table)).mark_bar().encode(
-        x=alt.X("step:O", title="step"),
-        y=alt.Y("share:Q", title="share of the step (mean over ranks)", axis=alt.Axis(format="%")),
-        color=alt.Color("stage:N", scale=_scale(STAGE_COLORS, table["stage"]), legend=alt.Legend(title="stage")),
-        order=alt.Order("order:Q"),
-        tooltip=["step:O", "stage:N", alt.Tooltip("share:Q", format=".1%")],
-    ).properties(width=min(WIDTH, 60 * table["step"].n_unique() + 120), height=260, title=title)
+    chart = (
+        alt.Chart(_values(table))
+        .mark_bar()
+        .encode(
+            x=alt.X("step:O", title="step"),
+            y=alt.Y(
+                "share:Q", title="share of the step (mean over ranks)", axis=alt.Axis(format="%")
+            ),
+            color=alt.Color(
+                "stage:N",
+                scale=_scale(STAGE_COLORS, table["stage"]),
+                legend=alt.Legend(title="stage"),
+            ),
+            order=alt.Order("order:Q"),
+            tooltip=["step:O", "stage:N", alt.Tooltip("share:Q", format=".1%")],
+        )
+        .properties(width=min(WIDTH, 60 * table["step"].n_unique() + 120), height=260, title=title)
+    )
     wide = table.pivot(on="stage", index="step", values="share").sort("step")
-    return Figure(key, title, chart=chart, table=wide, formats={c: "percent" for c in wide.columns if c != "step"},
-                  note="Each bar: the step's wall time by stage, averaged over ranks.")
+    return Figure(
+        key,
+        title,
+        chart=chart,
+        table=wide,
+        formats={c: "percent" for c in wide.columns if c != "step"},
+        note="Each bar: the step's wall time by stage, averaged over ranks.",
+    )
 
 
 # --- bubbles by cause --------------------------------------------------------------------------
@@ -223,7 +318,12 @@ def bubble_causes(run) -> Figure:
     bubbles = product(run, "bubbles", "step", "rank", "window_ns", "cause", "idle_ns")
     if bubbles is None or bubbles.height == 0:
         return missing(key, title, "bubbles", "the idle-time analysis", bubbles)
-    windows = bubbles.group_by("step", "rank").agg(pl.col("window_ns").first()).group_by("rank").agg(pl.col("window_ns").sum())
+    windows = (
+        bubbles.group_by("step", "rank")
+        .agg(pl.col("window_ns").first())
+        .group_by("rank")
+        .agg(pl.col("window_ns").sum())
+    )
     per = (
         bubbles.with_columns(pl.col("cause").cast(pl.String))
         .group_by("rank", "cause").agg(pl.col("idle_ns").sum())
@@ -234,20 +334,46 @@ def bubble_causes(run) -> Figure:
         .sort("rank", "cause")
     )
     ranks = sorted(per["rank"].unique().to_list())
-    chart = alt.Chart(_values(per.select("rank", "cause", "fraction", "order", (pl.col("idle_ns") / 1e6).alias("idle_ms")))).mark_bar().encode(
-        y=alt.Y("rank:O", sort=ranks),
-        x=alt.X("fraction:Q", title="share of the step windows", axis=alt.Axis(format="%")),
-        color=alt.Color("cause:N", scale=_scale(CAUSE_COLORS, per["cause"]), legend=alt.Legend(title="cause")),
-        order=alt.Order("order:Q"),
-        tooltip=["rank:O", "cause:N", alt.Tooltip("fraction:Q", format=".1%"), alt.Tooltip("idle_ms:Q", format=".3f")],
-    ).properties(width=WIDTH - 200, height=max(60, ROW_PX * len(ranks)), title=title)
+    chart = (
+        alt.Chart(
+            _values(
+                per.select(
+                    "rank", "cause", "fraction", "order", (pl.col("idle_ns") / 1e6).alias("idle_ms")
+                )
+            )
+        )
+        .mark_bar()
+        .encode(
+            y=alt.Y("rank:O", sort=ranks),
+            x=alt.X("fraction:Q", title="share of the step windows", axis=alt.Axis(format="%")),
+            color=alt.Color(
+                "cause:N",
+                scale=_scale(CAUSE_COLORS, per["cause"]),
+                legend=alt.Legend(title="cause"),
+            ),
+            order=alt.Order("order:Q"),
+            tooltip=[
+                "rank:O",
+                "cause:N",
+                alt.Tooltip("fraction:Q", format=".1%"),
+                alt.Tooltip("idle_ms:Q", format=".3f"),
+            ],
+        )
+        .properties(width=WIDTH - 200, height=max(60, ROW_PX * len(ranks)), title=title)
+    )
     totals = (
         per.group_by("cause").agg(pl.col("idle_ns").sum())
         .with_columns((pl.col("idle_ns") / windows["window_ns"].sum()).alias("fraction"))
         .sort("idle_ns", descending=True)
     )
-    return Figure(key, title, chart=chart, table=totals, formats={"idle_ns": "duration", "fraction": "percent"},
-                  note="Idle (non-productive) time per rank, split by cause (docs/analyses.md §4).")
+    return Figure(
+        key,
+        title,
+        chart=chart,
+        table=totals,
+        formats={"idle_ns": "duration", "fraction": "percent"},
+        note="Idle (non-productive) time per rank, split by cause (docs/analyses.md §4).",
+    )
 
 
 # --- collectives by dimension -----------------------------------------------------------------
@@ -255,30 +381,63 @@ def bubble_causes(run) -> Figure:
 
 def collectives(run) -> Figure:
     key, title = "collectives", "Collectives by parallelism dimension"
-    coll = product(run, "collectives_by_dim", "dim", "coll", "count", "bytes", "time_ns", "exposed_ns", "wait_ns", "busbw_gbps")
+    coll = product(
+        run,
+        "collectives_by_dim",
+        "dim",
+        "coll",
+        "count",
+        "bytes",
+        "time_ns",
+        "exposed_ns",
+        "wait_ns",
+        "busbw_gbps",
+    )
     if coll is None or coll.height == 0:
         return missing(key, title, "collectives_by_dim", "the collective analysis", coll)
     table = coll.with_columns(pl.col("dim").cast(pl.String)).select(
         "dim", "coll", "count", "bytes", "time_ns", "exposed_ns", "wait_ns", "busbw_gbps"
     ).sort("time_ns", descending=True)
-    parts = table.select(
-        "dim", "coll",
-        (pl.col("exposed_ns") / 1e6).alias("exposed"),
-        ((pl.col("time_ns") - pl.col("exposed_ns")).clip(lower_bound=0) / 1e6).alias("hidden"),
-        pl.when(pl.col("exposed_ns").is_null()).then(pl.col("time_ns") / 1e6).alias("overlap unknown"),
-    ).unpivot(index=["dim", "coll"], variable_name="part", value_name="ms").drop_nulls("ms").with_columns(
-        pl.format("{} {}", "dim", "coll").alias("group")
+    parts = (
+        table.select(
+            "dim",
+            "coll",
+            (pl.col("exposed_ns") / 1e6).alias("exposed"),
+            ((pl.col("time_ns") - pl.col("exposed_ns")).clip(lower_bound=0) / 1e6).alias("hidden"),
+            pl.when(pl.col("exposed_ns").is_null())
+            .then(pl.col("time_ns") / 1e6)
+            .alias("overlap unknown"),
+        )
+        .unpivot(index=["dim", "coll"], variable_name="part", value_name="ms")
+        .drop_nulls("ms")
+        .with_columns(pl.format("{} {}", "dim", "coll").alias("group"))
     )
-    chart = alt.Chart(_values(parts)).mark_bar().encode(
-        y=alt.Y("group:N", title=None),
-        x=alt.X("ms:Q", title="time summed over ranks (ms)"),
-        color=alt.Color("part:N", scale=_scale(OVERLAP_COLORS, parts["part"]), legend=alt.Legend(title="overlap")),
-        tooltip=["group:N", "part:N", alt.Tooltip("ms:Q", format=".3f")],
-    ).properties(width=WIDTH - 260, height=max(60, 22 * table.height), title=title)
+    chart = (
+        alt.Chart(_values(parts))
+        .mark_bar()
+        .encode(
+            y=alt.Y("group:N", title=None),
+            x=alt.X("ms:Q", title="time summed over ranks (ms)"),
+            color=alt.Color(
+                "part:N",
+                scale=_scale(OVERLAP_COLORS, parts["part"]),
+                legend=alt.Legend(title="overlap"),
+            ),
+            tooltip=["group:N", "part:N", alt.Tooltip("ms:Q", format=".3f")],
+        )
+        .properties(width=WIDTH - 260, height=max(60, 22 * table.height), title=title)
+    )
     formats = {"count": "number", "bytes": "bytes", "time_ns": "duration", "exposed_ns": "duration",
                "wait_ns": "duration", "busbw_gbps": "bandwidth"}
-    return Figure(key, title, chart=chart, table=table, formats=formats,
-                  note="Exposed: collective time no computation on the same device hides (docs/analyses.md §5).")
+    return Figure(
+        key,
+        title,
+        chart=chart,
+        table=table,
+        formats=formats,
+        note="Exposed: collective time no computation on "
+             "the same device hides (docs/analyses.md §5).",
+    )
 
 
 # --- work and depth ----------------------------------------------------------------------------
@@ -300,27 +459,68 @@ def workdepth(run) -> Figure:
     if wd is None or wd.height == 0:
         return missing(key, title, "workdepth", "the work–depth analysis", wd)
     wd = wd.with_columns(
-        pl.when(pl.col("async_overlap_bound") > 0).then(pl.col("step_ns") / pl.col("async_overlap_bound"))
-        .otherwise(None).cast(pl.Int64).alias("async_step_ns")
+        pl.when(pl.col("async_overlap_bound") > 0)
+        .then(pl.col("step_ns") / pl.col("async_overlap_bound"))
+        .otherwise(None)
+        .cast(pl.Int64)
+        .alias("async_step_ns")
     ).sort("step")
     names = dict(WHAT_IF)
-    long = wd.select("step", *names).unpivot(index="step", variable_name="what", value_name="ns").drop_nulls("ns").with_columns(
-        pl.col("what").replace_strict(names), (pl.col("ns") / 1e6).alias("ms")
+    long = (
+        wd.select("step", *names)
+        .unpivot(index="step", variable_name="what", value_name="ns")
+        .drop_nulls("ns")
+        .with_columns(pl.col("what").replace_strict(names), (pl.col("ns") / 1e6).alias("ms"))
     )
-    chart = alt.Chart(_values(long.select("step", "what", "ms"))).mark_bar().encode(
-        x=alt.X("what:N", title=None, sort=list(names.values()), axis=alt.Axis(labels=False, ticks=False)),
-        y=alt.Y("ms:Q", title="time (ms)"),
-        color=alt.Color("what:N", sort=list(names.values()), legend=alt.Legend(title=None)),
-        column=alt.Column("step:O", title="step"),
-        tooltip=["step:O", "what:N", alt.Tooltip("ms:Q", format=".3f")],
-    ).properties(width=max(60, min(140, WIDTH // max(1, wd.height) - 20)), height=220, title="")
-    table = wd.select("step", "work_ns", "depth_ns", "parallelism", "step_ns", "no_tail_step_ns", "balanced_dp_step_ns", "async_overlap_bound")
-    formats = {c: "duration" for c in table.columns if c.endswith("_ns")} | {"parallelism": "number", "async_overlap_bound": "number"}
-    return Figure(key, title, chart=chart, table=table, formats=formats,
-                  note="W = device-busy time, D = critical path, W/D the parallelism the step exposed (docs/analyses.md §7).")
+    chart = (
+        alt.Chart(_values(long.select("step", "what", "ms")))
+        .mark_bar()
+        .encode(
+            x=alt.X(
+                "what:N",
+                title=None,
+                sort=list(names.values()),
+                axis=alt.Axis(labels=False, ticks=False),
+            ),
+            y=alt.Y("ms:Q", title="time (ms)"),
+            color=alt.Color("what:N", sort=list(names.values()), legend=alt.Legend(title=None)),
+            column=alt.Column("step:O", title="step"),
+            tooltip=["step:O", "what:N", alt.Tooltip("ms:Q", format=".3f")],
+        )
+        .properties(width=max(60, min(140, WIDTH // max(1, wd.height) - 20)), height=220, title="")
+    )
+    table = wd.select(
+        "step",
+        "work_ns",
+        "depth_ns",
+        "parallelism",
+        "step_ns",
+        "no_tail_step_ns",
+        "balanced_dp_step_ns",
+        "async_overlap_bound",
+    )
+    formats = {c: "duration" for c in table.columns if c.endswith("_ns")} | {
+        "parallelism": "number",
+        "async_overlap_bound": "number",
+    }
+    return Figure(
+        key,
+        title,
+        chart=chart,
+        table=table,
+        formats=formats,
+        note="W = device-busy time, D = critical path, W/D the parallelism the step exposed "
+             "(docs/analyses.md §7).",
+    )
 
 
-FIGURES: tuple[Callable[[Any], Figure], ...] = (timeline, stage_share, bubble_causes, collectives, workdepth)
+FIGURES: tuple[Callable[[Any], Figure], ...] = (
+    timeline,
+    stage_share,
+    bubble_causes,
+    collectives,
+    workdepth,
+)
 
 
 # --- comparisons -------------------------------------------------------------------------------
@@ -329,10 +529,18 @@ FIGURES: tuple[Callable[[Any], Figure], ...] = (timeline, stage_share, bubble_ca
 def comparison_figures(comparison) -> list[Figure]:
     """Stage time per step and idle time by cause, one bar per run (from a Comparison's table)."""
     labels = comparison.labels
-    long = comparison.table.unpivot(index=["metric"], on=labels, variable_name="run", value_name="value").drop_nulls("value")
+    long = comparison.table.unpivot(
+        index=["metric"], on=labels, variable_name="run", value_name="value"
+    ).drop_nulls("value")
     out = []
     for prefix, title, colors, axis, fmt in (
-        ("stage.", "Stage time per step by run", STAGE_COLORS, "time per step, mean over ranks (ms)", ".3f"),
+        (
+            "stage.",
+            "Stage time per step by run",
+            STAGE_COLORS,
+            "time per step, mean over ranks (ms)",
+            ".3f",
+        ),
         ("idle.", "Idle time by cause by run", CAUSE_COLORS, "share of device time", ".1%"),
     ):
         part = long.filter(pl.col("metric").str.starts_with(prefix)).with_columns(
@@ -340,17 +548,32 @@ def comparison_figures(comparison) -> list[Figure]:
         )
         key = prefix.rstrip(".")
         if part.height == 0:
-            out.append(Figure(f"compare-{key}", title, needs=f"needs the {key} analysis in at least one run"))
+            out.append(
+                Figure(
+                    f"compare-{key}", title, needs=f"needs the {key} analysis in at least one run"
+                )
+            )
             continue
         if prefix == "stage.":
             part = part.with_columns(pl.col("value") / 1e6)
         part = part.with_columns(_rank_of("part", tuple(colors)))
-        chart = alt.Chart(_values(part.select("run", "part", "value", "order"))).mark_bar().encode(
-            y=alt.Y("run:N", sort=labels, title=None),
-            x=alt.X("value:Q", title=axis, axis=alt.Axis(format="%") if fmt.endswith("%") else alt.Axis()),
-            color=alt.Color("part:N", scale=_scale(colors, part["part"]), legend=alt.Legend(title=key)),
-            order=alt.Order("order:Q"),
-            tooltip=["run:N", "part:N", alt.Tooltip("value:Q", format=fmt)],
-        ).properties(width=WIDTH - 220, height=max(60, 28 * len(labels)), title=title)
+        chart = (
+            alt.Chart(_values(part.select("run", "part", "value", "order")))
+            .mark_bar()
+            .encode(
+                y=alt.Y("run:N", sort=labels, title=None),
+                x=alt.X(
+                    "value:Q",
+                    title=axis,
+                    axis=alt.Axis(format="%") if fmt.endswith("%") else alt.Axis(),
+                ),
+                color=alt.Color(
+                    "part:N", scale=_scale(colors, part["part"]), legend=alt.Legend(title=key)
+                ),
+                order=alt.Order("order:Q"),
+                tooltip=["run:N", "part:N", alt.Tooltip("value:Q", format=fmt)],
+            )
+            .properties(width=WIDTH - 220, height=max(60, 28 * len(labels)), title=title)
+        )
         out.append(Figure(f"compare-{key}", title, chart=chart))
     return out

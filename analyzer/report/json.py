@@ -32,7 +32,9 @@ def summary(run: Run) -> dict[str, Any]:
         document[section.key] = section.frame.to_dicts() if section.frame is not None else []
         for name, frame in section.details.items():
             document[name] = frame.to_dicts()
-    document["failures"] = [{"failed": f.what, "module": f.module, "error": f.error} for f in failures(run)]
+    document["failures"] = [
+        {"failed": f.what, "module": f.module, "error": f.error} for f in failures(run)
+    ]
     return document
 
 

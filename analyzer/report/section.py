@@ -44,7 +44,9 @@ class Section:
     def rows(self) -> list[list[object]]:
         if self.frame is None:
             return []
-        return [list(r) for r in self.frame.select([c.name for c in self.shown_columns()]).iter_rows()]
+        return [
+            list(r) for r in self.frame.select([c.name for c in self.shown_columns()]).iter_rows()
+        ]
 
 
 def gated(run: Run, title: str, product: str, empty: str) -> pl.DataFrame | Section:

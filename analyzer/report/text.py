@@ -37,12 +37,20 @@ def _section(section: Section, console: Console) -> None:
     if section.frame is None or section.frame.height == 0:
         console.print(f"[bold]{section.title}[/bold]: {section.note or 'nothing to show'}")
         return
-    table = Table(title=section.title, title_justify="left", show_edge=False, caption=section.note or None, caption_justify="left")
+    table = Table(
+        title=section.title,
+        title_justify="left",
+        show_edge=False,
+        caption=section.note or None,
+        caption_justify="left",
+    )
     columns = section.shown_columns()
     for column in columns:
         table.add_column(column.title, justify="left" if column.format == "text" else "right")
     for row in section.rows():
-        table.add_row(*(plain(cell(value, column.format)) for value, column in zip(row, columns, strict=True)))
+        table.add_row(
+            *(plain(cell(value, column.format)) for value, column in zip(row, columns, strict=True))
+        )
     console.print(table)
 
 

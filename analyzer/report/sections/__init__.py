@@ -33,8 +33,20 @@ from . import (
 if TYPE_CHECKING:
     from ...model.run import Run
 
-__all__ = ["FIGURES", "LAYOUT", "Column", "Failure", "Section", "around_figures", "describe", "failures", "gated",
-           "record_failure", "sections", "user_errors"]
+__all__ = [
+    "FIGURES",
+    "LAYOUT",
+    "Column",
+    "Failure",
+    "Section",
+    "around_figures",
+    "describe",
+    "failures",
+    "gated",
+    "record_failure",
+    "sections",
+    "user_errors",
+]
 
 FIGURES = "figures"
 """The place of the figures (HTML, Markdown and PNG reports) in :data:`LAYOUT`."""
@@ -86,7 +98,11 @@ def sections(run: Run) -> list[Section]:
         except user_errors():
             raise
         except Exception as exc:
-            section = Section(name.replace("_", " ").capitalize(), None, note=record_failure(run, f"section {name}", exc).marker)
+            section = Section(
+                name.replace("_", " ").capitalize(),
+                None,
+                note=record_failure(run, f"section {name}", exc).marker,
+            )
         if section is not None:
             section.key = section.key or name
             section.name = name

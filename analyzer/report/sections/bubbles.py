@@ -21,12 +21,18 @@ def section(run: Run) -> Section | None:
         return table
     per_device = (
         table.group_by("step", "rank", maintain_order=True)
-        .agg(pl.col("window_ns", "busy_ns", "productive_ns").first(), pl.col("idle_ns").sum().alias("idle_ns"))
+        .agg(
+            pl.col("window_ns", "busy_ns", "productive_ns").first(),
+            pl.col("idle_ns").sum().alias("idle_ns"),
+        )
         .group_by("rank")
         .agg(pl.col("window_ns", "busy_ns", "productive_ns", "idle_ns").sum())
     )
-    causes = table.group_by("rank", "cause").agg(pl.col("idle_ns").sum()).with_columns(pl.col("cause").cast(pl.String)).pivot(
-        on="cause", index="rank", values="idle_ns"
+    causes = (
+        table.group_by("rank", "cause")
+        .agg(pl.col("idle_ns").sum())
+        .with_columns(pl.col("cause").cast(pl.String))
+        .pivot(on="cause", index="rank", values="idle_ns")
     )
     causes = causes.select("rank", *[c for c in IDLE_CAUSES if c in causes.columns])
     frame = per_device.join(causes, on="rank").with_columns(
@@ -35,16 +41,23 @@ def section(run: Run) -> Section | None:
         .then(1 - pl.col("busy_ns") / pl.col("window_ns")).alias("gpu_idle_fraction"),
     ).sort("rank")
     largest = run.largest_bubbles.head(3)
-    note = "Idle = step window − productive busy (busy minus sync wait); GPU idle % is window − busy (HTA sense)."
+    note = (
+        "Idle = step window − productive busy (busy minus "
+        "sync wait); GPU idle % is window − busy (HTA sense)."
+    )
     hosted = host_only(run.activity.filter(pl.col("rank").is_in(frame["rank"].implode())))
     if hosted:
-        note += (f" Rank{'s' if len(hosted) > 1 else ''} {listed_ranks(hosted)}: no device activity, so host work (the"
-                 " outermost CPU ops) stands in for it and GPU idle % needs GPU activity.")
+        note += (
+            f" Rank{'s' if len(hosted) > 1 else ''} "
+            f"{listed_ranks(hosted)}: no device activity, so host work (the"
+            " outermost CPU ops) stands in for it and GPU idle % needs GPU activity."
+        )
     if skipped:
         note += f" Not shown, needs GPU activity: {_no_device(skipped)}."
     if largest.height:
         note += " Largest: " + "; ".join(
-            f"rank {r['rank']} step {r['step']} {r['cause']} {(r['end_ns'] - r['start_ns']) / 1e6:.3g} ms"
+            f"rank {r['rank']} step {r['step']} {r['cause']} "
+            f"{(r['end_ns'] - r['start_ns']) / 1e6:.3g} ms"
             for r in largest.iter_rows(named=True)
         )
     return Section(
@@ -69,5 +82,9 @@ def listed_ranks(ranks: list[int]) -> str:
 
 
 def _no_device(ranks: list[int]) -> str:
-    return (f"rank{'s' if len(ranks) > 1 else ''} {listed_ranks(ranks)} ha{'ve' if len(ranks) > 1 else 's'} no kernels,"
-            " copies or memsets (a CPU-only capture) and no stage ranges for their host work to stand in for")
+    return (
+        f"rank{'s' if len(ranks) > 1 else ''} {listed_ranks(ranks)} "
+        f"ha{'ve' if len(ranks) > 1 else 's'} no kernels,"
+        " copies or memsets (a CPU-only capture) and no "
+        "stage ranges for their host work to stand in for"
+    )

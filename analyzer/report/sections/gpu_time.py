@@ -11,14 +11,24 @@ from ..section import Column, Section
 def section(run: Run) -> Section | None:
     frame = run.gpu_time.filter(pl.col("gpu_start_ns").is_not_null())
     if frame.height == 0:
-        return Section("GPU time per rank", None,
-                       note="needs GPU activity: no kernels, copies or memsets in these sources (CPU-only traces or logs)")
-    note = "Busy = union of kernels, copies and memsets over all streams; window = first to last GPU activity."
+        return Section(
+            "GPU time per rank",
+            None,
+            note="needs GPU activity: no kernels, copies or "
+                 "memsets in these sources (CPU-only traces or logs)",
+        )
+    note = (
+        "Busy = union of kernels, copies and memsets over "
+        "all streams; window = first to last GPU activity."
+    )
     without = sorted(set(run.ranks) - set(frame["rank"].to_list()))
     if without:
         from .bubbles import listed_ranks
 
-        note += f" Not shown, needs GPU activity: rank{'s' if len(without) > 1 else ''} {listed_ranks(without)} (no device rows)."
+        note += (
+            f" Not shown, needs GPU activity: rank{'s' if len(without) > 1 else ''} "
+            f"{listed_ranks(without)} (no device rows)."
+        )
     return Section(
         "GPU time per rank",
         frame,

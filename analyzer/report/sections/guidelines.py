@@ -17,26 +17,40 @@ def section(run: Run) -> Section | None:
     if violations.height == 0:
         return Section("Guidelines", None, note="no guidelines enabled")
     shown = violations.with_columns(
-        pl.Series("result", [_result(r) for r in violations.iter_rows(named=True)], dtype=pl.String),
-        pl.Series("where", [_place(r["step"], r["rank"]) for r in violations.iter_rows(named=True)], dtype=pl.String),
+        pl.Series(
+            "result", [_result(r) for r in violations.iter_rows(named=True)], dtype=pl.String
+        ),
+        pl.Series(
+            "where",
+            [_place(r["step"], r["rank"]) for r in violations.iter_rows(named=True)],
+            dtype=pl.String,
+        ),
         pl.when(pl.col("status") == "violated").then(pl.col("recommendation")).alias("advice"),
     )
     counts = dict(violations.group_by("status").len().iter_rows())
-    severities = dict(violations.filter(pl.col("status") == "violated").group_by("severity").len().iter_rows())
+    severities = dict(
+        violations.filter(pl.col("status") == "violated").group_by("severity").len().iter_rows()
+    )
     note = (
-        f"{counts.get('violated', 0)} violated ({', '.join(f'{severities.get(s, 0)} {s}' for s in reversed(SEVERITIES))}), "
+        f"{counts.get('violated', 0)} violated "
+        f"({', '.join(f'{severities.get(s, 0)} {s}' for s in reversed(SEVERITIES))}), "
         f"{counts.get('passed', 0)} passed, {counts.get('not_evaluated', 0)} not evaluated. "
         "* heuristic threshold (docs/guidelines.md)."
     )
     columns = [
-        Column("id", "ID"), Column("title", "Guideline"), Column("result", "Result"), Column("where", "Where"),
-        Column("evidence", "Evidence"), Column("advice", "Recommendation"),
+        Column("id", "ID"),
+        Column("title", "Guideline"),
+        Column("result", "Result"),
+        Column("where", "Where"),
+        Column("evidence", "Evidence"),
+        Column("advice", "Recommendation"),
     ]
     return Section("Guidelines", shown, columns, note=note)
 
 
 def _result(row: dict[str, Any]) -> str:
-    """``warn: 69.6% > 20%*``, ``passed: 33.6% < 60%``, ``passed (does not apply)``, ``not evaluated``."""
+    """``warn: 69.6% > 20%*``, ``passed: 33.6% < 60%``, ``passed (does not apply)``,
+    ``not evaluated``."""
     if row["status"] == "not_evaluated":
         return "failed" if row["evidence"].startswith("failed: ") else "not evaluated"
     if row["value"] is None:

@@ -16,11 +16,15 @@ def section(run: Run) -> Section | None:
     parts = []
     if stats:
         parts.append(
-            f"{stats.get('n_steps', '?')} steps; step time median {stats.get('median_s', 0):.3g} s, "
+            f"{stats.get('n_steps', '?')} steps; step time "
+            f"median {stats.get('median_s', 0):.3g} s, "
             f"p95 {stats.get('p95_s', 0):.3g} s, {stats.get('n_outliers', 0)} outlier step(s)"
         )
     if dominant:
-        parts.append(f"dominant stage: {dominant.get('label') or dominant.get('stage')} ({100 * (dominant.get('share') or 0):.1f}%)")
+        parts.append(
+            f"dominant stage: {dominant.get('label') or dominant.get('stage')} "
+            f"({100 * (dominant.get('share') or 0):.1f}%)"
+        )
     if sync:
         parts.append(
             f"weight sync: {100 * sync['share']:.1f}% of step time" if sync.get("share") is not None
@@ -30,7 +34,10 @@ def section(run: Run) -> Section | None:
     if tail.height:
         t = tail.row(0, named=True)
         if t.get("median_max_over_mean") is not None:
-            parts.append(f"longest response ÷ mean: median {t['median_max_over_mean']:.2f}, max {t['max_max_over_mean']:.2f}")
+            parts.append(
+                f"longest response ÷ mean: median {t['median_max_over_mean']:.2f}, max "
+                f"{t['max_max_over_mean']:.2f}"
+            )
         if t.get("mean_clip_ratio") is not None:
             parts.append(f"clip ratio mean {100 * t['mean_clip_ratio']:.1f}%")
     needs = ", ".join(run.log_needs_trace["analysis"].to_list())
@@ -44,8 +51,17 @@ def section(run: Run) -> Section | None:
         key="log_stage_summary",
         details={
             name: run.product(name)
-            for name in ("log_steps", "log_stages", "log_stats", "log_dominant", "log_weight_sync",
-                         "log_long_tail", "log_long_tail_summary", "log_unclassified", "log_needs_trace")
+            for name in (
+                "log_steps",
+                "log_stages",
+                "log_stats",
+                "log_dominant",
+                "log_weight_sync",
+                "log_long_tail",
+                "log_long_tail_summary",
+                "log_unclassified",
+                "log_needs_trace",
+            )
         },
     )
 

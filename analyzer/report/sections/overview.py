@@ -14,7 +14,11 @@ def section(run: Run) -> Section | None:
     return Section(
         "Headline numbers",
         shown(run.overview),
-        columns=[Column("title", "metric"), Column("text", "value"), Column("metric", "audit path")],
+        columns=[
+            Column("title", "metric"),
+            Column("text", "value"),
+            Column("metric", "audit path"),
+        ],
         note="Audit path: overview.<metric> (docs/reports.md).",
     )
 
@@ -23,8 +27,13 @@ def shown(overview: pl.DataFrame) -> pl.DataFrame:
     """The overview with ``text``, what reports print: the value in its unit's format, or what
     the metric needs."""
     texts = [
-        cell(r["value"], UNIT_FORMATS.get(r["unit"], "number")) if r["value"] is not None
-        else f"– needs {METRIC_BY_NAME[r['metric']].needs}" if METRIC_BY_NAME[r["metric"]].needs else "–"
+        cell(r["value"], UNIT_FORMATS.get(r["unit"], "number"))
+        if r["value"] is not None
+        else f"– needs {METRIC_BY_NAME[r['metric']].needs}"
+        if METRIC_BY_NAME[r["metric"]].needs
+        else "–"
         for r in overview.iter_rows(named=True)
     ]
-    return overview.with_columns(pl.Series("text", texts, dtype=pl.String)).select("metric", "title", "value", "text", "unit")
+    return overview.with_columns(pl.Series("text", texts, dtype=pl.String)).select(
+        "metric", "title", "value", "text", "unit"
+    )

@@ -1,4 +1,5 @@
-"""The run section: what ran (framework, version, ranks, driver, placement, execution mode, steps, clock alignment)."""
+"""The run section: what ran (framework, version, ranks, driver, placement, execution mode, steps,
+clock alignment)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from ..section import Column, Section
 def number_ranges(numbers: list[int]) -> str:
     """``[1, 2, 3, 7, 9, 10]`` → ``"1–3, 7, 9–10 (6)"``: step lists stay one line."""
     count = len(set(numbers))
-    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in consecutive_runs(numbers)) + (f" ({count})" if count > 2 else "")
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in consecutive_runs(numbers)) + (
+        f" ({count})" if count > 2 else ""
+    )
 
 
 def summary(run: Run) -> pl.DataFrame:
@@ -25,12 +28,20 @@ def summary(run: Run) -> pl.DataFrame:
     pools = run.pools
     hosts = sorted({h for h in pools["host"].to_list() if h})
     if pools.height:
-        rows.append(("ranks", str(pools.height), f"on {len(hosts)} host(s): {', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''}"))
+        rows.append(
+            (
+                "ranks",
+                str(pools.height),
+                f"on {len(hosts)} host(s): {', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''}",
+            )
+        )
     else:
         rows.append(("ranks", "–", "no device traces: logs only"))
     roles = {s.meta.get("role") for s in run.sources}
     if "driver" in roles:
-        rows.append(("driver", "yes", "the single controller's timers frame the steps; it is not a device"))
+        rows.append(
+            ("driver", "yes", "the single controller's timers frame the steps; it is not a device")
+        )
     facts = run.placement
     rows.append(("placement", facts["placement"] or "–", "; ".join(facts["evidence"][:1])))
     rows.append(("execution mode", facts["execution"] or "–", "; ".join(facts["evidence"][1:])))
@@ -39,8 +50,14 @@ def summary(run: Run) -> pl.DataFrame:
         lengths = (steps["end_ns"] - steps["start_ns"]) / 1e6
         src = steps["source"][0]
         numbering = run.stepping["note"]
-        rows.append(("steps", number_ranges(steps["step"].to_list()),
-                     f"from {src}; median {lengths.median():.1f} ms" + (f"; {numbering}" if numbering else "")))
+        rows.append(
+            (
+                "steps",
+                number_ranges(steps["step"].to_list()),
+                f"from {src}; median {lengths.median():.1f} ms"
+                + (f"; {numbering}" if numbering else ""),
+            )
+        )
     else:
         rows.append(("steps", "none", "no ProfilerStep, step range, rollout or log step found"))
     clock = run.clock
@@ -51,12 +68,17 @@ def summary(run: Run) -> pl.DataFrame:
         if not aligned.height:
             detail = "no matched collectives: clocks taken as recorded"
         elif shifted.height:
-            detail = (f"{shifted.height} rank(s) shifted, largest offset {as_int(shifted['offset_ns'].abs().max()) / 1e3:.0f} µs; "
-                      f"residual uncertainty up to {worst / 1e3:.0f} µs")
+            detail = (
+                f"{shifted.height} rank(s) shifted, largest offset "
+                f"{as_int(shifted['offset_ns'].abs().max()) / 1e3:.0f} µs; "
+                f"residual uncertainty up to {worst / 1e3:.0f} µs"
+            )
         else:
             detail = f"no offset beyond its uncertainty; clocks agree within {worst / 1e3:.0f} µs"
         rows.append(("clock alignment", f"{aligned.height}/{clock.height} ranks aligned", detail))
-    return pl.DataFrame(rows, schema={"fact": pl.String, "value": pl.String, "detail": pl.String}, orient="row")
+    return pl.DataFrame(
+        rows, schema={"fact": pl.String, "value": pl.String, "detail": pl.String}, orient="row"
+    )
 
 
 def section(run: Run) -> Section | None:
@@ -64,5 +86,6 @@ def section(run: Run) -> Section | None:
         "Run",
         summary(run),
         columns=[Column("fact", "fact"), Column("value", "value"), Column("detail", "detail")],
-        note="Framework from the profile matching the most names; placement and execution mode from which ranks run which stages when.",
+        note="Framework from the profile matching the most names; placement and execution mode "
+             "from which ranks run which stages when.",
     )

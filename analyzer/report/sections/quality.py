@@ -12,14 +12,26 @@ from ..section import Column, Section
 def file_summary(run: Run, found: pl.DataFrame) -> pl.DataFrame:
     """Per file: its format, events and how many problems were found (0 for a clean file)."""
     events = run.events.group_by("source").len().rename({"len": "events"})
-    problems = found.filter(pl.col("file") != TOTAL).group_by("file").agg(pl.col("count").sum().alias("problems"))
+    problems = (
+        found.filter(pl.col("file") != TOTAL)
+        .group_by("file")
+        .agg(pl.col("count").sum().alias("problems"))
+    )
     files = pl.DataFrame(
         {"source": [s.index for s in run.sources], "file": [s.path.name for s in run.sources],
          "format": [s.format for s in run.sources]},
         schema={"source": pl.UInt32, "file": pl.String, "format": pl.String},
     )
-    return files.join(events, on="source", how="left").join(problems, on="file", how="left").select(
-        "file", "format", pl.col("events").fill_null(0).cast(pl.Int64), pl.col("problems").fill_null(0).cast(pl.Int64))
+    return (
+        files.join(events, on="source", how="left")
+        .join(problems, on="file", how="left")
+        .select(
+            "file",
+            "format",
+            pl.col("events").fill_null(0).cast(pl.Int64),
+            pl.col("problems").fill_null(0).cast(pl.Int64),
+        )
+    )
 
 
 def section(run: Run) -> Section | None:
@@ -27,18 +39,31 @@ def section(run: Run) -> Section | None:
     details = {"data_quality_files": file_summary(run, found)}
     title = "Data quality"
     if found.height == 0:
-        return Section(title, None, note=f"No problems found in {len(run.sources)} file(s): nothing dropped, clamped or "
-                       "repaired, no overlaps, disorder, zero-length GPU work, clock corrections or cut files.",
-                       key="data_quality", details=details)
+        return Section(
+            title,
+            None,
+            note=f"No problems found in {len(run.sources)} file(s): nothing dropped, clamped or "
+            "repaired, no overlaps, disorder, zero-length "
+            "GPU work, clock corrections or cut files.",
+            key="data_quality",
+            details=details,
+        )
     excluded = run.incomplete_steps["step"].n_unique()
-    note = "Counts per file, then in total; parser rows are what a parser dropped, clamped or repaired."
+    note = (
+        "Counts per file, then in total; parser rows "
+        "are what a parser dropped, clamped or repaired."
+    )
     if excluded:
         note += f" {excluded} incomplete step(s) are left out of every per-step analysis."
     return Section(
         title,
         found,
-        columns=[Column("file", "file"), Column("title", "problem"), Column("count", "count", "number"),
-                 Column("detail", "detail")],
+        columns=[
+            Column("file", "file"),
+            Column("title", "problem"),
+            Column("count", "count", "number"),
+            Column("detail", "detail"),
+        ],
         note=note,
         key="data_quality",
         details=details,

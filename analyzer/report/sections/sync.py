@@ -14,12 +14,18 @@ def section(run: Run) -> Section | None:
     notes = []
     for r in run.weight_sync.iter_rows(named=True):
         bw = f", {r['bandwidth_gbps']:.3g} GB/s" if r["bandwidth_gbps"] else ""
-        notes.append(f"step {r['step']}: weight sync {r['time_ns'] / 1e6:.3g} ms ({100 * r['share']:.1f}% of the step){bw}")
+        notes.append(
+            f"step {r['step']}: weight sync {r['time_ns'] / 1e6:.3g} "
+            f"ms ({100 * r['share']:.1f}% of the step){bw}"
+        )
     top = run.stragglers.head(3)
     if top.height:
         notes.append(
             "stragglers (wait caused by arriving last): "
-            + ", ".join(f"rank {r['rank']} {r['caused_wait_ns'] / 1e6:.3g} ms" for r in top.iter_rows(named=True))
+            + ", ".join(
+                f"rank {r['rank']} {r['caused_wait_ns'] / 1e6:.3g} ms"
+                for r in top.iter_rows(named=True)
+            )
         )
     return Section(
         title,

@@ -24,5 +24,6 @@ def section(run: Run) -> Section | None:
             Column("no_tail_step_ns", "step w/o rollout tail", "duration"),
             Column("balanced_dp_step_ns", "step w/ balanced DP", "duration"),
         ],
-        note="W = Σ productive device time; D = critical-path length; what-if bounds as in docs/analyses.md §7.",
+        note="W = Σ productive device time; D = critical-path length; what-if bounds as in "
+             "docs/analyses.md §7.",
     )
