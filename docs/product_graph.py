@@ -43,7 +43,9 @@ def generated() -> str:
     lines += ["", "| product | provider | reads |", "|---|---|---|"]
     for n in names:
         p = found[n]
-        reads = ", ".join([*(r for r in p.params if r != "lazy"), *(f"{r} (on demand)" for r in p.lazy)])
+        reads = ", ".join(
+            [*(r for r in p.params if r != "lazy"), *(f"{r} (on demand)" for r in p.lazy)]
+        )
         lines.append(f"| `{n}` | `{p.module}.{p.fn.__name__}` | {reads} |")
     return "\n".join([BEGIN, *lines, END])
 
@@ -61,7 +63,9 @@ def main() -> None:
     fresh = page_with_graph(page)
     if "--check" in sys.argv[1:]:
         if fresh != page:
-            raise SystemExit(f"{PAGE.relative_to(REPO)} is stale: run .venv/bin/python docs/product_graph.py")
+            raise SystemExit(
+                f"{PAGE.relative_to(REPO)} is stale: run .venv/bin/python docs/product_graph.py"
+            )
         return
     PAGE.write_text(fresh, encoding="utf-8")
 

@@ -202,7 +202,10 @@ def _time_base(db: Db, export: dict[str, str], out: ParsedSource) -> int:
     start = db.scalar("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
     out.meta["time_base"] = "session-relative (session start unknown)"
     if start is None:
-        out.warn("no session start time (TARGET_INFO_SESSION_START_TIME is empty): times stay session-relative")
+        out.warn(
+            "no session start time (TARGET_INFO_SESSION_START_TIME "
+            "is empty): times stay session-relative"
+        )
         return 0
     if not _is_int(start) or not 0 <= start <= MAX_SESSION_START_NS:
         shown = repr(start)[:40]
@@ -214,7 +217,9 @@ def _time_base(db: Db, export: dict[str, str], out: ParsedSource) -> int:
         return 0
     shift = export.get("EXPORT_PARAM_TIME_SHIFT", "0") or "0"
     if not shift.lstrip("-").isdigit():
-        out.warn(f"EXPORT_PARAM_TIME_SHIFT is {shift[:40]!r}, not a whole number of ns; it is ignored")
+        out.warn(
+            f"EXPORT_PARAM_TIME_SHIFT is {shift[:40]!r}, not a whole number of ns; it is ignored"
+        )
         out.tally("unreadable_metadata")
     elif int(shift):
         out.warn(f"exported with a time shift of {int(shift)} ns; it is left in the times")
@@ -235,11 +240,15 @@ def _device_ordinals(db: Db, out: ParsedSource) -> dict[int, int]:
     if rows["id"].is_duplicated().any():
         return {}
     usable = rows.filter(pl.col("cuDevice").is_between(0, MAX_DEVICE))
-    out.tally("dropped_out_of_range", rows.filter(pl.col("cuDevice").is_not_null()).height - usable.height)
+    out.tally(
+        "dropped_out_of_range", rows.filter(pl.col("cuDevice").is_not_null()).height - usable.height
+    )
     return dict(usable.drop_nulls().iter_rows())
 
 
-def _checked_gpu_columns(gpu: pl.DataFrame, devices: dict[int, int], out: ParsedSource) -> pl.DataFrame:
+def _checked_gpu_columns(
+    gpu: pl.DataFrame, devices: dict[int, int], out: ParsedSource
+) -> pl.DataFrame:
     """``device``, ``stream`` and ``bytes`` in the event table's ranges: a device outside
     0…32767 becomes null (the row is dropped later), a stream outside 0…2³¹-1 becomes -1 (CUPTI
     writes "none" as 0xFFFFFFFF, e.g. the stream of a context sync), negative bytes become null;
@@ -250,7 +259,10 @@ def _checked_gpu_columns(gpu: pl.DataFrame, devices: dict[int, int], out: Parsed
     counts = gpu.select(
         clamped_stream=odd_stream.sum(), negative_bytes=(pl.col("bytes") < 0).sum()
     ).row(0, named=True)
-    what = {"clamped_stream": "a stream id outside 0…2³¹-1 (set to -1)", "negative_bytes": "negative bytes (left empty)"}
+    what = {
+        "clamped_stream": "a stream id outside 0…2³¹-1 (set to -1)",
+        "negative_bytes": "negative bytes (left empty)",
+    }
     for kind, n in counts.items():
         if n:
             out.tally(kind, n)
@@ -273,11 +285,19 @@ def _rows_that_fit(frame: pl.DataFrame, base: int, out: ParsedSource) -> pl.Data
     )
     gpu = pl.col("kind").is_in([*GPU_ACTIVITY_KINDS, "gpu_sync"])
     rules = (
-        ("dropped_no_time", pl.col("start").is_null() | pl.col("end").is_null(), "without a start or end time"),
+        (
+            "dropped_no_time",
+            pl.col("start").is_null() | pl.col("end").is_null(),
+            "without a start or end time",
+        ),
         ("dropped_no_process", pl.col("g").is_null(), "without a process (globalPid/globalTid)"),
         ("dropped_out_of_range", ~in_range, "whose epoch time would be past the int64 range"),
         ("negative_dur", pl.col("end") < pl.col("start"), "ending before they start"),
-        ("dropped_out_of_range", gpu & pl.col("device").is_null(), "of GPU work without a device id in 0…32767"),
+        (
+            "dropped_out_of_range",
+            gpu & pl.col("device").is_null(),
+            "of GPU work without a device id in 0…32767",
+        ),
     )
     return out.drop_counted(frame, rules)
 
@@ -296,15 +316,27 @@ def _kernels(db: Db, strings: pl.DataFrame) -> pl.DataFrame:
     schema = {**_GPU, "demangledName": pl.Int64(), "shortName": pl.Int64()}
     df = db.frame("CUPTI_ACTIVITY_KIND_KERNEL", schema)
     df = (
-        df.join(strings.rename({"id": "demangledName", "value": "_long"}), on="demangledName", how="left")
+        df.join(
+            strings.rename({"id": "demangledName", "value": "_long"}),
+            on="demangledName",
+            how="left",
+        )
         .join(strings.rename({"id": "shortName", "value": "_short"}), on="shortName", how="left")
         .with_columns(name=pl.coalesce("_long", "_short", pl.lit("")))
     )
-    return df.select(*_GPU, kind=pl.lit("kernel"), name="name", coll=kernel_coll_expr(pl.col("name")))
+    return df.select(
+        *_GPU, kind=pl.lit("kernel"), name="name", coll=kernel_coll_expr(pl.col("name"))
+    )
 
 
 def _memcpys(db: Db) -> pl.DataFrame:
-    schema = {**_GPU, "bytes": pl.Int64(), "copyKind": pl.Int64(), "srcKind": pl.Int64(), "dstKind": pl.Int64()}
+    schema = {
+        **_GPU,
+        "bytes": pl.Int64(),
+        "copyKind": pl.Int64(),
+        "srcKind": pl.Int64(),
+        "dstKind": pl.Int64(),
+    }
     df = db.frame("CUPTI_ACTIVITY_KIND_MEMCPY", schema)
     mem = db.enum("ENUM_CUDA_MEM_KIND", MEM_KINDS)
     name = pl.format(
@@ -317,17 +349,22 @@ def _memcpys(db: Db) -> pl.DataFrame:
 
 
 def _memsets(db: Db) -> pl.DataFrame:
-    df = db.frame("CUPTI_ACTIVITY_KIND_MEMSET", {**_GPU, "bytes": pl.Int64(), "memKind": pl.Int64()})
+    df = db.frame(
+        "CUPTI_ACTIVITY_KIND_MEMSET", {**_GPU, "bytes": pl.Int64(), "memKind": pl.Int64()}
+    )
     mem = db.enum("ENUM_CUDA_MEM_KIND", MEM_KINDS)
     name = pl.format(
-        "Memset ({})", pl.col("memKind").replace_strict(mem, default="Unknown", return_dtype=pl.String)
+        "Memset ({})",
+        pl.col("memKind").replace_strict(mem, default="Unknown", return_dtype=pl.String),
     )
     return df.select(*_GPU, "bytes", kind=pl.lit("memset"), name=name)
 
 
 def _syncs(db: Db) -> pl.DataFrame:
     df = db.frame("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {**_GPU, "syncType": pl.Int64()})
-    name = pl.col("syncType").replace_strict(SYNC_NAMES, default="Unknown Sync", return_dtype=pl.String)
+    name = pl.col("syncType").replace_strict(
+        SYNC_NAMES, default="Unknown Sync", return_dtype=pl.String
+    )
     return df.select(*_GPU, kind=pl.lit("gpu_sync"), name=name)
 
 
@@ -340,7 +377,11 @@ def _runtime(db: Db, strings: pl.DataFrame) -> pl.DataFrame:
         "nameId": pl.Int64(),
     }
     classes = ", ".join(map(str, RUNTIME_CLASSES))
-    where = f"WHERE eventClass IN ({classes})" if "eventClass" in db.columns("CUPTI_ACTIVITY_KIND_RUNTIME") else ""
+    where = (
+        f"WHERE eventClass IN ({classes})"
+        if "eventClass" in db.columns("CUPTI_ACTIVITY_KIND_RUNTIME")
+        else ""
+    )
     df = db.frame("CUPTI_ACTIVITY_KIND_RUNTIME", schema, where=where, checked=("eventClass",))
     df = df.join(strings.rename({"id": "nameId", "value": "name"}), on="nameId", how="left")
     return df.select(
@@ -356,7 +397,9 @@ def _runtime(db: Db, strings: pl.DataFrame) -> pl.DataFrame:
 def _processes(db: Db, pids: list[int], ranks: Ranks, devices: dict[int, list[int]]) -> list[dict]:
     names: dict[int, str] = {}
     if db.has("PROCESSES"):
-        rows = db.frame("PROCESSES", {"pid": pl.Int64(), "name": pl.String()}).filter(pl.col("pid").is_not_null())
+        rows = db.frame("PROCESSES", {"pid": pl.Int64(), "name": pl.String()}).filter(
+            pl.col("pid").is_not_null()
+        )
         names = dict(rows.iter_rows())
     return [
         {

@@ -76,11 +76,24 @@ def export_sqlite(path: Path) -> Path:
     partial = target.with_name(f"{target.stem}.part-{os.getpid()}.sqlite")
     try:
         rc, output = run_bounded(
-            [exe, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(partial), str(path)],
+            [
+                exe,
+                "export",
+                "--type",
+                "sqlite",
+                "--force-overwrite",
+                "true",
+                "-o",
+                str(partial),
+                str(path),
+            ],
             timeout=export_timeout(),
         )
         if rc is None:
-            raise InputError(path, f"nsys export did not finish within the time limit: export it by hand (`{hand}`)")
+            raise InputError(
+                path,
+                f"nsys export did not finish within the time limit: export it by hand (`{hand}`)",
+            )
         if rc != 0 or not partial.is_file():
             raise InputError(path, _export_problem(path, exe, output, hand))
         os.replace(partial, target)
@@ -139,7 +152,9 @@ def _export_problem(path: Path, exe: str, output: str, hand: str) -> str:
         with path.open("rb") as fh:
             wrote = report_version(fh.read(128))
         if wrote is None:
-            return "nsys export failed: the report header names no version (a damaged or cut report)"
+            return (
+                "nsys export failed: the report header names no version (a damaged or cut report)"
+            )
         have = nsys_version(exe) or "an older release"
         return (
             f"written by Nsight Systems {wrote}, which the nsys on PATH ({have}) cannot read: "

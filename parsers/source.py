@@ -67,7 +67,9 @@ class ParsedSource:
     def warn(self, message: str) -> None:
         self.warnings.append(f"{self.path.name}: {message}")
 
-    def drop_counted(self, frame: pl.DataFrame, rules: Iterable[tuple[str, pl.Expr, str]]) -> pl.DataFrame:
+    def drop_counted(
+        self, frame: pl.DataFrame, rules: Iterable[tuple[str, pl.Expr, str]]
+    ) -> pl.DataFrame:
         """``frame`` without the rows each ``(kind, bad, why)`` rule selects, in order; each rule
         that drops rows warns ``N rows {why} were left out`` and tallies them as ``kind``."""
         for kind, bad, why in rules:
