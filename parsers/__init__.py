@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .discover import UNNAMED, Discovery, discover, not_regular, parser_for, sniff
+from .discover import Discovery, discover, parser_for, sniff
 from .errors import InputError
 from .events import EVENT_SCHEMA, validate
+from .reading import UNNAMED, not_regular
 from .source import ParsedSource
 
 __all__ = [

@@ -44,12 +44,12 @@ import msgspec
 import polars as pl
 from msgspec import Raw, Struct, field
 
-from .discover import GZIP_ERRORS, gunzip
 from .errors import InputError
 from .events import BOUNDS, DURATION_MAX_NS, TIME_MAX_NS, bound, conform, describe, nesting_depth
 from .jsonbound import decode_bounded, decode_each
 from .limits import DECOMPRESSED_BYTES, EVENTS, STRING_BYTES
 from .nccl import canonical_coll, canonical_ranks, dtype_bytes, kernel_coll_expr
+from .reading import GZIP_ERRORS, gunzip
 from .source import RANK_IN_NAME, ParsedSource
 
 FORMAT = "kineto"

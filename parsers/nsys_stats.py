@@ -26,10 +26,10 @@ from pathlib import Path
 
 import polars as pl
 
-from .discover import open_bytes
 from .errors import InputError
 from .events import GPU_ACTIVITY_KINDS, conform, nesting_depth
 from .nccl import kernel_coll_expr
+from .reading import open_bytes
 from .source import CORRELATION_PER_PROCESS, SESSION_CLOCK, ParsedSource
 
 FORMAT = "nsys-stats-csv"

@@ -32,12 +32,12 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from .discover import open_bytes
 from .errors import InputError
 from .events import BOUNDS, DURATION_MAX_NS, TIME_MAX_NS, as_int, bound, conform, nesting_depth
 from .jsonbound import decode_bounded, decode_each
 from .kineto import cut_at, is_cut, salvage_prefix, warn_quality
 from .limits import EVENTS, STRING_BYTES
+from .reading import open_bytes
 from .source import METRICS_SCHEMA, ParsedSource
 
 FORMAT = "framework-spans"

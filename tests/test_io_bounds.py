@@ -18,8 +18,9 @@ from report_truth import one_line_error
 import parsers
 from analyzer.assemble.ingest import ingest
 from parsers import InputError
-from parsers.discover import GZIP_ERRORS, GzipCut, discover, gunzip, open_bytes
+from parsers.discover import discover
 from parsers.errors import printable
+from parsers.reading import GZIP_ERRORS, GzipCut, gunzip, open_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
@@ -68,7 +69,7 @@ def test_a_bomb_through_the_cli_is_one_line(tmp_path: Path):
 BOUNDED = r"""
 import os, resource, sys
 from pathlib import Path
-from parsers.discover import GzipCut, gunzip
+from parsers.reading import GzipCut, gunzip
 from parsers.errors import InputError
 raw = Path(sys.argv[1]).read_bytes()
 vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1]) * 1024
@@ -245,7 +246,7 @@ def test_the_pipit_folder_reads_despite_its_provenance_notes(tmp_path: Path):
 def test_a_parse_error_crosses_a_process_pool_intact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr(sys.modules["analyzer.ingest"], "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(sys.modules["analyzer.assemble.ingest"], "PARALLEL_MIN_BYTES", 0)
     (tmp_path / "verl.log").write_bytes(LOG.read_bytes())
     broken_traces(tmp_path, 1)
     found = ingest([tmp_path], jobs=2, use_cache=False)

@@ -18,8 +18,8 @@ from typing import BinaryIO, TextIO
 
 from rich.console import Console
 
-from parsers.discover import file_kind
 from parsers.errors import InputError, printable
+from parsers.reading import file_kind
 
 
 def title_of(run) -> str:

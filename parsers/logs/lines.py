@@ -14,9 +14,9 @@ from pathlib import Path
 
 import polars as pl
 
-from ..discover import open_bytes
 from ..errors import InputError
 from ..events import as_int
+from ..reading import open_bytes
 from ..source import ParsedSource
 
 ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
