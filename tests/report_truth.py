@@ -38,7 +38,13 @@ def union_ns(intervals: list[tuple[int, int]]) -> int:
 def truth_stage_share(truth: dict[str, Any], stages: set[str]) -> float:
     """Σ over steps of the union over ranks of the stages' intervals ÷ Σ step windows."""
     spent = sum(
-        union_ns([(s["start_ns"], s["end_ns"]) for s in truth["stages"] if s["step"] == w["step"] and s["stage"] in stages])
+        union_ns(
+            [
+                (s["start_ns"], s["end_ns"])
+                for s in truth["stages"]
+                if s["step"] == w["step"] and s["stage"] in stages
+            ]
+        )
         for w in truth["step_windows"]
     )
     return spent / sum(w["end_ns"] - w["start_ns"] for w in truth["step_windows"])
@@ -56,16 +62,27 @@ def products(truth: dict[str, Any]) -> dict[str, pl.DataFrame]:
     steps = windows.select(
         pl.col("step").cast(pl.Int32), "start_ns", "end_ns", pl.lit("truth").alias("source")
     )
-    pools = pl.DataFrame(truth["ranks"]).filter(pl.col("rank") >= 0).select(
-        pl.col("rank").cast(pl.Int32), pl.col("pool").cast(POOL),
-        pl.col("host").cast(pl.String) if "host" in pl.DataFrame(truth["ranks"]).columns else pl.lit(None, pl.String).alias("host"),
-        (pl.col("device") if "device" in pl.DataFrame(truth["ranks"]).columns else pl.lit(-1)).cast(pl.Int16).alias("device"),
+    pools = (
+        pl.DataFrame(truth["ranks"])
+        .filter(pl.col("rank") >= 0)
+        .select(
+            pl.col("rank").cast(pl.Int32),
+            pl.col("pool").cast(POOL),
+            pl.col("host").cast(pl.String)
+            if "host" in pl.DataFrame(truth["ranks"]).columns
+            else pl.lit(None, pl.String).alias("host"),
+            (pl.col("device") if "device" in pl.DataFrame(truth["ranks"]).columns else pl.lit(-1))
+            .cast(pl.Int16)
+            .alias("device"),
+        )
     )
     out = {"stage_timeline": timeline, "steps": steps, "pools": pools}
     if "devices" in truth:
         out |= _device_products(truth, windows, timeline, pools)
-    out = {k: frames.check(v.select(list(getattr(frames, k.upper()))), getattr(frames, k.upper()), k)
-           for k, v in out.items()}
+    out = {
+        k: frames.check(v.select(list(getattr(frames, k.upper()))), getattr(frames, k.upper()), k)
+        for k, v in out.items()
+    }
     return out
 
 
@@ -77,37 +94,92 @@ def _windows(truth: dict[str, Any]) -> pl.DataFrame:
 def _device_products(truth, windows, timeline, pools) -> dict[str, pl.DataFrame]:
     devices = pl.DataFrame(truth["devices"]).unnest("idle_ns")
     causes = [c for c in IDLE_CAUSE.categories.to_list() if c in devices.columns]
-    bubbles = devices.unpivot(
-        index=["step", "rank", "window_ns", "busy_ns", "productive_busy_ns"], on=causes,
-        variable_name="cause", value_name="idle_ns",
-    ).select(
-        pl.col("step").cast(pl.Int32), pl.col("rank").cast(pl.Int32), "window_ns", "busy_ns",
-        pl.col("productive_busy_ns").alias("productive_ns"), pl.col("cause").cast(IDLE_CAUSE), "idle_ns",
-    ).sort("step", "rank", "cause")
+    bubbles = (
+        devices.unpivot(
+            index=["step", "rank", "window_ns", "busy_ns", "productive_busy_ns"],
+            on=causes,
+            variable_name="cause",
+            value_name="idle_ns",
+        )
+        .select(
+            pl.col("step").cast(pl.Int32),
+            pl.col("rank").cast(pl.Int32),
+            "window_ns",
+            "busy_ns",
+            pl.col("productive_busy_ns").alias("productive_ns"),
+            pl.col("cause").cast(IDLE_CAUSE),
+            "idle_ns",
+        )
+        .sort("step", "rank", "cause")
+    )
     durations = pl.DataFrame(truth["stage_durations"])
-    breakdown = durations.join(windows.select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("w")), on="step").select(
-        pl.col("step").cast(pl.Int32), pl.col("rank").cast(pl.Int32), pl.col("stage").cast(STAGE),
-        pl.col("duration_ns").alias("time_ns"), (pl.col("duration_ns") / pl.col("w")).alias("share"),
+    breakdown = durations.join(
+        windows.select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("w")), on="step"
+    ).select(
+        pl.col("step").cast(pl.Int32),
+        pl.col("rank").cast(pl.Int32),
+        pl.col("stage").cast(STAGE),
+        pl.col("duration_ns").alias("time_ns"),
+        (pl.col("duration_ns") / pl.col("w")).alias("share"),
     )
     coll = pl.DataFrame(truth["collectives_by_dim"]).select(
-        pl.col("dim").cast(DIM), pl.lit("all").alias("coll"), pl.col("count").cast(pl.Int64), "bytes", "time_ns",
-        pl.lit(None, pl.Int64).alias("exposed_ns"), "wait_ns",
-        (pl.col("time_ns") - pl.col("wait_ns")).alias("transfer_ns"), pl.lit(None, pl.Float64).alias("busbw_gbps"),
+        pl.col("dim").cast(DIM),
+        pl.lit("all").alias("coll"),
+        pl.col("count").cast(pl.Int64),
+        "bytes",
+        "time_ns",
+        pl.lit(None, pl.Int64).alias("exposed_ns"),
+        "wait_ns",
+        (pl.col("time_ns") - pl.col("wait_ns")).alias("transfer_ns"),
+        pl.lit(None, pl.Float64).alias("busbw_gbps"),
     )
     # pool_wait at the start of each step on train ranks: the window start to the rank's first range
     train = pools.filter(pl.col("pool") == "train")["rank"].to_list()
-    first = timeline.filter(pl.col("rank").is_in(train)).group_by("rank", "step").agg(pl.col("start_ns").min().alias("end_ns"))
-    largest = first.join(windows.select(pl.col("step").cast(pl.Int32), "start_ns"), on="step").select(
-        "rank", "step", pl.lit("pool_wait").cast(IDLE_CAUSE).alias("cause"), "start_ns", "end_ns"
-    ).filter(pl.col("end_ns") > pl.col("start_ns"))
+    first = (
+        timeline.filter(pl.col("rank").is_in(train))
+        .group_by("rank", "step")
+        .agg(pl.col("start_ns").min().alias("end_ns"))
+    )
+    largest = (
+        first.join(windows.select(pl.col("step").cast(pl.Int32), "start_ns"), on="step")
+        .select(
+            "rank",
+            "step",
+            pl.lit("pool_wait").cast(IDLE_CAUSE).alias("cause"),
+            "start_ns",
+            "end_ns",
+        )
+        .filter(pl.col("end_ns") > pl.col("start_ns"))
+    )
     work = devices.group_by("step").agg(pl.col("productive_busy_ns").sum().alias("work_ns"))
-    depth = pl.DataFrame(truth["critical_path"]).select(pl.col("step"), pl.col("length_ns").alias("depth_ns"))
-    wd = work.join(depth, on="step").join(windows.select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns")), on="step").select(
-        pl.col("step").cast(pl.Int32), "work_ns", "depth_ns", (pl.col("work_ns") / pl.col("depth_ns")).alias("parallelism"), "step_ns",
-        pl.lit(None, pl.Float64).alias("async_overlap_bound"), pl.lit(None, pl.Int64).alias("no_tail_step_ns"),
-        pl.lit(None, pl.Int64).alias("balanced_dp_step_ns"),
-    ).sort("step")
-    return {"bubbles": bubbles, "breakdown": breakdown, "collectives_by_dim": coll, "largest_bubbles": largest, "workdepth": wd}
+    depth = pl.DataFrame(truth["critical_path"]).select(
+        pl.col("step"), pl.col("length_ns").alias("depth_ns")
+    )
+    wd = (
+        work.join(depth, on="step")
+        .join(
+            windows.select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns")),
+            on="step",
+        )
+        .select(
+            pl.col("step").cast(pl.Int32),
+            "work_ns",
+            "depth_ns",
+            (pl.col("work_ns") / pl.col("depth_ns")).alias("parallelism"),
+            "step_ns",
+            pl.lit(None, pl.Float64).alias("async_overlap_bound"),
+            pl.lit(None, pl.Int64).alias("no_tail_step_ns"),
+            pl.lit(None, pl.Int64).alias("balanced_dp_step_ns"),
+        )
+        .sort("step")
+    )
+    return {
+        "bubbles": bubbles,
+        "breakdown": breakdown,
+        "collectives_by_dim": coll,
+        "largest_bubbles": largest,
+        "workdepth": wd,
+    }
 
 
 def inject(run, made: dict[str, pl.DataFrame]):
@@ -128,7 +200,8 @@ def one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
 
 
 def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
-    """``rlperf ARGS`` in a fresh interpreter (exit status, stdout and stderr as a user sees them)."""
+    """``rlperf ARGS`` in a fresh interpreter (exit status, stdout and stderr as a user sees
+    them)."""
     import os
     import subprocess
     import sys

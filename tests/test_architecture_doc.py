@@ -9,7 +9,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def generator():
-    spec = importlib.util.spec_from_file_location("product_graph", REPO / "docs" / "product_graph.py")
+    spec = importlib.util.spec_from_file_location(
+        "product_graph", REPO / "docs" / "product_graph.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -85,10 +85,17 @@ def synth_run(root: Path, scenario: str) -> tuple[Run, dict[str, Any]]:
 def in_profile_window(t: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Truth rows that lie inside their rank's profiler window (the rest is not in the trace)."""
     windows = {e["rank"]: e.get("profile_window_ns") for e in t["ranks"]}
-    return [r for r in rows if windows.get(r["rank"]) and windows[r["rank"]][0] <= r["start_ns"] and r["end_ns"] <= windows[r["rank"]][1]]
+    return [
+        r
+        for r in rows
+        if windows.get(r["rank"])
+        and windows[r["rank"]][0] <= r["start_ns"]
+        and r["end_ns"] <= windows[r["rank"]][1]
+    ]
 
 
-# --- ranks and roles -------------------------------------------------------------------------------
+# --- ranks and roles
+# -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", CPU_SCENARIOS)
@@ -102,8 +109,13 @@ def test_ranks_and_the_driver_are_as_the_harness_ran_them(name: str) -> None:
     in_report = name.endswith("_nsys") and (events["rank"] == -1).any()
     assert (bool(drivers) or in_report) == has_driver
     pids = {e["rank"]: e["pid"] for e in t["ranks"]}
-    by_pid = dict(events.group_by("pid").agg(pl.col("rank").unique()).filter(pl.col("rank").list.len() == 1)
-                  .select("pid", pl.col("rank").list.first()).iter_rows())
+    by_pid = dict(
+        events.group_by("pid")
+        .agg(pl.col("rank").unique())
+        .filter(pl.col("rank").list.len() == 1)
+        .select("pid", pl.col("rank").list.first())
+        .iter_rows()
+    )
     for rank, pid in pids.items():
         if pid in by_pid:
             assert by_pid[pid] == rank, f"pid {pid} should be rank {rank}"
@@ -115,7 +127,9 @@ def test_nsys_report_of_the_whole_job_splits_into_driver_and_ranks() -> None:
     notes = " ".join(run.notes)
     assert "single controller" in notes and "driver timers" in notes
     annotated = run.events.filter(pl.col("kind") == "annotation")
-    driver_names = set(annotated.filter(pl.col("rank") == -1)["name"].cast(pl.String).unique().to_list())
+    driver_names = set(
+        annotated.filter(pl.col("rank") == -1)["name"].cast(pl.String).unique().to_list()
+    )
     assert {"step", "gen", "adv"} <= driver_names
     assert "generate_sequences" not in driver_names
     assert sorted(annotated.filter(pl.col("rank") >= 0)["rank"].unique().to_list()) == [0, 1]
@@ -142,7 +156,11 @@ def test_offsets_follow_any_shift_of_a_ranks_clock(synth_dir: Path) -> None:
     run, _ = synth_run(synth_dir, "disaggregated")
     calls = run.collective_calls
     shifted = calls.with_columns(
-        pl.when(pl.col("rank") == 5).then(pl.col("end_ns") + 777_000).otherwise(pl.col("end_ns")).alias("end_ns"))
+        pl.when(pl.col("rank") == 5)
+        .then(pl.col("end_ns") + 777_000)
+        .otherwise(pl.col("end_ns"))
+        .alias("end_ns")
+    )
     before = dict(run.clock.select("rank", "offset_ns").iter_rows())
     after = dict(estimate_clock(shifted, run.ranks).select("rank", "offset_ns").iter_rows())
     assert after[5] - before[5] == 777_000
@@ -182,7 +200,8 @@ def test_step_windows_equal_the_truth(synth_dir: Path, scenario: str) -> None:
     truth = pl.DataFrame(t["step_windows"]).cast({"step": pl.Int32})
     joined = truth.join(steps, on="step", suffix="_mine")
     assert joined.height == truth.height == steps.height
-    assert (joined["start_ns"] == joined["start_ns_mine"]).all(), joined  # measured: 0 ns off on 4 runs
+    # measured: 0 ns off on 4 runs
+    assert (joined["start_ns"] == joined["start_ns_mine"]).all(), joined
     assert (joined["end_ns"] == joined["end_ns_mine"]).all(), joined
     assert set(steps["source"].to_list()) == {"ProfilerStep"}
 
@@ -200,7 +219,10 @@ def test_trace_steps_take_the_logs_numbering(name: str) -> None:
 def test_steps_without_step_ranges_come_from_rollout_waves() -> None:
     run = sample_run("openrlhf_ppo_disaggregated")
     assert set(run.steps["source"].to_list()) == {"rollout waves"}
-    assert run.steps["step"].to_list() == truth_of("openrlhf_ppo_disaggregated")["config"]["profiled_steps"]
+    assert (
+        run.steps["step"].to_list()
+        == truth_of("openrlhf_ppo_disaggregated")["config"]["profiled_steps"]
+    )
 
 
 def test_one_step_off_rollout_belongs_to_the_step_that_consumes_it() -> None:
@@ -208,8 +230,12 @@ def test_one_step_off_rollout_belongs_to_the_step_that_consumes_it() -> None:
     gen range of step s+1 collects it."""
     t = truth_of("verl_grpo_one_step_off")
     ranges = sample_run("verl_grpo_one_step_off").stage_ranges
-    mine = ranges.filter((pl.col("rank") == 0) & (pl.col("stage") == "rollout") & pl.col("step").is_not_null())
-    truth = [s for s in in_profile_window(t, t["stages"]) if s["rank"] == 0 and s["stage"] == "rollout"]
+    mine = ranges.filter(
+        (pl.col("rank") == 0) & (pl.col("stage") == "rollout") & pl.col("step").is_not_null()
+    )
+    truth = [
+        s for s in in_profile_window(t, t["stages"]) if s["rank"] == 0 and s["stage"] == "rollout"
+    ]
     for row in mine.iter_rows(named=True):
         match = min(truth, key=lambda s: abs(s["start_ns"] - row["start_ns"]))
         assert match["step"] == row["step"]
@@ -217,7 +243,9 @@ def test_one_step_off_rollout_belongs_to_the_step_that_consumes_it() -> None:
 
 
 def test_step_and_rank_selection() -> None:
-    run = analyzer.load(sample_inputs("verl_ppo_disaggregated"), options=analyzer.Options(steps="3", ranks="1-2"))
+    run = analyzer.load(
+        sample_inputs("verl_ppo_disaggregated"), options=analyzer.Options(steps="3", ranks="1-2")
+    )
     assert run.steps["step"].to_list() == [3]
     assert set(run.stage_ranges["step"].to_list()) == {3}
     assert set(run.stage_timeline["rank"].to_list()) <= {-1, 1, 2}
@@ -241,13 +269,34 @@ def test_analyze_options_reach_the_run_and_bad_ones_are_one_line() -> None:
 
     runner = CliRunner()
     path = str(RUNS / "verl_ppo_disaggregated")
-    done = runner.invoke(app, ["analyze", path, "-q", "-f", "json", "--steps", "3", "--ranks", "1-2", "--framework", "verl",
-                               "--layout", "tp=1"], catch_exceptions=False)
+    done = runner.invoke(
+        app,
+        [
+            "analyze",
+            path,
+            "-q",
+            "-f",
+            "json",
+            "--steps",
+            "3",
+            "--ranks",
+            "1-2",
+            "--framework",
+            "verl",
+            "--layout",
+            "tp=1",
+        ],
+        catch_exceptions=False,
+    )
     assert done.exit_code == 0
     doc = json.loads(done.output)
     facts = {row["fact"]: row["value"] for row in doc["placement"]}
     assert facts["steps"] == "3" and facts["ranks"] == "2" and facts["framework"] == "verl"
-    for args, what in ((["--steps", "x"], "--steps"), (["--ranks", "1..b"], "--ranks"), (["--framework", "nosuch"], "--framework"),
-                       (["--layout", "tp=zz"], "--layout")):
+    for args, what in (
+        (["--steps", "x"], "--steps"),
+        (["--ranks", "1..b"], "--ranks"),
+        (["--framework", "nosuch"], "--framework"),
+        (["--layout", "tp=zz"], "--layout"),
+    ):
         bad = runner.invoke(app, ["analyze", path, "-q", *args])
         assert bad.exit_code != 0 and what in str(bad.exception or bad.output)

@@ -65,7 +65,10 @@ def test_a_profile_error_is_one_escaped_line(bad_rules: Path):
     done = rlperf("taxonomy", "--rules", str(bad_rules))
     assert done.returncode == 2
     lines = assert_escaped(done.stderr)
-    assert lines == [f"rlperf: error: {bad_rules.parent}/rules\\n\\x1b[31mred\\u202e.toml: rule 1: 'relation' is required"]
+    assert lines == [
+        f"rlperf: error: {bad_rules.parent}/rules\\n\\x1b[31mred\\u202e.toml: "
+        "rule 1: 'relation' is required"
+    ]
 
 
 def test_the_debug_traceback_is_escaped_too(bad_rules: Path):
@@ -89,8 +92,10 @@ def test_failures_read_from_a_json_report_are_escaped(tmp_path: Path):
     done = rlperf("audit", str(report), "--budget", str(budget))
     assert done.returncode == 3
     lines = assert_escaped(done.stderr)
-    assert lines == ["rlperf: internal error in section \\x1b[2Jbubbles (analyzer.x\\u2066): KeyError: 'a\\nb'; "
-                     "rerun with --debug for the traceback"]
+    assert lines == [
+        "rlperf: internal error in section \\x1b[2Jbubbles (analyzer.x\\u2066): KeyError: 'a\\nb'; "
+        "rerun with --debug for the traceback"
+    ]
 
 
 def test_a_usage_error_keeps_clicks_text_and_status_with_the_name_escaped():
@@ -127,7 +132,9 @@ def sample_run():
 
 
 @pytest.mark.parametrize("name", ["trace.json", "trace.json.gz"])
-def test_a_failed_trace_export_leaves_the_old_file_and_nothing_else(sample_run, tmp_path: Path, name: str):
+def test_a_failed_trace_export_leaves_the_old_file_and_nothing_else(
+    sample_run, tmp_path: Path, name: str
+):
     from analyzer.ops.perfetto import export
 
     target = tmp_path / name
@@ -186,11 +193,26 @@ def test_a_selection_filters_a_frame_even_past_int64():
     assert frame.filter(parse_selection("1-5").expr("step"))["step"].to_list() == [2]
 
 
-@pytest.mark.parametrize(("option", "value", "warning"), [
-    ("--steps", "0-10000000000", "--steps: steps 0,4-10000000000 are not in the run (the run has steps 1-3); analysing steps 1-3"),
-    ("--ranks", "0-99999999999", "--ranks: ranks 2-99999999999 are not in the run (the run has ranks 0-1); analysing ranks 0-1"),
-])
-def test_a_huge_selection_runs_in_bounded_memory(tmp_path: Path, option: str, value: str, warning: str):
+@pytest.mark.parametrize(
+    ("option", "value", "warning"),
+    [
+        (
+            "--steps",
+            "0-10000000000",
+            "--steps: steps 0,4-10000000000 are not in the "
+            "run (the run has steps 1-3); analysing steps 1-3",
+        ),
+        (
+            "--ranks",
+            "0-99999999999",
+            "--ranks: ranks 2-99999999999 are not in the "
+            "run (the run has ranks 0-1); analysing ranks 0-1",
+        ),
+    ],
+)
+def test_a_huge_selection_runs_in_bounded_memory(
+    tmp_path: Path, option: str, value: str, warning: str
+):
     """Under a 2 GiB address-space limit (a list of every number took all memory)."""
 
     def cap() -> None:
@@ -198,9 +220,25 @@ def test_a_huge_selection_runs_in_bounded_memory(tmp_path: Path, option: str, va
 
     report = tmp_path / "report.json"
     done = subprocess.run(
-        [sys.executable, "-c", "from analyzer.cli import main; main()", "analyze", str(SAMPLE), option, value,
-         "-f", "json", "-o", str(report), "-q"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, preexec_fn=cap,
+        [
+            sys.executable,
+            "-c",
+            "from analyzer.cli import main; main()",
+            "analyze",
+            str(SAMPLE),
+            option,
+            value,
+            "-f",
+            "json",
+            "-o",
+            str(report),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        preexec_fn=cap,
         env={**os.environ, "RLPERF_NO_CACHE": "1"},
     )
     assert done.returncode == 0, done.stderr
@@ -229,8 +267,17 @@ def test_run_value_leaves_out_non_finite_values_and_zero_shares():
 
     frame = pl.DataFrame({"value": [0.5, float("nan"), float("inf"), None, 0.25],
                           "num": [1.0, 0.0, 5.0, 0.0, 1.0], "den": [2.0, 0.0, 0.0, 0.0, 4.0]})
-    check = Check(metric="m", formula="", unit="fraction", direction="above", thresholds={"warn": 0.1},
-                  heuristic=False, aggregate="mean", evaluated_from=("trace",), needs="")
+    check = Check(
+        metric="m",
+        formula="",
+        unit="fraction",
+        direction="above",
+        thresholds={"warn": 0.1},
+        heuristic=False,
+        aggregate="mean",
+        evaluated_from=("trace",),
+        needs="",
+    )
 
     def value(aggregate: str, of: pl.DataFrame = frame) -> float | None:
         return run_value(of, dataclasses.replace(check, aggregate=aggregate))
@@ -247,7 +294,11 @@ def test_a_zero_length_step_gives_no_infinite_weight_sync_share():
 
     from analyzer.model import frames
 
-    sync = pl.DataFrame([(1, 6 * MS, 0, None, None), (2, 3 * MS, 0, None, None)], schema=frames.WEIGHT_SYNC, orient="row")
+    sync = pl.DataFrame(
+        [(1, 6 * MS, 0, None, None), (2, 3 * MS, 0, None, None)],
+        schema=frames.WEIGHT_SYNC,
+        orient="row",
+    )
     got = row(make_run(steps=steps((0, 100), (100, 100)), weight_sync=sync), "G5")
     assert (got["status"], got["value"], got["step"]) == ("violated", 0.06, 1)
     only_empty = make_run(steps=steps((100, 100)), weight_sync=sync.filter(pl.col("step") == 1))
@@ -278,16 +329,25 @@ LOGS: dict[str, str] = {
     "sample_traces/runs/verl_ppo_colocated_nsys/logs/verl_console.log": "verl-log",
     "sample_traces/runs/verl_ppo_disaggregated/logs/verl_console.log": "verl-log",
     "../shared/corpus/VERL-Maze/verl_demo.log": "verl-log",
-    "../shared/corpus/logs/deepspeed-chat/step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log": "deepspeed-chat-log",
+    "../shared/corpus/logs/deepspeed-chat/"
+    "step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log": "deepspeed-chat-log",
     "../shared/corpus/logs/verl/dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log": "verl-log",
     "../shared/corpus/logs/verl-tpu/chrisytz-verl_ppo_xla-tpu_verl_demo.log": "verl-log",
 }
-"""Every framework log of the fixtures, the samples and the corpus, with the format it is read as."""
+"""Every framework log of the fixtures, the samples and the corpus, with the format it is read
+as."""
 
 
 def log_files() -> list[Path]:
-    roots = [ROOT / "tests" / "fixtures", ROOT / "sample_traces", CORPUS / "logs", CORPUS / "VERL-Maze"]
-    return sorted(p for r in roots for p in r.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    roots = [
+        ROOT / "tests" / "fixtures",
+        ROOT / "sample_traces",
+        CORPUS / "logs",
+        CORPUS / "VERL-Maze",
+    ]
+    return sorted(
+        p for r in roots for p in r.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    )
 
 
 def test_every_real_log_is_still_read_as_its_framework():
@@ -301,14 +361,18 @@ def test_every_real_log_is_still_read_as_its_framework():
     assert found == LOGS
 
 
-@pytest.mark.parametrize("name", ["docs/logs.md", "docs/samples.md", "docs/analyses.md", "README.md"])
+@pytest.mark.parametrize(
+    "name", ["docs/logs.md", "docs/samples.md", "docs/analyses.md", "README.md"]
+)
 def test_a_markdown_document_quoting_log_lines_is_no_log(name: str, tmp_path: Path):
     from parsers import sniff
     from parsers.discover import parser_modules, read_head
 
     path = ROOT / name
     head = read_head(path)
-    assert [m.FORMAT for m in parser_modules() if m.FORMAT.endswith("-log") and m.sniff(head, path)] == []
+    assert [
+        m.FORMAT for m in parser_modules() if m.FORMAT.endswith("-log") and m.sniff(head, path)
+    ] == []
     assert sniff(path) is None
     renamed = tmp_path / "notes.txt"
     renamed.write_bytes(path.read_bytes())
@@ -318,7 +382,9 @@ def test_a_markdown_document_quoting_log_lines_is_no_log(name: str, tmp_path: Pa
 def test_the_corpus_notes_are_no_logs():
     from parsers import sniff
 
-    notes = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix.lower() in (".md", ".txt", ""))
+    notes = sorted(
+        p for p in CORPUS.rglob("*") if p.is_file() and p.suffix.lower() in (".md", ".txt", "")
+    )
     assert len(notes) >= 10
     assert {str(p.relative_to(CORPUS)): sniff(p) for p in notes if sniff(p)} == {}
 
@@ -332,7 +398,9 @@ def test_only_a_document_opening_with_a_heading_and_more_markup_is_refused():
     assert is_document(b"print('step:1 - a:1')\n", Path("harness/logs.py"))
     assert is_document(b"step:1 - a:1\n", Path("PROVENANCE.md"))
     assert not is_document(b"# config comment\nstep:1 - actor/loss:0.1\n", log)
-    assert not is_document(b"step:1 - completions: ```python\n# a heading in a completion\n```\n", log)
+    assert not is_document(
+        b"step:1 - completions: ```python\n# a heading in a completion\n```\n", log
+    )
     assert not is_document(b"step:1 - a:1\n## not first\n```\n", log)
 
 
@@ -380,7 +448,12 @@ def test_the_hta_trace_annotation_share_is_its_union_over_the_window():
 
 # --- 4, 5 and 7 over every report: bounded numbers, the same report whatever the file order ------
 
-SAMPLES = sorted(p for base in ("runs", "synthetic") for p in (ROOT / "sample_traces" / base).iterdir() if p.is_dir())
+SAMPLES = sorted(
+    p
+    for base in ("runs", "synthetic")
+    for p in (ROOT / "sample_traces" / base).iterdir()
+    if p.is_dir()
+)
 BOUNDED = re.compile(r"(?:share|fraction)$")
 
 
@@ -412,8 +485,20 @@ def assert_bounded(text: str) -> dict:
 
 def analyse(files: list[str], seed: int) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", "from analyzer.cli import main; main()", "analyze", *files, "-f", "json", "-q"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        [
+            sys.executable,
+            "-c",
+            "from analyzer.cli import main; main()",
+            "analyze",
+            *files,
+            "-f",
+            "json",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
         env={**os.environ, "RLPERF_NO_CACHE": "1", "PYTHONHASHSEED": str(seed)},
     )
 

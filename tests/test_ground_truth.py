@@ -39,10 +39,18 @@ STAGE_TOL_NS = 1_000_000
 REL = 0.02
 """The harness runs' stage-duration contract (docs/analyses.md): within 2% or 1 ms."""
 
-COMMITTED_RUNS: dict[str, Path] = {f"{s}-{spec['ranks']}": COMMITTED_ROOT / s for s, spec in COMMITTED.items()}
+COMMITTED_RUNS: dict[str, Path] = {
+    f"{s}-{spec['ranks']}": COMMITTED_ROOT / s for s, spec in COMMITTED.items()
+}
 """The committed synthetic samples (test_synth holds them to the generator's output)."""
 GENERATED: dict[str, dict[str, Any]] = {
-    "disaggregated-16-tp2-pp2": {"scenario": "disaggregated", "ranks": 16, "seed": 3, "tp": 2, "pp": 2},
+    "disaggregated-16-tp2-pp2": {
+        "scenario": "disaggregated",
+        "ranks": 16,
+        "seed": 3,
+        "tp": 2,
+        "pp": 2,
+    },
     "stage_fused-16": {"scenario": "stage_fused", "ranks": 16, "seed": 5, "steps": 3},
 }
 """Two larger layouts (pipeline, expert parallel), generated for the test."""
@@ -69,10 +77,16 @@ def truth_run(folder: Path) -> tuple[Run, dict[str, Any]]:
         pl.col("step").cast(pl.Int32), "start_ns", "end_ns", pl.lit("ProfilerStep").alias("source")
     )
     pools = pl.DataFrame(t["ranks"]).select(
-        pl.col("rank").cast(pl.Int32), pl.col("pool").cast(POOL), "host", pl.col("device").cast(pl.Int16)
+        pl.col("rank").cast(pl.Int32),
+        pl.col("pool").cast(POOL),
+        "host",
+        pl.col("device").cast(pl.Int16),
     )
     st = pl.DataFrame(t["stages"]).with_columns(
-        pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), pl.col("stage").cast(STAGE), pl.col("role").cast(ROLE)
+        pl.col("rank").cast(pl.Int32),
+        pl.col("step").cast(pl.Int32),
+        pl.col("stage").cast(STAGE),
+        pl.col("role").cast(ROLE),
     )
     common = ["rank", "step", "stage", "role"]
     outer = st.select(*common, "name", "start_ns", "end_ns", pl.lit(0, pl.Int16).alias("depth"))
@@ -82,7 +96,9 @@ def truth_run(folder: Path) -> tuple[Run, dict[str, Any]]:
     )
     flags = [pl.lit(False).alias("inferred"), pl.lit(1.0, pl.Float32).alias("confidence")]
     stage_ranges = pl.concat([outer, inner]).with_columns(flags)
-    timeline = outer.with_columns(flags[0]).select(list(frames.STAGE_TIMELINE)).sort("rank", "start_ns")
+    timeline = (
+        outer.with_columns(flags[0]).select(list(frames.STAGE_TIMELINE)).sort("rank", "start_ns")
+    )
 
     dims = {g["pg_name"]: g["dim"] for g in t["config"]["process_groups"]}
     per_rank = []
@@ -101,30 +117,57 @@ def truth_run(folder: Path) -> tuple[Run, dict[str, Any]]:
         pl.col("coll").is_not_null().alias("is_collective"),
     )
     nccl = device.filter(pl.col("coll").is_not_null()).with_columns(pl.col("pg").cast(pl.String))
-    enclosing = timeline.select("rank", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), pl.col("stage").alias("_stage"))
+    enclosing = timeline.select(
+        "rank",
+        pl.col("start_ns").alias("_s"),
+        pl.col("end_ns").alias("_e"),
+        pl.col("stage").alias("_stage"),
+    )
     windows = steps.select(pl.col("step").alias("_step"), pl.col("start_ns").alias("_ws"))
     collectives = (
         nccl.with_columns(pl.struct("pg", "seq").rank("dense").cast(pl.Int64).alias("instance"))
         .sort("rank", "start_ns")
-        .join_asof(enclosing.sort("rank", "_s"), left_on="start_ns", right_on="_s", by="rank", check_sortedness=False)
+        .join_asof(
+            enclosing.sort("rank", "_s"),
+            left_on="start_ns",
+            right_on="_s",
+            by="rank",
+            check_sortedness=False,
+        )
         .sort("start_ns")
         .join_asof(windows.sort("_ws"), left_on="start_ns", right_on="_ws")
         .select(
-            "instance", "rank", pl.col("_step").alias("step"), pl.col("coll").cast(pl.String),
-            pl.col("pg").replace_strict(dims).cast(DIM).alias("dim"), "pg", "pg_ranks", "group_size", "bytes",
-            "start_ns", "end_ns", pl.when(pl.col("start_ns") < pl.col("_e")).then(pl.col("_stage")).alias("stage"),
+            "instance",
+            "rank",
+            pl.col("_step").alias("step"),
+            pl.col("coll").cast(pl.String),
+            pl.col("pg").replace_strict(dims).cast(DIM).alias("dim"),
+            "pg",
+            "pg_ranks",
+            "group_size",
+            "bytes",
+            "start_ns",
+            "end_ns",
+            pl.when(pl.col("start_ns") < pl.col("_e")).then(pl.col("_stage")).alias("stage"),
             pl.lit(True).alias("on_device"),
         )
     )
     for frame, schema, what in (
-        (steps, frames.STEPS, "steps"), (pools, frames.POOLS, "pools"),
-        (stage_ranges, frames.STAGE_RANGES, "stage_ranges"), (timeline, frames.STAGE_TIMELINE, "stage_timeline"),
-        (activity, frames.ACTIVITY, "activity"), (collectives, frames.COLLECTIVE_INSTANCES, "collectives"),
+        (steps, frames.STEPS, "steps"),
+        (pools, frames.POOLS, "pools"),
+        (stage_ranges, frames.STAGE_RANGES, "stage_ranges"),
+        (timeline, frames.STAGE_TIMELINE, "stage_timeline"),
+        (activity, frames.ACTIVITY, "activity"),
+        (collectives, frames.COLLECTIVE_INSTANCES, "collectives"),
     ):
         frames.check(frame, schema, what)
     run = Run(sources=[], events=empty_events(), metrics=pl.DataFrame())
     run.inject(
-        steps=steps, pools=pools, stage_ranges=stage_ranges, stage_timeline=timeline, activity=activity,
+        steps=steps,
+        pools=pools,
+        stage_ranges=stage_ranges,
+        stage_timeline=timeline,
+        activity=activity,
         collectives=collectives,
     )
     return run, t
@@ -145,7 +188,10 @@ def runs(synthetic: dict[str, Path]):
             if mode == "from_truth":
                 cache[(name, mode)] = truth_run(folder)
             else:
-                cache[(name, mode)] = (analyzer.load(folder, use_cache=False), json.loads((folder / "truth.json").read_text()))
+                cache[(name, mode)] = (
+                    analyzer.load(folder, use_cache=False),
+                    json.loads((folder / "truth.json").read_text()),
+                )
         return cache[(name, mode)]
 
     return get
@@ -160,13 +206,17 @@ def close(have: pl.Expr, want: pl.Expr) -> pl.Expr:
 @pytest.mark.parametrize("name", RUNS)
 def test_stage_durations_per_rank_and_step(runs, name: str, mode: str) -> None:
     run, t = runs(name, mode)
-    got = frames.check(run.breakdown, frames.BREAKDOWN, "breakdown").with_columns(pl.col("stage").cast(pl.String))
+    got = frames.check(run.breakdown, frames.BREAKDOWN, "breakdown").with_columns(
+        pl.col("stage").cast(pl.String)
+    )
     want = pl.DataFrame(t["stage_durations"])
     both = got.join(want, on=["rank", "step", "stage"], how="full", coalesce=True)
     assert both.filter(pl.col("time_ns").is_null() | pl.col("duration_ns").is_null()).height == 0
     off = both.filter(pl.col("time_ns") != pl.col("duration_ns"))
     assert off.height == 0, off
-    windows = pl.DataFrame(t["step_windows"]).select(pl.col("step").cast(pl.Int32), (pl.col("end_ns") - pl.col("start_ns")).alias("w"))
+    windows = pl.DataFrame(t["step_windows"]).select(
+        pl.col("step").cast(pl.Int32), (pl.col("end_ns") - pl.col("start_ns")).alias("w")
+    )
     shares = got.join(windows, on="step")
     assert ((shares["share"] - shares["time_ns"] / shares["w"]).abs() < 1e-6).all()
 
@@ -175,19 +225,33 @@ def test_stage_durations_per_rank_and_step(runs, name: str, mode: str) -> None:
 @pytest.mark.parametrize("name", RUNS)
 def test_idle_by_cause_per_device_and_step(runs, name: str, mode: str) -> None:
     run, t = runs(name, mode)
-    got = frames.check(run.bubbles, frames.BUBBLES, "bubbles").with_columns(pl.col("cause").cast(pl.String))
+    got = frames.check(run.bubbles, frames.BUBBLES, "bubbles").with_columns(
+        pl.col("cause").cast(pl.String)
+    )
     want = pl.DataFrame(
         [
-            {"rank": d["rank"], "step": d["step"], "cause": cause, "want_idle": idle, "want_window": d["window_ns"],
-             "want_busy": d["busy_ns"], "want_productive": d["productive_busy_ns"]}
-            for d in t["devices"] for cause, idle in d["idle_ns"].items()
+            {
+                "rank": d["rank"],
+                "step": d["step"],
+                "cause": cause,
+                "want_idle": idle,
+                "want_window": d["window_ns"],
+                "want_busy": d["busy_ns"],
+                "want_productive": d["productive_busy_ns"],
+            }
+            for d in t["devices"]
+            for cause, idle in d["idle_ns"].items()
         ]
     )
     both = got.join(want, on=["rank", "step", "cause"], how="full", coalesce=True)
     assert both.height == len(t["devices"]) * 7
     assert both.null_count().sum_horizontal().item() == 0
-    for have, expect in (("idle_ns", "want_idle"), ("busy_ns", "want_busy"), ("productive_ns", "want_productive"),
-                         ("window_ns", "want_window")):
+    for have, expect in (
+        ("idle_ns", "want_idle"),
+        ("busy_ns", "want_busy"),
+        ("productive_ns", "want_productive"),
+        ("window_ns", "want_window"),
+    ):
         off = both.filter(pl.col(have) != pl.col(expect))
         assert off.height == 0, (have, off)
     assert both.filter(pl.col("want_idle") > 0).height >= len(t["devices"])
@@ -206,7 +270,9 @@ def test_collectives_by_dimension(runs, name: str, mode: str) -> None:
     want = pl.DataFrame(t["collectives_by_dim"])
     both = got.join(want, on="dim", how="full", coalesce=True, suffix="_truth")
     assert both.null_count().sum_horizontal().item() == 0, both
-    assert (both["count"] == both["count_truth"]).all() and (both["bytes"] == both["bytes_truth"]).all()
+    assert (both["count"] == both["count_truth"]).all() and (
+        both["bytes"] == both["bytes_truth"]
+    ).all()
     for col in ("time_ns", "wait_ns"):
         assert (both[col] == both[f"{col}_truth"]).all(), (col, both)
     assert ((both["transfer_ns"] + both["wait_ns"]) == both["time_ns"]).all()
@@ -219,23 +285,33 @@ def test_critical_path_rank_stage_and_length(runs, name: str, mode: str) -> None
     run, t = runs(name, mode)
     chain = frames.check(run.critical_path, frames.CRITICAL_PATH, "critical_path")
     got = critical_summary(chain).with_columns(pl.col("stage").cast(pl.String))
-    want = pl.DataFrame([{k: c[k] for k in ("step", "rank", "stage", "length_ns")} for c in t["critical_path"]])
+    want = pl.DataFrame(
+        [{k: c[k] for k in ("step", "rank", "stage", "length_ns")} for c in t["critical_path"]]
+    )
     both = got.join(want, on="step")
     assert both.height == len(t["critical_path"])
-    assert (both["rank"] == both["rank_right"]).all() and (both["stage"] == both["stage_right"]).all(), both
+    assert (both["rank"] == both["rank_right"]).all() and (
+        both["stage"] == both["stage_right"]
+    ).all(), both
     assert (both["depth_ns"] == both["length_ns"]).all(), both
     links = chain.group_by("step").len().sort("step")["len"].to_list()
     assert links == [len(c["chain"]) for c in sorted(t["critical_path"], key=lambda c: c["step"])]
     wd = frames.check(run.workdepth, frames.WORKDEPTH, "workdepth").join(want, on="step")
     assert (wd["depth_ns"] == wd["length_ns"]).all(), wd  # the truth's critical-path length
-    assert (wd["parallelism"] > 1).all() and (wd["work_ns"] <= wd["step_ns"] * len(t["ranks"])).all()
+    assert (wd["parallelism"] > 1).all() and (
+        wd["work_ns"] <= wd["step_ns"] * len(t["ranks"])
+    ).all()
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", RUNS)
 def test_work_is_the_productive_time_of_every_device(runs, name: str, mode: str) -> None:
     run, t = runs(name, mode)
-    work = pl.DataFrame([{"step": d["step"], "p": d["productive_busy_ns"]} for d in t["devices"]]).group_by("step").agg(pl.col("p").sum())
+    work = (
+        pl.DataFrame([{"step": d["step"], "p": d["productive_busy_ns"]} for d in t["devices"]])
+        .group_by("step")
+        .agg(pl.col("p").sum())
+    )
     both = run.workdepth.join(work, on="step")
     assert both.height == len(t["step_windows"])
     assert (both["work_ns"] == both["p"]).all(), both
@@ -244,14 +320,18 @@ def test_work_is_the_productive_time_of_every_device(runs, name: str, mode: str)
 # --- the real CPU runs of the sample harness ---------------------------------------------------
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces" / "runs"
-STAGED = sorted(p.name for p in SAMPLES.iterdir() if (p / "truth.json").is_file() and p.name != "trl_grpo")
+STAGED = sorted(
+    p.name for p in SAMPLES.iterdir() if (p / "truth.json").is_file() and p.name != "trl_grpo"
+)
 """Every sample run whose traces carry stage ranges (TRL's are inferred: tests/test_classify.py)."""
 
 
 @cache
 def sample(name: str) -> tuple[Run, dict[str, Any]]:
     folder = SAMPLES / name
-    return analyzer.load([p for p in sorted(folder.iterdir()) if p.is_dir()]), json.loads((folder / "truth.json").read_text())
+    return analyzer.load([p for p in sorted(folder.iterdir()) if p.is_dir()]), json.loads(
+        (folder / "truth.json").read_text()
+    )
 
 
 def traced(t: dict[str, Any]) -> tuple[int, int]:
@@ -267,11 +347,20 @@ def test_sample_stage_durations(name: str) -> None:
     run, t = sample(name)
     steps = run.steps["step"].to_list()
     want = (
-        pl.DataFrame(t["stages"]).filter(pl.col("step").is_in(steps))
-        .group_by("rank", "step", "stage").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("truth_ns"))
+        pl.DataFrame(t["stages"])
+        .filter(pl.col("step").is_in(steps))
+        .group_by("rank", "step", "stage")
+        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("truth_ns"))
     )
-    got = run.breakdown.filter(pl.col("stage") != "other").with_columns(pl.col("stage").cast(pl.String))
-    both = got.join(want.with_columns(pl.col("rank", "step").cast(pl.Int32)), on=["rank", "step", "stage"], how="full", coalesce=True)
+    got = run.breakdown.filter(pl.col("stage") != "other").with_columns(
+        pl.col("stage").cast(pl.String)
+    )
+    both = got.join(
+        want.with_columns(pl.col("rank", "step").cast(pl.Int32)),
+        on=["rank", "step", "stage"],
+        how="full",
+        coalesce=True,
+    )
     assert both.height >= 8 * len(steps)
     assert both.filter(pl.col("time_ns").is_null() | pl.col("truth_ns").is_null()).height == 0, both
     off = both.filter(~close(pl.col("time_ns"), pl.col("truth_ns")))
@@ -289,24 +378,40 @@ trace's step range does). 2.5% or 0.5 ms is what was measured, not 2% of the ste
 @pytest.mark.parametrize("name", STAGED)
 def test_sample_rollout_tail_and_pool_wait(name: str) -> None:
     """The waits the run's structure explains (rollout tail, pool wait), per rank and step window
-    over the time every trace covers, within 2.5% of itself or 0.5 ms. The truth's other entries are not
-    this page's causes: its ``weight_sync`` is the whole barrier call, not the idle time inside
+    over the time every trace covers, within 2.5% of itself or 0.5 ms. The truth's other entries are
+    not this page's causes: its ``weight_sync`` is the whole barrier call, not the idle time inside
     the weight-sync range."""
     run, t = sample(name)
     lo, hi = traced(t)
     windows = run.steps.select("step", pl.max_horizontal("start_ns", pl.lit(lo)).alias("start_ns"),
                                pl.min_horizontal("end_ns", pl.lit(hi)).alias("end_ns"))
     causes = ["rollout_tail", "pool_wait"]
-    truth = pl.DataFrame(t["waits"]).filter(pl.col("cause").is_in(causes)).select(pl.col("rank").cast(pl.Int32), "cause", "start_ns", "end_ns")
-    want = intervals.union_length(intervals.clip_to_windows(truth, windows), ["rank", "step", "cause"], "truth_ns")
-    mine = run.device_states.filter(pl.col("cause").is_in(causes)).with_columns(pl.col("cause").cast(pl.String))
+    truth = (
+        pl.DataFrame(t["waits"])
+        .filter(pl.col("cause").is_in(causes))
+        .select(pl.col("rank").cast(pl.Int32), "cause", "start_ns", "end_ns")
+    )
+    want = intervals.union_length(
+        intervals.clip_to_windows(truth, windows), ["rank", "step", "cause"], "truth_ns"
+    )
+    mine = run.device_states.filter(pl.col("cause").is_in(causes)).with_columns(
+        pl.col("cause").cast(pl.String)
+    )
     own_window = windows.rename({"start_ns": "_ws", "end_ns": "_we"})
     mine = mine.join(own_window, on="step").with_columns(
-        pl.max_horizontal("start_ns", "_ws").alias("start_ns"), pl.min_horizontal("end_ns", "_we").alias("end_ns")
+        pl.max_horizontal("start_ns", "_ws").alias("start_ns"),
+        pl.min_horizontal("end_ns", "_we").alias("end_ns"),
     )
-    got = intervals.length(mine.filter(pl.col("end_ns") > pl.col("start_ns")), ["rank", "step", "cause"], "idle_ns")
+    got = intervals.length(
+        mine.filter(pl.col("end_ns") > pl.col("start_ns")), ["rank", "step", "cause"], "idle_ns"
+    )
     sizes = run.steps.select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("window_ns"))
-    both = got.join(want.with_columns(pl.col("step").cast(pl.Int32)), on=["rank", "step", "cause"], how="full", coalesce=True)
+    both = got.join(
+        want.with_columns(pl.col("step").cast(pl.Int32)),
+        on=["rank", "step", "cause"],
+        how="full",
+        coalesce=True,
+    )
     both = both.fill_null(0).join(sizes, on="step")
     assert both["truth_ns"].sum() > 0 and both.height >= 2
     tol = pl.max_horizontal(WAIT_REL * pl.col("truth_ns"), pl.lit(WAIT_ABS_NS))
@@ -324,7 +429,11 @@ def test_sample_critical_path(name: str) -> None:
     workers = [s for s in t["stages"] if s["rank"] >= 0]
     assert got.height == run.steps.height
     for row in got.iter_rows(named=True):
-        rows = [(s["rank"], s["step"], s["stage"], s["start_ns"], s["end_ns"]) for s in workers if s["step"] == row["step"]]
+        rows = [
+            (s["rank"], s["step"], s["stage"], s["start_ns"], s["end_ns"])
+            for s in workers
+            if s["step"] == row["step"]
+        ]
         chain = literal_chain(rows)
         rank_time: dict[int, int] = {}
         stage_time: dict[str, int] = {}
@@ -335,7 +444,9 @@ def test_sample_critical_path(name: str) -> None:
         rank = min(rank_time, key=lambda k: (-rank_time[k], k))
         assert row["stage"] == stage, (row, stage)
         ends = {s[0]: s[4] for s in rows if s[2] == stage}
-        assert row["rank"] == rank or abs(ends.get(row["rank"], 0) - ends[rank]) <= CRITICAL_SLACK_NS, (row, rank, ends)
+        assert (
+            row["rank"] == rank or abs(ends.get(row["rank"], 0) - ends[rank]) <= CRITICAL_SLACK_NS
+        ), (row, rank, ends)
         length = max(c[3] for c in chain) - min(c[2] for c in chain)
         assert abs(row["depth_ns"] - length) <= max(STAGE_TOL_NS, REL * length), (row, length)
 
@@ -354,8 +465,12 @@ def test_sample_collectives_by_dimension(name: str) -> None:
     run, t = sample(name)
     steps = run.steps["step"].to_list()
     want = pl.DataFrame(t["collectives"]).filter(pl.col("step").is_in(steps))
-    got = run.collectives_by_dim.group_by(pl.col("dim").cast(pl.String)).agg(pl.col("count", "time_ns").sum())
-    counts = want.group_by("dim").agg(pl.len().alias("truth"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("truth_ns"))
+    got = run.collectives_by_dim.group_by(pl.col("dim").cast(pl.String)).agg(
+        pl.col("count", "time_ns").sum()
+    )
+    counts = want.group_by("dim").agg(
+        pl.len().alias("truth"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("truth_ns")
+    )
     both = got.join(counts, on="dim", how="full", coalesce=True)
     assert (both["count"] == both["truth"]).all(), both
     short = both["truth_ns"] - both["time_ns"]

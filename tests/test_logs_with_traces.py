@@ -37,7 +37,9 @@ def rounding_ns(name: str) -> int:
 def driver_stages(name: str) -> pl.DataFrame:
     run = sample_run(name)
     tl = run.stage_timeline.filter(pl.col("rank") == -1)
-    return tl.group_by("step", pl.col("stage").cast(pl.String)).agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("trace"))
+    return tl.group_by("step", pl.col("stage").cast(pl.String)).agg(
+        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("trace")
+    )
 
 
 @pytest.mark.parametrize("name", LOGGED)
@@ -53,7 +55,9 @@ def test_log_timers_equal_the_traced_stage_times(name: str) -> None:
     per_step = joined.group_by("step").len()["len"].min()
     assert per_step >= (1 if name.startswith("openrlhf") else 6), joined
     tolerance = rounding_ns(name) + BRACKET_NS
-    worst = joined.with_columns((pl.col("log") - pl.col("trace")).alias("diff")).sort(pl.col("diff").abs(), descending=True)
+    worst = joined.with_columns((pl.col("log") - pl.col("trace")).alias("diff")).sort(
+        pl.col("diff").abs(), descending=True
+    )
     assert worst["diff"].min() >= -tolerance and worst["diff"].max() <= rounding_ns(name), worst
 
 
@@ -69,12 +73,26 @@ def test_trace_steps_are_numbered_as_in_the_log(name: str) -> None:
 def test_step_timer_equals_the_step_range() -> None:
     """verl's timing_s/step is the driver's ``step`` range."""
     run = sample_run("verl_ppo_disaggregated")
-    logs = run.classified.filter(pl.col("kind") == "log_stage", pl.col("name").cast(pl.String) == "timing_s/step")
-    step_ranges = run.ranges.filter((pl.col("rank") == -1) & (pl.col("name") == "step")).sort("start_ns")
-    durations = dict(zip(run.steps["step"].to_list(), (step_ranges["end_ns"] - step_ranges["start_ns"]).to_list(), strict=True))
+    logs = run.classified.filter(
+        pl.col("kind") == "log_stage", pl.col("name").cast(pl.String) == "timing_s/step"
+    )
+    step_ranges = run.ranges.filter((pl.col("rank") == -1) & (pl.col("name") == "step")).sort(
+        "start_ns"
+    )
+    durations = dict(
+        zip(
+            run.steps["step"].to_list(),
+            (step_ranges["end_ns"] - step_ranges["start_ns"]).to_list(),
+            strict=True,
+        )
+    )
     compared = 0
     for step, start, end in logs.select("step", "start_ns", "end_ns").iter_rows():
         if step in durations:
-            assert -BRACKET_NS <= (end - start) - durations[step] <= 0, (step, end - start, durations[step])
+            assert -BRACKET_NS <= (end - start) - durations[step] <= 0, (
+                step,
+                end - start,
+                durations[step],
+            )
             compared += 1
     assert compared == len(durations) == 2

@@ -1,5 +1,5 @@
-"""The declared products (analyzer/model/products.py): every provider reads only declared products or
-run inputs, the typed attributes name exactly the provided products, the graph has no cycle,
+"""The declared products (analyzer/model/products.py): every provider reads only declared products
+or run inputs, the typed attributes name exactly the provided products, the graph has no cycle,
 and a missing provider, a cycle or an undeclared lazy read is an error naming the products."""
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ def test_typed_attributes_name_exactly_the_provided_products() -> None:
 
 
 def test_every_parameter_is_a_product_or_an_input() -> None:
-    unknown = {(p.name, r) for p in providers().values() for r in p.reads if r not in providers() and r not in INPUTS}
+    unknown = {
+        (p.name, r)
+        for p in providers().values()
+        for r in p.reads
+        if r not in providers() and r not in INPUTS
+    }
     assert unknown == set()
 
 
@@ -29,9 +34,23 @@ def test_the_graph_has_no_cycle_and_orders_every_product() -> None:
     order = products.order()
     assert sorted(order) == sorted(providers())
     position = {name: i for i, name in enumerate(order)}
-    late = [(p.name, r) for p in providers().values() for r in p.reads if r in position and position[r] > position[p.name]]
+    late = [
+        (p.name, r)
+        for p in providers().values()
+        for r in p.reads
+        if r in position and position[r] > position[p.name]
+    ]
     assert late == []
-    chain = ["clock", "aligned", "ranges", "stepping", "stage_ranges", "activity", "device_states", "bubbles"]
+    chain = [
+        "clock",
+        "aligned",
+        "ranges",
+        "stepping",
+        "stage_ranges",
+        "activity",
+        "device_states",
+        "bubbles",
+    ]
     assert [position[n] for n in chain] == sorted(position[n] for n in chain)
 
 
@@ -65,7 +84,9 @@ def test_two_providers_of_one_product_are_refused(monkeypatch: pytest.MonkeyPatc
     def other(events: pl.DataFrame) -> pl.DataFrame:
         return events
 
-    with pytest.raises(ProductError, match=r"'bubbles' provided by both analyzer\.analyses\.bubbles\.bubbles"):
+    with pytest.raises(
+        ProductError, match=r"'bubbles' provided by both analyzer\.analyses\.bubbles\.bubbles"
+    ):
         provides("bubbles")(other)
 
 
@@ -76,9 +97,13 @@ def test_a_lazy_read_outside_the_declaration_is_refused() -> None:
 
 
 def test_products_are_computed_once_and_injected_ones_are_read() -> None:
-    run = analyzer.load([Path(__file__).resolve().parents[1] / "sample_traces" / "synthetic" / "colocated"])
-    steps = pl.DataFrame({"step": [1], "start_ns": [0], "end_ns": [10], "source": ["test"]},
-                         schema={"step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "source": pl.String})
+    run = analyzer.load(
+        [Path(__file__).resolve().parents[1] / "sample_traces" / "synthetic" / "colocated"]
+    )
+    steps = pl.DataFrame(
+        {"step": [1], "start_ns": [0], "end_ns": [10], "source": ["test"]},
+        schema={"step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "source": pl.String},
+    )
     run.inject(steps=steps)
     assert run.steps is steps and run.product("steps") is steps
     assert run.bubbles is run.bubbles

@@ -37,7 +37,9 @@ BASE_NS = 1_700_000_000_000_000_000
 STEP_US = 1_000
 
 
-def x(cat: str, name: str, ts: float, dur: float, pid: Any = 1, tid: Any = 1, **args: Any) -> dict[str, Any]:
+def x(
+    cat: str, name: str, ts: float, dur: float, pid: Any = 1, tid: Any = 1, **args: Any
+) -> dict[str, Any]:
     event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
     return {**event, "args": args} if args else event
 
@@ -50,8 +52,28 @@ def step_events(step: int, corr: int) -> list[dict[str, Any]]:
         x("cpu_op", "aten::mm", t + 10, 100),
         x("cuda_runtime", "cudaLaunchKernel", t + 20, 5, correlation=corr),
         x("cuda_runtime", "cudaLaunchKernel", t + 40, 5, correlation=corr + 1),
-        x("kernel", f"gemm_{step}", t + 30, 200, pid=0, tid=7, correlation=corr, stream=7, device=0),
-        x("kernel", f"gemm_{step}", t + 240, 300, pid=0, tid=7, correlation=corr + 1, stream=7, device=0),
+        x(
+            "kernel",
+            f"gemm_{step}",
+            t + 30,
+            200,
+            pid=0,
+            tid=7,
+            correlation=corr,
+            stream=7,
+            device=0,
+        ),
+        x(
+            "kernel",
+            f"gemm_{step}",
+            t + 240,
+            300,
+            pid=0,
+            tid=7,
+            correlation=corr + 1,
+            stream=7,
+            device=0,
+        ),
     ]
 
 
@@ -59,10 +81,26 @@ def clean_events(steps: int = 3) -> list[dict[str, Any]]:
     return [e for s in range(1, steps + 1) for e in step_events(s, 100 * s)]
 
 
-def write(path: Path, events: list[dict[str, Any]], rank: int = 0, world: int = 1, window: tuple[int, int] | None = None) -> Path:
+def write(
+    path: Path,
+    events: list[dict[str, Any]],
+    rank: int = 0,
+    world: int = 1,
+    window: tuple[int, int] | None = None,
+) -> Path:
     """A Kineto trace with ``traceEvents`` last, as torch writes it (so a cut keeps the header)."""
     if window is not None:
-        events = [*events, x("Trace", "PyTorch Profiler (0)", window[0], window[1] - window[0], pid="Spans", tid="PyTorch Profiler")]
+        events = [
+            *events,
+            x(
+                "Trace",
+                "PyTorch Profiler (0)",
+                window[0],
+                window[1] - window[0],
+                pid="Spans",
+                tid="PyTorch Profiler",
+            ),
+        ]
     doc = {
         "schemaVersion": 1,
         "deviceProperties": [],
@@ -127,18 +165,33 @@ def test_planted_problems_are_counted_exactly(problem_run: Run):
 
 def test_totals_sum_the_files(tmp_path: Path):
     a = write(tmp_path / "rank0.json", problem_events(), rank=0, world=2)
-    b = write(tmp_path / "rank1.json", [*clean_events(), x("kernel", "neg", 300, -1, pid=0, tid=7, stream=7, device=0)],
-              rank=1, world=2)
+    b = write(
+        tmp_path / "rank1.json",
+        [*clean_events(), x("kernel", "neg", 300, -1, pid=0, tid=7, stream=7, device=0)],
+        rank=1,
+        world=2,
+    )
     run = analyzer.load([a, b], use_cache=False)
-    assert counts(run, "rank0.json")["zero_duration"] == 2 and counts(run, "rank1.json")["zero_duration"] == 1
+    assert (
+        counts(run, "rank0.json")["zero_duration"] == 2
+        and counts(run, "rank1.json")["zero_duration"] == 1
+    )
     total = counts(run, TOTAL)
     assert total["zero_duration"] == 3 and total["overlap_stream"] == 3
-    per_file = run.data_quality.filter(pl.col("file") != TOTAL).group_by("check").agg(pl.col("count").sum())
-    assert dict(per_file.iter_rows()) == {k: v for k, v in total.items() if k in dict(per_file.iter_rows())}
+    per_file = (
+        run.data_quality.filter(pl.col("file") != TOTAL)
+        .group_by("check")
+        .agg(pl.col("count").sum())
+    )
+    assert dict(per_file.iter_rows()) == {
+        k: v for k, v in total.items() if k in dict(per_file.iter_rows())
+    }
 
 
 def test_a_clean_trace_says_no_problems_found(tmp_path: Path):
-    run = analyzer.load([write(tmp_path / "rank0.json", clean_events(), window=(0, 3000))], use_cache=False)
+    run = analyzer.load(
+        [write(tmp_path / "rank0.json", clean_events(), window=(0, 3000))], use_cache=False
+    )
     assert run.data_quality.height == 0
     section = next(s for s in sections(run) if s.key == "data_quality")
     assert section.frame is None and section.note.startswith("No problems found in 1 file(s)")
@@ -154,18 +207,29 @@ def test_parser_tallies_render_under_any_key(tmp_path: Path):
     parsed.tally("clamped_ts", 1)
     got = build([parsed]).data_quality
     rows = {r["check"]: r for r in got.filter(pl.col("file") == "rank0.json").iter_rows(named=True)}
-    assert rows["parser:clamped_ts"]["count"] == 5 and rows["parser:clamped_ts"]["title"] == parser_title("clamped_ts")
-    assert rows["parser:some_new_kind"]["count"] == 2 and rows["parser:some_new_kind"]["title"] == "some new kind"
+    assert rows["parser:clamped_ts"]["count"] == 5 and rows["parser:clamped_ts"][
+        "title"
+    ] == parser_title("clamped_ts")
+    assert (
+        rows["parser:some_new_kind"]["count"] == 2
+        and rows["parser:some_new_kind"]["title"] == "some new kind"
+    )
     assert parser_title("dropped_time_out_of_range") == "dropped: time out of range"
 
 
 def test_unmapped_log_timers_are_listed(tmp_path: Path):
     log = tmp_path / "verl_console.log"
-    log.write_text("".join(
-        f"step:{s} - timing_s/gen:1.5 - timing_s/update_actor:2.0 - timing_s/frobnicate:0.25 - timing_s/step:4.0\n"
-        for s in (1, 2)))
+    log.write_text(
+        "".join(
+            f"step:{s} - timing_s/gen:1.5 - timing_s/update_actor:2.0 "
+            "- timing_s/frobnicate:0.25 - timing_s/step:4.0\n"
+            for s in (1, 2)
+        )
+    )
     run = analyzer.load([log], use_cache=False)
-    row = run.data_quality.filter((pl.col("check") == "unmapped_timers") & (pl.col("file") == log.name)).row(0, named=True)
+    row = run.data_quality.filter(
+        (pl.col("check") == "unmapped_timers") & (pl.col("file") == log.name)
+    ).row(0, named=True)
     assert row["count"] == 1 and "frobnicate" in row["detail"]
 
 
@@ -177,7 +241,11 @@ def _text(run: Run) -> str:
 
 def test_the_section_is_in_every_format_and_early(problem_run: Run):
     plain = _text(problem_run)
-    assert plain.index("Headline numbers") < plain.index("Data quality") < plain.index("GPU time per rank")
+    assert (
+        plain.index("Headline numbers")
+        < plain.index("Data quality")
+        < plain.index("GPU time per rank")
+    )
     assert "GPU activity overlapping on one stream" in plain
     document = json.loads(json_report.render(problem_run))
     rows = {(r["file"], r["check"]): r["count"] for r in document["data_quality"]}
@@ -187,11 +255,14 @@ def test_the_section_is_in_every_format_and_early(problem_run: Run):
     assert "## Data quality" in md and md.index("## Data quality") < md.index("## Guidelines")
     assert "| rank0.json | GPU activity overlapping on one stream | 3 |" in md
     page = html.render(problem_run)
-    assert "<h2>Data quality</h2>" in page and page.index("<h2>Data quality</h2>") < page.index("<h2>Guidelines</h2>")
+    assert "<h2>Data quality</h2>" in page and page.index("<h2>Data quality</h2>") < page.index(
+        "<h2>Guidelines</h2>"
+    )
     assert "GPU activity overlapping on one stream" in page
 
 
-# --- cut files and incomplete steps ----------------------------------------------------------------
+# --- cut files and incomplete steps
+# ----------------------------------------------------------------
 
 
 def cut_inside_step(path: Path, step: int) -> Path:
@@ -210,9 +281,15 @@ def test_a_cut_file_loses_the_step_its_cut_falls_in(tmp_path: Path):
     assert run.incomplete_steps.select("step", "reason").rows() == [(3, "cut")]
     assert run.steps["step"].to_list() == [1, 2]
     assert set(run.bubbles["step"].to_list()) == {1, 2}
-    assert 3 not in run.breakdown["step"].to_list() and 3 not in run.activity["step"].drop_nulls().to_list()
+    assert (
+        3 not in run.breakdown["step"].to_list()
+        and 3 not in run.activity["step"].drop_nulls().to_list()
+    )
     assert any("step 3 excluded from the per-step analyses" in w for w in run.warnings)
-    rows = {r["check"]: r for r in run.data_quality.filter(pl.col("file") == path.name).iter_rows(named=True)}
+    rows = {
+        r["check"]: r
+        for r in run.data_quality.filter(pl.col("file") == path.name).iter_rows(named=True)
+    }
     assert "inside step 3, which is excluded" in rows["salvaged"]["detail"]
     assert rows["salvaged"]["count"] == run.events.height
     assert rows["excluded_steps"]["count"] == 1
@@ -225,7 +302,9 @@ def test_a_cut_in_a_later_write_run_still_finds_its_step(tmp_path: Path):
     keeps every host row of all three steps, but steps 2 and 3 lost their kernels."""
     events = clean_events()
     gpu = [e for e in events if e["cat"] == "kernel"]
-    path = cut_inside_step(write(tmp_path / "rank0.json", [e for e in events if e["cat"] != "kernel"] + gpu), 2)
+    path = cut_inside_step(
+        write(tmp_path / "rank0.json", [e for e in events if e["cat"] != "kernel"] + gpu), 2
+    )
     run = analyzer.load([path], use_cache=False)
     assert run.events.filter(pl.col("kind") == "annotation").height == 3
     assert sorted(set(run.incomplete_steps["step"].to_list())) == [2, 3]
@@ -246,7 +325,9 @@ def test_a_step_a_trace_never_closed_is_excluded(tmp_path: Path):
     full = write(tmp_path / "rank0.json", clean_events(), rank=0, world=2)
     # rank 1 stops recording inside step 3: its step-3 operator is there, its ProfilerStep#3 is not
     short = [*clean_events(2), x("cpu_op", "aten::mm", 2 * STEP_US + 10, 100)]
-    run = analyzer.load([full, write(tmp_path / "rank1.json", short, rank=1, world=2)], use_cache=False)
+    run = analyzer.load(
+        [full, write(tmp_path / "rank1.json", short, rank=1, world=2)], use_cache=False
+    )
     assert run.incomplete_steps.select("step", "rank", "reason").rows() == [(3, 1, "unclosed")]
     assert run.steps["step"].to_list() == [1, 2]
 
@@ -254,9 +335,13 @@ def test_a_step_a_trace_never_closed_is_excluded(tmp_path: Path):
 def test_a_rank_finishing_early_is_not_an_incomplete_step():
     steps = pl.DataFrame({"step": [1, 2], "start_ns": [0, 100], "end_ns": [100, 200]},
                          schema={"step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64})
-    ends = pl.DataFrame({"source": [0, 1], "rank": [0, 1], "cut": [False, False], "trace_end_ns": [200, 180]},
-                        schema={"source": pl.UInt32, "rank": pl.Int32, "cut": pl.Boolean, "trace_end_ns": pl.Int64})
-    closed = pl.DataFrame({"rank": [0, 0, 1, 1], "step": [1, 2, 1, 2]}, schema={"rank": pl.Int32, "step": pl.Int32})
+    ends = pl.DataFrame(
+        {"source": [0, 1], "rank": [0, 1], "cut": [False, False], "trace_end_ns": [200, 180]},
+        schema={"source": pl.UInt32, "rank": pl.Int32, "cut": pl.Boolean, "trace_end_ns": pl.Int64},
+    )
+    closed = pl.DataFrame(
+        {"rank": [0, 0, 1, 1], "step": [1, 2, 1, 2]}, schema={"rank": pl.Int32, "step": pl.Int32}
+    )
     assert incomplete_steps(steps, ends, closed).height == 0
     assert incomplete_steps(steps, ends, closed.head(3)).select("step", "rank").rows() == [(2, 1)]
     cut = ends.with_columns(pl.Series("cut", [False, True]))
@@ -269,15 +354,20 @@ def test_the_cpu_harness_sample_keeps_every_step():
     assert run.steps.height == 2
 
 
-# --- CPU-only captures ------------------------------------------------------------------------------
+# --- CPU-only captures
+# ------------------------------------------------------------------------------
 
 
 def test_a_cpu_only_capture_needs_gpu_activity():
     run = analyzer.load([CPU_ONLY], use_cache=False)
     found = {s.key: s for s in sections(run)}
     assert run.steps.height == 1 and run.bubbles.height == 0
-    assert found["bubbles"].frame is None and found["bubbles"].note.startswith("needs GPU activity: rank 34")
-    assert found["gpu_time"].frame is None and found["gpu_time"].note.startswith("needs GPU activity")
+    assert found["bubbles"].frame is None and found["bubbles"].note.startswith(
+        "needs GPU activity: rank 34"
+    )
+    assert found["gpu_time"].frame is None and found["gpu_time"].note.startswith(
+        "needs GPU activity"
+    )
     overview = dict(run.overview.select("metric", "value").iter_rows())
     assert overview["idle_fraction"] is None and overview["gpu_idle_fraction"] is None
     assert "100" not in found["bubbles"].note
@@ -307,6 +397,9 @@ def test_a_cut_file_that_kept_no_event_is_listed_with_none_kept(tmp_path: Path):
     cut.write_text(raw[: raw.index("thing_2")])
     run = analyzer.load([full, cut], use_cache=False)
     assert run.sources[1].meta.get("salvaged")
-    rows = {r["check"]: r for r in run.data_quality.filter(pl.col("file") == cut.name).iter_rows(named=True)}
+    rows = {
+        r["check"]: r
+        for r in run.data_quality.filter(pl.col("file") == cut.name).iter_rows(named=True)
+    }
     assert rows["salvaged"]["count"] == 0
     assert rows["salvaged"]["detail"].startswith("the last ")

@@ -19,14 +19,28 @@ def run_with(chain: list[tuple], rollout_ends: list[int], update_productive: lis
     actor update (which runs [70, 110) ms on every rank)."""
     ranks = range(len(rollout_ends))
     n = len(rollout_ends)
-    steps = frame({"step": [1], "start_ns": [0], "end_ns": [120 * MS], "source": ["ProfilerStep"]}, frames.STEPS)
+    steps = frame(
+        {"step": [1], "start_ns": [0], "end_ns": [120 * MS], "source": ["ProfilerStep"]},
+        frames.STEPS,
+    )
     rank, stage, start, end = (list(c) for c in zip(*chain, strict=True))
-    critical = frame({"step": [1] * len(rank), "rank": rank, "stage": stage, "start_ns": start, "end_ns": end}, frames.CRITICAL_PATH)
+    critical = frame(
+        {"step": [1] * len(rank), "rank": rank, "stage": stage, "start_ns": start, "end_ns": end},
+        frames.CRITICAL_PATH,
+    )
     ranges = frame(
-        {"rank": [*ranks, *ranks], "step": [1] * 2 * n, "stage": ["rollout"] * n + ["actor_update"] * n,
-         "role": ["rollout"] * n + ["actor"] * n, "name": ["gen"] * n + ["update_actor"] * n,
-         "start_ns": [0] * n + [70 * MS] * n, "end_ns": [*rollout_ends, *[110 * MS] * n],
-         "depth": [0] * 2 * n, "inferred": [False] * 2 * n, "confidence": [1.0] * 2 * n},
+        {
+            "rank": [*ranks, *ranks],
+            "step": [1] * 2 * n,
+            "stage": ["rollout"] * n + ["actor_update"] * n,
+            "role": ["rollout"] * n + ["actor"] * n,
+            "name": ["gen"] * n + ["update_actor"] * n,
+            "start_ns": [0] * n + [70 * MS] * n,
+            "end_ns": [*rollout_ends, *[110 * MS] * n],
+            "depth": [0] * 2 * n,
+            "inferred": [False] * 2 * n,
+            "confidence": [1.0] * 2 * n,
+        },
         frames.STAGE_RANGES,
     )
     timeline = ranges.select(list(frames.STAGE_TIMELINE))
@@ -37,14 +51,24 @@ def run_with(chain: list[tuple], rollout_ends: list[int], update_productive: lis
         frames.DEVICE_STATES,
     )
     bubbles = frame(
-        {"step": [1] * n, "rank": list(ranks), "window_ns": [120 * MS] * n, "busy_ns": update_productive,
-         "productive_ns": update_productive, "cause": ["sync_wait"] * n,
-         "idle_ns": [40 * MS - p for p in update_productive]},
+        {
+            "step": [1] * n,
+            "rank": list(ranks),
+            "window_ns": [120 * MS] * n,
+            "busy_ns": update_productive,
+            "productive_ns": update_productive,
+            "cause": ["sync_wait"] * n,
+            "idle_ns": [40 * MS - p for p in update_productive],
+        },
         frames.BUBBLES,
     )
     run = Run(sources=[], events=empty_events(), metrics=pl.DataFrame())
     run.inject(
-        steps=steps, critical_path=critical, stage_ranges=ranges, stage_timeline=timeline, device_states=states,
+        steps=steps,
+        critical_path=critical,
+        stage_ranges=ranges,
+        stage_timeline=timeline,
+        device_states=states,
         bubbles=bubbles,
     )
     return run
@@ -57,7 +81,12 @@ def test_colocated_step_with_a_rollout_tail_and_uneven_updates() -> None:
         update_productive=[30 * MS, 20 * MS, 25 * MS],
     )
     row = frames.check(run.workdepth, frames.WORKDEPTH, "workdepth").row(0, named=True)
-    assert (row["step"], row["step_ns"], row["depth_ns"], row["work_ns"]) == (1, 120 * MS, 110 * MS, 75 * MS)
+    assert (row["step"], row["step_ns"], row["depth_ns"], row["work_ns"]) == (
+        1,
+        120 * MS,
+        110 * MS,
+        75 * MS,
+    )
     assert row["parallelism"] == pytest.approx(75 / 110)
     assert row["async_overlap_bound"] == pytest.approx((70 + 40) / 70)
     assert row["no_tail_step_ns"] == 120 * MS - 10 * MS  # rollout ends at the median rank's 60 ms

@@ -18,11 +18,15 @@ import polars as pl
 from parsers import ParsedSource, validate
 from parsers.events import SchemaError
 
-DURATION = re.compile(r"(?:^|_)(?:dur|time|busy|idle|window|wait|exposed|length|work|depth|transfer|productive|"
-                      r"overlap|comm|compute|memory|seconds|total|wall|step|gap|caused_wait)(?:_ns|_s)?$|^seconds$")
+DURATION = re.compile(
+    r"(?:^|_)(?:dur|time|busy|idle|window|wait|exposed|length|work|depth|transfer|productive|"
+    r"overlap|comm|compute|memory|seconds|total|wall|step|gap|caused_wait)(?:_ns|_s)?$|^seconds$"
+)
 """Report columns that hold a length of time (never negative); times of day, offsets and
 residuals are signed and left out."""
-SIGNED = re.compile(r"offset|start|end|arrival|residual|delta|diff|change|skew|drift|slack|saving|gain")
+SIGNED = re.compile(
+    r"offset|start|end|arrival|residual|delta|diff|change|skew|drift|slack|saving|gain"
+)
 
 
 def parsed(source: ParsedSource) -> list[str]:
@@ -77,7 +81,10 @@ def _gpu_time(frame: pl.DataFrame) -> list[str]:
         | (pl.col("idle_ns") < 0)
     )
     if broken.height:
-        return [f"gpu_time: busy + idle ≠ window or out of [0, window] on ranks {broken['rank'].to_list()}"]
+        return [
+            "gpu_time: busy + idle ≠ window or out of [0, window] on ranks "
+            f"{broken['rank'].to_list()}"
+        ]
     return []
 
 
@@ -90,9 +97,14 @@ def bubbles(frame: pl.DataFrame) -> list[str]:
         pl.col("idle_ns").sum(),
     )
     broken = per.filter(
-        (pl.col("productive_ns") + pl.col("idle_ns") != pl.col("window_ns")) | (pl.col("busy_ns") > pl.col("window_ns"))
+        (pl.col("productive_ns") + pl.col("idle_ns") != pl.col("window_ns"))
+        | (pl.col("busy_ns") > pl.col("window_ns"))
     )
-    return [f"bubbles: productive + idle ≠ window for {broken.height} (step, rank)"] if broken.height else []
+    return (
+        [f"bubbles: productive + idle ≠ window for {broken.height} (step, rank)"]
+        if broken.height
+        else []
+    )
 
 
 def _durations(frame: pl.DataFrame, name: str) -> list[str]:

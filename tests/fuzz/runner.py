@@ -36,7 +36,15 @@ from typing import Any
 
 from .seeds import REPO
 
-OUTCOMES: tuple[str, ...] = ("ok", "input_error", "crash", "hang", "oom", "invariant", "fuzzer_error")
+OUTCOMES: tuple[str, ...] = (
+    "ok",
+    "input_error",
+    "crash",
+    "hang",
+    "oom",
+    "invariant",
+    "fuzzer_error",
+)
 ORDER_FAMILY = "kineto-order"
 """Kineto windows parsed as written and with their events shuffled: the tables must agree."""
 PACKAGES = ("parsers", "analyzer", "taxonomy")
@@ -67,7 +75,10 @@ class Finding:
     count: int = 0
 
     def line(self) -> str:
-        return f"{self.outcome:9} {self.family:18} ×{self.count:<5} {self.kind} at {self.where}: {self.message[:160]}  [{self.example[:200]}]"
+        return (
+            f"{self.outcome:9} {self.family:18} ×{self.count:<5} {self.kind} at {self.where}: "
+            f"{self.message[:160]}  [{self.example[:200]}]"
+        )
 
 
 @dataclass
@@ -99,17 +110,30 @@ class Summary:
         return sum(f.count for f in self.findings.values())
 
     def table(self) -> str:
-        head = f"{'parser':20}" + "".join(f"{o:>12}" for o in OUTCOMES) + f"{'total':>10}{'ms/case':>9}"
+        head = (
+            f"{'parser':20}"
+            + "".join(f"{o:>12}" for o in OUTCOMES)
+            + f"{'total':>10}{'ms/case':>9}"
+        )
         lines = [head]
         for family in sorted(self.counts):
             c = self.counts[family]
             per = 1000 * self.busy[family] / max(1, sum(c.values()))
-            lines.append(f"{family:20}" + "".join(f"{c[o]:>12}" for o in OUTCOMES) + f"{sum(c.values()):>10}{per:>9.1f}")
+            lines.append(
+                f"{family:20}"
+                + "".join(f"{c[o]:>12}" for o in OUTCOMES)
+                + f"{sum(c.values()):>10}{per:>9.1f}"
+            )
         grand = Counter()
         for c in self.counts.values():
             grand.update(c)
-        lines.append(f"{'all':20}" + "".join(f"{grand[o]:>12}" for o in OUTCOMES) + f"{self.total():>10}")
-        lines.append(f"{self.analysed} of them analysed and rendered as the JSON report; {self.seconds:.1f} s")
+        lines.append(
+            f"{'all':20}" + "".join(f"{grand[o]:>12}" for o in OUTCOMES) + f"{self.total():>10}"
+        )
+        lines.append(
+            f"{self.analysed} of them analysed and rendered "
+            f"as the JSON report; {self.seconds:.1f} s"
+        )
         lines += [f.line() for f in sorted(self.findings.values(), key=lambda f: -f.count)]
         return "\n".join(lines)
 
@@ -129,7 +153,11 @@ def run(plan: dict[str, int], settings: Settings, bank_path: Path,
             chunks[w].append((family, lo, min(count, lo + step)))
     summary = Summary()
     lock = threading.Lock()
-    threads = [threading.Thread(target=_drive, args=(c, settings, bank_path, summary, lock)) for c in chunks if c]
+    threads = [
+        threading.Thread(target=_drive, args=(c, settings, bank_path, summary, lock))
+        for c in chunks
+        if c
+    ]
     for t in threads:
         t.start()
     due = started + every_s
@@ -144,7 +172,9 @@ def run(plan: dict[str, int], settings: Settings, bank_path: Path,
     return summary
 
 
-def _drive(tasks: list[tuple[str, int, int]], settings: Settings, bank: Path, summary: Summary, lock) -> None:
+def _drive(
+    tasks: list[tuple[str, int, int]], settings: Settings, bank: Path, summary: Summary, lock
+) -> None:
     """Feed one worker its tasks; when it dies or stops answering, count its case and restart
     it just after that case."""
     pending = list(tasks)
@@ -154,7 +184,9 @@ def _drive(tasks: list[tuple[str, int, int]], settings: Settings, bank: Path, su
             pending = _one_worker(job, settings, summary, lock)
 
 
-def _one_worker(job: dict, settings: Settings, summary: Summary, lock) -> list[tuple[str, int, int]]:
+def _one_worker(
+    job: dict, settings: Settings, summary: Summary, lock
+) -> list[tuple[str, int, int]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)]),
            "POLARS_MAX_THREADS": "1", "RLPERF_NO_CACHE": "1"}
     with tempfile.TemporaryFile() as stderr:
@@ -165,7 +197,9 @@ def _one_worker(job: dict, settings: Settings, summary: Summary, lock) -> list[t
         return _follow(proc, stderr, job, settings, summary, lock)
 
 
-def _follow(proc, stderr, job: dict, settings: Settings, summary: Summary, lock) -> list[tuple[str, int, int]]:
+def _follow(
+    proc, stderr, job: dict, settings: Settings, summary: Summary, lock
+) -> list[tuple[str, int, int]]:
     """Read a worker's answers until it ends; what is left to do when it ended early."""
     current: tuple[str, int] | None = None
     quiet_limit = settings.case_timeout_s * 3 + 60
@@ -203,8 +237,16 @@ def _after(tasks, current, summary: Summary, lock, outcome: str, kind: str, mess
         return []
     family, index = current
     with lock:
-        summary.add({"family": family, "outcome": outcome, "kind": kind, "where": "worker", "message": message,
-                     "example": f"{family}#{index}"})
+        summary.add(
+            {
+                "family": family,
+                "outcome": outcome,
+                "kind": kind,
+                "where": "worker",
+                "message": message,
+                "example": f"{family}#{index}",
+            }
+        )
     holder = next(i for i, (f, lo, hi) in enumerate(tasks) if f == family and lo <= index < hi)
     rest = [(family, index + 1, tasks[holder][2]), *tasks[holder + 1 :]]
     return [(f, lo, hi) for f, lo, hi in rest if lo < hi]
@@ -264,7 +306,9 @@ def _send(message: dict) -> None:
     sys.stdout.flush()
 
 
-def run_case(case, scratch: Path, timeout: float, analyse: bool, sniff: bool = True) -> dict[str, Any]:
+def run_case(
+    case, scratch: Path, timeout: float, analyse: bool, sniff: bool = True
+) -> dict[str, Any]:
     """Parse one case (and analyse it when asked) and say what happened.
 
     Without ``sniff`` the case goes straight to its family's parser, as a file named on the
@@ -295,7 +339,12 @@ def _parse_and_check(path: Path, analyse: bool, fmt: str | None) -> dict[str, An
     source = parsers.parse_file(path, fmt)
     problems = invariants.parsed(source)
     if problems:
-        return {"outcome": "invariant", "kind": "parse", "where": source.format, "message": "; ".join(problems)}
+        return {
+            "outcome": "invariant",
+            "kind": "parse",
+            "where": source.format,
+            "message": "; ".join(problems),
+        }
     if not analyse:
         return {"outcome": "ok"}
     return {**analyse_paths([path]), "analysed": 1}
@@ -321,7 +370,12 @@ def analyse_paths(paths: list[Path]) -> dict[str, Any]:
     if "bubbles" in run.computed():
         problems += invariants.bubbles(run.bubbles)
     if problems:
-        return {"outcome": "invariant", "kind": "report", "where": problems[0].split(":")[0], "message": "; ".join(problems)}
+        return {
+            "outcome": "invariant",
+            "kind": "report",
+            "where": problems[0].split(":")[0],
+            "message": "; ".join(problems),
+        }
     return {"outcome": "ok"}
 
 
@@ -347,7 +401,11 @@ def _expected() -> tuple[type[BaseException], ...]:
 
 def _where(exc: BaseException) -> dict[str, str]:
     """The exception's type, message and the deepest rlperf line it passed through."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if any(f"/{p}/" in f.filename for p in PACKAGES)]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if any(f"/{p}/" in f.filename for p in PACKAGES)
+    ]
     frames = frames or traceback.extract_tb(exc.__traceback__)[-1:]
     where = "?"
     if frames:
@@ -390,8 +448,14 @@ def order_case(bank: dict, index: int, job: dict, scratch: Path) -> dict[str, An
     if a[0] != "ok":
         return {"outcome": a[0], **a[2], "example": label}
     if not a[1].equals(b[1], null_equal=True):
-        return {"outcome": "invariant", "kind": "order", "where": "kineto", "example": label,
-                "message": f"shuffling the events changes the event table ({_first_difference(a[1], b[1])})"}
+        return {
+            "outcome": "invariant",
+            "kind": "order",
+            "where": "kineto",
+            "example": label,
+            "message": "shuffling the events changes the event table "
+                       f"({_first_difference(a[1], b[1])})",
+        }
     return {"outcome": "ok"}
 
 
