@@ -191,7 +191,7 @@ def name_classes(profile: dict[str, Any], names: pl.Series, source: str) -> pl.D
 @provides("stepping")
 def stepping(
     ranges: pl.DataFrame, aligned: pl.DataFrame, profile: dict[str, Any]
-) -> dict[str, Any]:
+) -> frames.Stepping:
     """``rows`` (staged ranges with their step), ``steps`` (the windows), ``origin`` (what marks
     the steps), ``shift`` and ``note`` (the renumbering to the log's steps, if any)."""
     markers, origin = step_markers(ranges)
@@ -226,18 +226,18 @@ def stepping(
         .select(list(frames.STEPS))
         .cast(frames.STEPS)
     )
-    return {"rows": rows, "steps": steps, "origin": origin, "note": note, "shift": shift}
+    return frames.Stepping(rows=rows, steps=steps, origin=origin, note=note, shift=shift)
 
 
 @provides("step_table", schema=frames.STEPS)
-def step_table(stepping: dict[str, Any]) -> pl.DataFrame:
+def step_table(stepping: frames.Stepping) -> pl.DataFrame:
     """Step windows (docs/analyses.md §1) before the ``--steps`` selection."""
     frame: pl.DataFrame = stepping["steps"]
     return frame
 
 
 @provides("step_markers_closed")
-def step_markers_closed(ranges: pl.DataFrame, stepping: dict[str, Any]) -> pl.DataFrame:
+def step_markers_closed(ranges: pl.DataFrame, stepping: frames.Stepping) -> pl.DataFrame:
     """``rank, step``: the step markers each rank's trace closed, numbered as ``steps`` is
     (empty when steps are not marked per rank: rollout waves, log steps)."""
     markers, origin = step_markers(ranges)

@@ -8,7 +8,6 @@ docs/analyses.md §1), with the look-ups of the segment or step at a time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import polars as pl
 
@@ -23,7 +22,7 @@ from .steps import select_steps
 
 @provides("stage_ranges", schema=frames.STAGE_RANGES)
 def stage_ranges(
-    stepping: dict[str, Any], options: Options, incomplete_steps: pl.DataFrame
+    stepping: frames.Stepping, options: Options, incomplete_steps: pl.DataFrame
 ) -> pl.DataFrame:
     rows = stepping["rows"]
     depth = nesting_depth(rows, ["rank"]) if rows.height else pl.Series("depth", [], dtype=pl.Int16)

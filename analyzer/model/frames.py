@@ -9,6 +9,7 @@ ns on the aligned clock (docs/analyses.md §2).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypedDict
 
 import polars as pl
 
@@ -272,6 +273,23 @@ DATA_QUALITY = pl.Schema({
 event table shows: overlaps, disorder, zero durations, events outside the window, clock
 corrections, unmapped names, salvage, excluded steps), then one ``total`` row per check;
 ``check`` is a stable key (``parser:<kind>`` for a parser's tally), ``detail`` says where."""
+
+
+class Stepping(TypedDict):
+    """The ``stepping`` product: how the trace's steps were found, before the ``--steps``
+    selection and the exclusion of incomplete steps."""
+
+    rows: pl.DataFrame
+    """The staged ranges, each with its step (null when nothing marks steps)."""
+    steps: pl.DataFrame
+    """The step windows (:data:`STEPS`)."""
+    origin: str
+    """What marks the steps: ``ProfilerStep``, a step range name, ``rollout waves``, ``log``,
+    ``none``."""
+    note: str
+    """How the trace's steps were renumbered to the log's, or empty."""
+    shift: int
+    """That renumbering: trace step s is log step s + shift."""
 
 
 def empty(schema: pl.Schema) -> pl.DataFrame:

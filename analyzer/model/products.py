@@ -24,6 +24,8 @@ from typing import Any, Generic, TypeVar, overload
 
 import polars as pl
 
+from .frames import Stepping
+
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -159,7 +161,7 @@ class Products:
     # classification
     profile = Product[dict[str, Any]]()
     ranges = Product[Frame]()
-    stepping = Product[dict[str, Any]]()
+    stepping = Product[Stepping]()
     step_table = Product[Frame]()
     steps = Product[Frame]()
     step_markers_closed = Product[Frame]()
