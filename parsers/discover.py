@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -110,7 +110,7 @@ def sniff(path: Path, head: bytes | None = None) -> str | None:
     return best[2] if best else None
 
 
-def discover(paths: list[str | Path]) -> Discovery:
+def discover(paths: Iterable[str | Path]) -> Discovery:
     """Walk files and directories (recursively) and sniff every file found."""
     found = Discovery()
     seen: set[Path] = set()
