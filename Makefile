@@ -9,7 +9,7 @@ BIN     = $(VENV)/bin
 .PHONY: demo test lint typecheck bench samples docs-images clean mutate fuzz
 
 # The packages mypy checks ([tool.mypy] in pyproject.toml holds its settings).
-TYPED = parsers taxonomy
+TYPED = parsers taxonomy analyzer
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
