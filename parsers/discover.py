@@ -103,7 +103,9 @@ def sniff(path: Path, head: bytes | None = None) -> str | None:
         score = int(module.sniff(head, path))
         if score <= 0:
             continue
-        ext_bonus = 1 if any(str(path).endswith(e) for e in getattr(module, "EXTENSIONS", ())) else 0
+        ext_bonus = (
+            1 if any(str(path).endswith(e) for e in getattr(module, "EXTENSIONS", ())) else 0
+        )
         key = (score + ext_bonus, -order, module.FORMAT)
         if best is None or key > best:
             best = key
@@ -140,7 +142,9 @@ def _classify(file: Path, found: Discovery) -> None:
         found.skipped.append((file, exc.problem))
         return
     if _is_own_output(head):
-        found.notes.append(f"{file}: rlperf's own output (ground truth or report), not an input; skipped")
+        found.notes.append(
+            f"{file}: rlperf's own output (ground truth or report), not an input; skipped"
+        )
         return
     fmt = sniff(file, head)
     if fmt is None:
@@ -164,7 +168,9 @@ def skipped_note(skipped: list[tuple[Path, str]]) -> str | None:
     return f"skipped {len(skipped)} {noun} found in the folders given: {shown}{tail}"
 
 
-_OWN_OUTPUT = re.compile(rb'^\s*\{\s*"(?:format|schema)"\s*:\s*"rlperf-(?:truth|report|compare|crosscheck)/')
+_OWN_OUTPUT = re.compile(
+    rb'^\s*\{\s*"(?:format|schema)"\s*:\s*"rlperf-(?:truth|report|compare|crosscheck)/'
+)
 
 
 def _is_own_output(head: bytes) -> bool:
@@ -198,7 +204,9 @@ def _walk(root: Path, found: Discovery, visited: set[tuple[int, int]]) -> Iterat
 
 def _drop_shadowed(found: Discovery) -> None:
     """Keep one input per capture: an ``.nsys-rep`` beside its own SQLite export is read once."""
-    by_stem = {(p.parent, p.name.split(".")[0]): fmt for p, fmt in found.sources if fmt == "nsys-sqlite"}
+    by_stem = {
+        (p.parent, p.name.split(".")[0]): fmt for p, fmt in found.sources if fmt == "nsys-sqlite"
+    }
     kept = []
     for path, fmt in found.sources:
         if fmt == "nsys-rep" and (path.parent, path.name.split(".")[0]) in by_stem:

@@ -46,9 +46,28 @@ KNOWN_COLUMNS = frozenset(
 )
 PROCESSING = re.compile(r"^Processing \[.*\] with \[(?:.*/)?([^/\]]+?)(?:\.py)?\]")
 TIME_COLUMN = re.compile(r"^(Start|End|Duration)\s*\((ns|nsec|us|usec|ms|msec|s|sec)\)$")
-UNIT_NS = {"ns": 1, "nsec": 1, "us": 1_000, "usec": 1_000, "ms": 1_000_000, "msec": 1_000_000, "s": 10**9, "sec": 10**9}
+UNIT_NS = {
+    "ns": 1,
+    "nsec": 1,
+    "us": 1_000,
+    "usec": 1_000,
+    "ms": 1_000_000,
+    "msec": 1_000_000,
+    "s": 10**9,
+    "sec": 10**9,
+}
 BYTES_COLUMN = re.compile(r"^Bytes(?:\s*\((B|kB|KB|KiB|MB|MiB|GB|GiB)\))?$")
-UNIT_BYTES = {None: 1, "B": 1, "kB": 10**3, "KB": 10**3, "KiB": 2**10, "MB": 10**6, "MiB": 2**20, "GB": 10**9, "GiB": 2**30}
+UNIT_BYTES = {
+    None: 1,
+    "B": 1,
+    "kB": 10**3,
+    "KB": 10**3,
+    "KiB": 2**10,
+    "MB": 10**6,
+    "MiB": 2**20,
+    "GB": 10**9,
+    "GiB": 2**30,
+}
 REPORTS: tuple[str, ...] = (
     "nvtx_pushpop_trace", "nvtxpptrace", "cuda_gpu_trace", "gputrace", "cuda_api_trace",
     "cudaapitrace", "cuda_gpu_kern_sum", "gpukernsum", "cuda_api_sum", "cudaapisum",
@@ -59,9 +78,16 @@ REPORTS: tuple[str, ...] = (
 )
 """Report names, new and 2022-era; a file written with ``-o P`` is named ``P_<report>.csv``."""
 COPY_LABELS = {
-    "Host-to-Device": "HtoD", "Device-to-Host": "DtoH", "Device-to-Device": "DtoD",
-    "Host-to-Host": "HtoH", "Peer-to-Peer": "PtoP", "Host-to-Array": "HtoA", "Array-to-Host": "AtoH",
-    "Array-to-Array": "AtoA", "Array-to-Device": "AtoD", "Device-to-Array": "DtoA",
+    "Host-to-Device": "HtoD",
+    "Device-to-Host": "DtoH",
+    "Device-to-Device": "DtoD",
+    "Host-to-Host": "HtoH",
+    "Peer-to-Peer": "PtoP",
+    "Host-to-Array": "HtoA",
+    "Array-to-Host": "AtoH",
+    "Array-to-Array": "AtoA",
+    "Array-to-Device": "AtoD",
+    "Device-to-Array": "DtoA",
 }
 """Newer nsys spells the copy kind out (``[CUDA memcpy Host-to-Device]``); 2022 wrote ``HtoD``."""
 HEADER_FIELD = re.compile(r"^[A-Za-z][\w %()/.:#-]{0,48}$")
@@ -105,13 +131,17 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     text = _without_cut_row(text, out)
     blocks = split_blocks(text, default_report=report_from_name(path))
     if not blocks:
-        raise InputError(path, "no nsys stats CSV table found (write reports with `nsys stats -f csv`)")
+        raise InputError(
+            path, "no nsys stats CSV table found (write reports with `nsys stats -f csv`)"
+        )
     frames: list[pl.DataFrame] = []
     summaries: list[dict] = []
     for block in blocks:
         kind = classify(block.header)
         try:
-            table = pl.read_csv(io.StringIO(block.text), infer_schema=False, null_values=["None", ""])
+            table = pl.read_csv(
+                io.StringIO(block.text), infer_schema=False, null_values=["None", ""]
+            )
             if kind == "nvtx_pushpop_trace":
                 ranges = _pushpop(table, out)
                 differ = ranges.filter(pl.col("depth") != pl.col("lvl")).height
@@ -126,19 +156,32 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
                 frames.append(_kept_rows(_gpu_trace(table, out), out))
                 coarse = [c for c in table.columns if re.match(r"^Bytes \((MB|GB|MiB|GiB)\)$", c)]
                 if coarse:
-                    out.warn(f"byte counts come from {coarse[0]!r} with 3 decimals, so they are rounded")
+                    out.warn(
+                        f"byte counts come from {coarse[0]!r} with 3 decimals, so they are rounded"
+                    )
             elif kind == "cuda_api_trace":
                 frames.append(_kept_rows(_api_trace(table, out), out))
             else:
                 summaries.append(
-                    {"report": block.report or "unnamed summary", "columns": block.header, "rows": table.to_dicts()}
+                    {
+                        "report": block.report or "unnamed summary",
+                        "columns": block.header,
+                        "rows": table.to_dicts(),
+                    }
                 )
         except (pl.exceptions.PolarsError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError(path, f"{block.report or kind} table has values rlperf cannot read ({first})") from None
+            raise InputError(
+                path, f"{block.report or kind} table has values rlperf cannot read ({first})"
+            ) from None
     if frames:
-        out.events = conform(pl.concat(frames, how="diagonal_relaxed").sort("start_ns"), source=source)
-        out.warn("nsys stats CSV has no time base: times are ns since the capture's session start, not epoch")
+        out.events = conform(
+            pl.concat(frames, how="diagonal_relaxed").sort("start_ns"), source=source
+        )
+        out.warn(
+            "nsys stats CSV has no time base: times are ns "
+            "since the capture's session start, not epoch"
+        )
         out.meta["time_base"] = "session-relative (nsys stats CSV carries no epoch)"
     if summaries:
         out.meta["summary_tables"] = summaries
@@ -158,7 +201,9 @@ def _without_cut_row(text: str, out: ParsedSource) -> str:
         return text
     kept, _, cut = text.rpartition("\n")
     if cut.strip():
-        out.warn(f"the file ends inside a row (line {kept.count(chr(10)) + 2}); that row was left out")
+        out.warn(
+            f"the file ends inside a row (line {kept.count(chr(10)) + 2}); that row was left out"
+        )
         out.tally("dropped_cut_row")
     return kept + "\n" if kept else ""
 
@@ -168,10 +213,17 @@ def _kept_rows(frame: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
     gpu = pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
     device = pl.col("device") if "device" in frame.columns else pl.lit(0)
     rules = (
-        ("dropped_no_time", pl.col("start_ns").is_null() | pl.col("end_ns").is_null(),
-         "without a start and end time in 0…2⁶² ns"),
+        (
+            "dropped_no_time",
+            pl.col("start_ns").is_null() | pl.col("end_ns").is_null(),
+            "without a start and end time in 0…2⁶² ns",
+        ),
         ("negative_dur", pl.col("end_ns") < pl.col("start_ns"), "ending before they start"),
-        ("dropped_out_of_range", gpu & device.is_null(), "of GPU work without a device id in 0…32767"),
+        (
+            "dropped_out_of_range",
+            gpu & device.is_null(),
+            "of GPU work without a device id in 0…32767",
+        ),
     )
     return out.drop_counted(frame, rules)
 
@@ -226,7 +278,11 @@ def classify(header: list[str]) -> str:
         return "nvtx_pushpop_trace"
     if any(c.startswith("Start") for c in cols) and "Strm" in cols:
         return "cuda_gpu_trace"
-    if any(c.startswith("Start") for c in cols) and ("CorrID" in cols or "CorrId" in cols) and "Tid" in cols:
+    if (
+        any(c.startswith("Start") for c in cols)
+        and ("CorrID" in cols or "CorrId" in cols)
+        and "Tid" in cols
+    ):
         return "cuda_api_trace"
     return "summary"
 
@@ -269,10 +325,24 @@ def _gpu_trace(table: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
     raw = pl.col("Name").fill_null("")
     copy = raw.str.extract(r"^\[CUDA memcpy ([^\]]+)\]$", 1)
     memset = raw.str.starts_with("[CUDA memset")
-    src = pl.col("SrcMemKd").fill_null("Unknown") if "SrcMemKd" in table.columns else pl.lit("Unknown")
-    dst = pl.col("DstMemKd").fill_null("Unknown") if "DstMemKd" in table.columns else pl.lit("Unknown")
+    src = (
+        pl.col("SrcMemKd").fill_null("Unknown")
+        if "SrcMemKd" in table.columns
+        else pl.lit("Unknown")
+    )
+    dst = (
+        pl.col("DstMemKd").fill_null("Unknown")
+        if "DstMemKd" in table.columns
+        else pl.lit("Unknown")
+    )
     copy_label = copy.replace(COPY_LABELS)
-    kind = pl.when(copy.is_not_null()).then(pl.lit("memcpy")).when(memset).then(pl.lit("memset")).otherwise(pl.lit("kernel"))
+    kind = (
+        pl.when(copy.is_not_null())
+        .then(pl.lit("memcpy"))
+        .when(memset)
+        .then(pl.lit("memset"))
+        .otherwise(pl.lit("kernel"))
+    )
     name = (
         pl.when(copy.is_not_null())
         .then(pl.format("Memcpy {} ({} -> {})", copy_label, src, dst))
@@ -286,7 +356,11 @@ def _gpu_trace(table: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
         factor = UNIT_BYTES[bytes_col.group(1)]
         scaled = pl.col(bytes_col.string).cast(pl.Float64, strict=False) * factor
         nbytes = pl.when(scaled.is_between(0, 2**62)).then(scaled.round()).cast(pl.Int64)
-    device = pl.col("Device").str.extract(r"(\d+)\)?\s*$", 1) if "Device" in table.columns else pl.lit(None, pl.String)
+    device = (
+        pl.col("Device").str.extract(r"(\d+)\)?\s*$", 1)
+        if "Device" in table.columns
+        else pl.lit(None, pl.String)
+    )
     corr = "CorrId" if "CorrId" in table.columns else "CorrID"
     ids = _ids(table, {"device": device, "stream": pl.col("Strm"), "corr": pl.col(corr)}, out)
     return table.select(

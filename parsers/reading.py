@@ -34,8 +34,14 @@ def not_regular(path: Path) -> str | None:
 
 def file_kind(mode: int) -> str:
     """What a file of this ``st_mode`` is, in words."""
-    kinds = {stat.S_ISREG: "a regular file", stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO",
-             stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
+    kinds = {
+        stat.S_ISREG: "a regular file",
+        stat.S_ISDIR: "a directory",
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISSOCK: "a socket",
+    }
     return next((name for test, name in kinds.items() if test(mode)), "a special file")
 
 
@@ -49,11 +55,13 @@ GZIP_ERRORS: tuple[type[Exception], ...] = (
 :func:`gunzip`."""
 
 UNNAMED = "<gzip stream>"
-"""The name :func:`gunzip`'s errors carry when the caller gave none (``parse_file`` puts the file's)."""
+"""The name :func:`gunzip`'s errors carry when the caller gave none (``parse_file`` puts the
+file's)."""
 
 
 class GzipCut(EOFError):
-    """A gzip stream that ends before its end marker; ``data`` is everything it held before the cut."""
+    """A gzip stream that ends before its end marker; ``data`` is everything it held before the
+    cut."""
 
     def __init__(self, data: bytes) -> None:
         super().__init__(f"gzip stream ends early (truncated file?) after {len(data):,} bytes")
@@ -88,7 +96,10 @@ def gunzip(raw: bytes, path: str | Path = UNNAMED) -> bytes:
 
 def _over_limit() -> str:
     limit = DECOMPRESSED_BYTES
-    return f"{limit.what} is over rlperf's limit (more than {limit.value:,}); set {limit.env} to raise it"
+    return (
+        f"{limit.what} is over rlperf's limit (more than "
+        f"{limit.value:,}); set {limit.env} to raise it"
+    )
 
 
 def open_bytes(path: Path) -> bytes:
