@@ -154,7 +154,7 @@ def updates_per_rollout(ev: Evidence) -> tuple[int | None, str]:
     )
     if inside.height == 0:
         return None, ""
-    k = int(inside.group_by("rank", "step").len()["len"].max())  # type: ignore[arg-type]
+    k = as_int(inside.group_by("rank", "step").len()["len"].max())
     return k, "optimizer-step ranges in the trace's actor update"
 
 
@@ -583,10 +583,10 @@ def pipeline_depth(pp_rows: pl.DataFrame) -> tuple[int, str] | None:
     trace states neither (a send/recv tagged PP by its name alone)."""
     sizes = pp_rows["group_size"].drop_nulls()
     if sizes.len():
-        return int(sizes.max()), "the size of its PP groups"  # type: ignore[arg-type]
+        return as_int(sizes.max()), "the size of its PP groups"
     members = pp_rows["pg_ranks"].drop_nulls().str.split(",").list.len()
     if members.len():
-        return int(members.max()), "the members of its PP groups"  # type: ignore[arg-type]
+        return as_int(members.max()), "the members of its PP groups"
     return None
 
 

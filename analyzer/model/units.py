@@ -62,13 +62,13 @@ def cell(value: object, fmt: str) -> str:
         return "–"
     match fmt:
         case "duration":
-            return duration(value)  # type: ignore[arg-type]
+            return duration(value)  # type: ignore[arg-type]  # a column of this format holds numbers
         case "percent":
-            return percent(value)  # type: ignore[arg-type]
+            return percent(value)  # type: ignore[arg-type]  # a column of this format holds numbers
         case "bytes":
-            return size(value)  # type: ignore[arg-type]
+            return size(value)  # type: ignore[arg-type]  # a column of this format holds numbers
         case "bandwidth":
-            return bandwidth(value)  # type: ignore[arg-type]
+            return bandwidth(value)  # type: ignore[arg-type]  # a column of this format holds numbers
         case "number":
-            return number(value)  # type: ignore[arg-type]
+            return number(value)  # type: ignore[arg-type]  # a column of this format holds numbers
     return str(value)
