@@ -13,6 +13,7 @@ from pathlib import Path
 from . import analyses as _pipeline  # noqa: F401 (its modules declare every product on import)
 from .assemble import build
 from .assemble.ingest import ingest
+from .assemble.runs import choose
 from .model.options import Options
 from .model.run import Run
 
@@ -32,8 +33,6 @@ def load(
     file as it is parsed. Sources of several runs raise :class:`analyzer.runs.RunsError` listing
     them, unless ``run`` chooses one (its number as listed, or a prefix of its files' paths).
     ``options`` are the user's choices (``Options.checked`` checks them), seen by every step."""
-    from .assemble.runs import choose
-
     if isinstance(paths, (str, Path)):
         paths = [paths]
     paths = list(paths)

@@ -24,7 +24,10 @@ from rich.progress import (
 
 from parsers.errors import printable
 
+from . import load as load_run
+from .assemble.ingest import writing
 from .model.options import Options
+from .report.files import check_output
 
 
 class Steps:
@@ -75,10 +78,6 @@ def load(
 
     ``writes`` are the files the command will write (``-o``; a folder of charts when ``folder``):
     a path that cannot take them, or that is one of the inputs, stops the command before parsing."""
-    from . import load as load_run
-    from .assemble.ingest import writing
-    from .report.files import check_output
-
     writes = [w for w in writes if w is not None]
     for output in writes:
         check_output(output, folder=folder)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from report_truth import RUNS, cli, load_truth, synthetic, synthetic_run, truth_stage_share
 
-from analyzer.ops.compare import TIE_TOLERANCE, compare, default_labels, display
+from analyzer.ops.compare import TIE_TOLERANCE, compare, default_labels
+from analyzer.report.comparison import display
 
 LABELS = ["colocated", "disaggregated"]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -24,6 +25,7 @@ from typing import Any
 
 import polars as pl
 
+import parsers
 from parsers import InputError, ParsedSource, discover, parse_file
 from parsers.cachedir import cache_dir
 from parsers.discover import PARSER_MODULES, Discovery, parser_for, parser_modules, skipped_note
@@ -167,8 +169,6 @@ def _parse_all(
                 progress(job[1])
             yield result
         return
-    import multiprocessing
-
     paths = {i: p for i, p, _ in todo}
     with ProcessPoolExecutor(
         max_workers=workers, mp_context=multiprocessing.get_context("spawn")
@@ -193,8 +193,6 @@ def _code_version(fmt: str) -> str:
     module = parser_for(fmt)
     files = {_file_of(module)}
     files |= {_file_of(m) for m in parser_modules() if m.__name__.startswith(module.__name__)}
-    import parsers
-
     root = Path(parsers.__file__).parent
     files |= {root / "events.py", root / "source.py", root / "nccl.py"}
     for f in sorted(files):

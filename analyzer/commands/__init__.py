@@ -1,1 +1,2 @@
-"""One module per ``rlperf`` command; each registers itself on ``analyzer.cli.app``."""
+"""One module per ``rlperf`` command, each defining its command function; ``analyzer.cli``
+registers them (``COMMANDS``), and what they share is in ``shared.py``."""

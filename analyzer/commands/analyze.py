@@ -9,8 +9,16 @@ from typing import Annotated
 import typer
 
 from parsers.errors import InputError
+from taxonomy.profiles import load_profiles
 
-from ..cli import (
+from ..analyses.guidelines import load_catalogue
+from ..model.options import Options
+from ..progress import Steps, load
+from ..report import json as json_report
+from ..report import text as text_report
+from ..report.files import console, emit_text
+from ..report.sections import sections
+from .shared import (
     Debug,
     Framework,
     GuidelinesFile,
@@ -25,7 +33,6 @@ from ..cli import (
     RunChoice,
     StepSelection,
     Strict,
-    app,
     conclude,
     hold_strict,
 )
@@ -39,7 +46,6 @@ class Format(str, Enum):
     png = "png"
 
 
-@app.command()
 def analyze(
     paths: Paths,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.text,
@@ -69,18 +75,27 @@ def analyze(
     self-contained file (works offline), md a Markdown report for a pull request, png the
     charts as images (-o names the file or folder), json a document usable as an audit baseline.
     """
-    from ..analyses.guidelines import load_catalogue
-    from ..model.options import Options
-    from ..progress import Steps, load
-    from ..report.sections import sections
-
     if guidelines is not None:
         load_catalogue(guidelines)  # a bad file stops the command before any parsing
-    options = Options.checked(framework=framework, steps=steps_selected, ranks=ranks, rules=rules, layout=layout,
-                              guidelines=guidelines)
+    options = Options.checked(
+        framework=framework,
+        steps=steps_selected,
+        ranks=ranks,
+        rules=rules,
+        layout=layout,
+        guidelines=guidelines,
+    )
     steps = Steps(quiet)
-    run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[output], folder=fmt.value == "png",
-               options=options)
+    run = load(
+        paths,
+        steps,
+        jobs=jobs,
+        no_cache=no_cache,
+        run=run_choice,
+        writes=[output],
+        folder=fmt.value == "png",
+        options=options,
+    )
     run.warnings.extend(selection_warnings(run) + framework_warnings(run))
     with steps.step("Analyzing"):
         sections(run)  # computes every product once, behind a progress display
@@ -94,7 +109,12 @@ def selection_warnings(run) -> list[str]:
     naming the option (an empty report would look like a result), part of it a warning."""
     out = []
     for flag, noun, have, asked in (
-        ("--steps", "steps", lambda: run.step_table["step"].unique().to_list(), run.options.step_selection),
+        (
+            "--steps",
+            "steps",
+            lambda: run.step_table["step"].unique().to_list(),
+            run.options.step_selection,
+        ),
         ("--ranks", "ranks", lambda: run.ranks, run.options.rank_selection),
     ):
         if asked is None:
@@ -106,14 +126,15 @@ def selection_warnings(run) -> list[str]:
             raise InputError(flag, f"asked for {noun} {asked}, but {has}")
         if len(inside) < asked.count():
             outside = asked.without(inside)
-            out.append(f"{flag}: {noun} {outside} are not in the run ({has}); analysing {noun} {spans(inside)}")
+            out.append(
+                f"{flag}: {noun} {outside} are not in the run "
+                f"({has}); analysing {noun} {spans(inside)}"
+            )
     return out
 
 
 def framework_warnings(run) -> list[str]:
     """``--framework`` against the framework a source states (a log header names it)."""
-    from taxonomy.profiles import load_profiles
-
     asked = run.options.framework
     if not asked:
         return []
@@ -122,9 +143,15 @@ def framework_warnings(run) -> list[str]:
     def profile(name: str) -> str:
         return next((p.name for p in profiles if name == p.name or name in p.frameworks), name)
 
-    stated = [(s.path.name, str(s.meta["framework"])) for s in run.sources if s.meta.get("framework")]
-    return [f"--framework {asked}: {name} states framework {told}; classifying with the {profile(asked)} profile as asked"
-            for name, told in stated if profile(told) != profile(asked)]
+    stated = [
+        (s.path.name, str(s.meta["framework"])) for s in run.sources if s.meta.get("framework")
+    ]
+    return [
+        f"--framework {asked}: {name} states framework {told}; classifying with the "
+        f"{profile(asked)} profile as asked"
+        for name, told in stated
+        if profile(told) != profile(asked)
+    ]
 
 
 def spans(values: list[int]) -> str:
@@ -141,18 +168,12 @@ def spans(values: list[int]) -> str:
 def emit(run, fmt: str, output: Path | None, steps) -> None:
     """Write ``run``'s report in ``fmt`` to ``output`` (or stdout)."""
     if fmt in ("md", "html", "png"):
-        from ..report.files import write_report
+        from ..report.formats import write_report  # deferred: its renderers load altair
 
         write_report(run, fmt, output, steps)
         return
     if fmt == "json":
-        from ..report import json as json_report
-        from ..report.files import emit_text
-
         emit_text(json_report.render(run) + "\n", output, steps, "json report")
         return
-    from ..report import text as text_report
-    from ..report.files import console
-
     with console(output, 120) as out:
         text_report.render(run, out)

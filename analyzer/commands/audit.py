@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -10,7 +11,11 @@ from typing import Annotated
 
 import typer
 
-from ..cli import (
+from ..ops import audit as budgets
+from ..progress import Steps, load
+from ..report import json as json_report
+from ..report.files import check_output, write_text
+from .shared import (
     INTERNAL_ERROR,
     Debug,
     Jobs,
@@ -19,19 +24,34 @@ from ..cli import (
     Quiet,
     RunChoice,
     Strict,
-    app,
     conclude,
     hold_strict,
     internal_line,
 )
 
 
-@app.command()
 def audit(
     paths: Paths,
-    budget: Annotated[Path | None, typer.Option("--budget", "-b", help="Budget file (TOML): [[check]] metric = PATH, max/min/max_increase/max_decrease.")] = None,
-    baseline: Annotated[Path | None, typer.Option("--baseline", help="A JSON report of an earlier run (rlperf analyze --format json) to hold this run against.")] = None,
-    junit: Annotated[Path | None, typer.Option("--junit", help="Also write the results as JUnit XML to this file.")] = None,
+    budget: Annotated[
+        Path | None,
+        typer.Option(
+            "--budget",
+            "-b",
+            help="Budget file (TOML): [[check]] metric = PATH, max/min/max_increase/max_decrease.",
+        ),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            help="A JSON report of an earlier run (rlperf "
+                 "analyze --format json) to hold this run against.",
+        ),
+    ] = None,
+    junit: Annotated[
+        Path | None,
+        typer.Option("--junit", help="Also write the results as JUnit XML to this file."),
+    ] = None,
     jobs: Jobs = None,
     no_cache: NoCache = False,
     quiet: Quiet = False,
@@ -47,11 +67,6 @@ def audit(
     every run-summary number is held to 10% of the baseline; without a baseline, max_increase
     and max_decrease are not checked. Exit status 1 when a check fails, 3 on an internal error.
     """
-    from ..ops import audit as budgets
-    from ..progress import Steps, load
-    from ..report import json as json_report
-    from ..report.files import check_output, write_text
-
     if budget is None and baseline is None:
         raise typer.BadParameter("give --budget FILE, --baseline FILE or both")
     check_output(junit)
@@ -64,8 +79,6 @@ def audit(
     if len(paths) == 1 and budgets.is_report(paths[0]):
         document = budgets.load_report(paths[0])
     else:
-        import json
-
         run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[junit])
         with steps.step("Analyzing"):
             document = json.loads(json_report.render(run))
@@ -82,7 +95,10 @@ def audit(
         conclude([run])
     elif document.get("failures"):
         for f in document["failures"]:
-            typer.echo(internal_line(str(f.get("failed")), str(f.get("module")), str(f.get("error"))), err=True)
+            typer.echo(
+                internal_line(str(f.get("failed")), str(f.get("module")), str(f.get("error"))),
+                err=True,
+            )
         raise typer.Exit(INTERNAL_ERROR)
     if result.failed:
         raise typer.Exit(1)

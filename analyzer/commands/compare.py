@@ -11,7 +11,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import Debug, Jobs, NoCache, Output, Quiet, RunChoice, Strict, app, conclude, hold_strict
+from ..ops.compare import compare as compare_runs
+from ..ops.compare import default_labels
+from ..progress import Steps, load
+from ..report.comparison import TEXT_COLUMNS, display
+from ..report.files import console, emit_text
+from .shared import Debug, Jobs, NoCache, Output, Quiet, RunChoice, Strict, conclude, hold_strict
 
 
 class CompareFormat(str, Enum):
@@ -21,11 +26,21 @@ class CompareFormat(str, Enum):
     html = "html"
 
 
-@app.command()
 def compare(
-    runs: Annotated[list[Path], typer.Argument(help="Two or more runs: each a directory (or one file) of one training job.", show_default=False)],
-    label: Annotated[list[str] | None, typer.Option("--label", "-l", help="A name per run, in order (default: the folder names).")] = None,
-    fmt: Annotated[CompareFormat, typer.Option("--format", "-f", help="Output format.")] = CompareFormat.text,
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Two or more runs: each a directory (or one file) of one training job.",
+            show_default=False,
+        ),
+    ],
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", "-l", help="A name per run, in order (default: the folder names)."),
+    ] = None,
+    fmt: Annotated[
+        CompareFormat, typer.Option("--format", "-f", help="Output format.")
+    ] = CompareFormat.text,
     output: Output = None,
     jobs: Jobs = None,
     no_cache: NoCache = False,
@@ -37,19 +52,22 @@ def compare(
     """Compare runs on the same metrics: values side by side, deltas against the first run, and
     which run wins each metric (e.g. verl colocated vs OpenRLHF disaggregated on the same job,
     or before/after a configuration change)."""
-    from ..ops.compare import compare as compare_runs
-    from ..ops.compare import default_labels
-    from ..progress import Steps, load
-
     if len(runs) < 2:
         raise typer.BadParameter("give at least two runs to compare")
     labels = list(label or []) or default_labels(runs)
     if len(labels) != len(runs):
-        raise typer.BadParameter(f"{len(labels)} --label for {len(runs)} runs: give one label per run")
+        raise typer.BadParameter(
+            f"{len(labels)} --label for {len(runs)} runs: give one label per run"
+        )
     if len(set(labels)) != len(labels):
         raise typer.BadParameter("labels must differ from each other")
     steps = Steps(quiet)
-    loaded = [load([path], steps, jobs=jobs, no_cache=no_cache, label=name, run=run_choice, writes=[output]) for path, name in zip(runs, labels, strict=True)]
+    loaded = [
+        load(
+            [path], steps, jobs=jobs, no_cache=no_cache, label=name, run=run_choice, writes=[output]
+        )
+        for path, name in zip(runs, labels, strict=True)
+    ]
     with steps.step("Analyzing"):
         comparison = compare_runs(loaded, labels)
     hold_strict(loaded)
@@ -58,19 +76,17 @@ def compare(
 
 
 def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None:
-    from ..report.files import console, emit_text
-
     if fmt == "json":
         text = json.dumps(comparison.to_json(), indent=2, default=str) + "\n"
     elif fmt == "md":
-        from ..report.markdown import render_comparison
+        from ..report.markdown import render_comparison  # deferred: it loads altair
 
         text = render_comparison(comparison)
     elif fmt == "html":
-        from ..report.html import render_comparison
+        from ..report.html import render_comparison as render_html  # deferred: altair
 
         with steps.step("Writing the report"):
-            text = render_comparison(comparison, runs=runs)
+            text = render_html(comparison, runs=runs)
     else:
         with console(output, 160) as out:
             render_text(comparison, out)
@@ -79,14 +95,18 @@ def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None
 
 
 def render_text(comparison, console: Console) -> None:
-    from ..ops.compare import display
-
     shown = display(comparison)
-    table = Table(title=f"rlperf compare — deltas against {comparison.labels[0]}", title_justify="left", show_edge=False)
+    table = Table(
+        title=f"rlperf compare — deltas against {comparison.labels[0]}",
+        title_justify="left",
+        show_edge=False,
+    )
     for column in shown.columns:
-        table.add_column(column, justify="left" if column in ("metric", "path", "better", "winner") else "right")
+        table.add_column(column, justify="left" if column in TEXT_COLUMNS else "right")
     for row in shown.iter_rows():
         table.add_row(*row)
     console.print(table)
     for name, won in comparison.wins().items():
-        console.print(f"[bold]{name}[/bold] wins {len(won)}: {', '.join(won) or '–'}", highlight=False)
+        console.print(
+            f"[bold]{name}[/bold] wins {len(won)}: {', '.join(won) or '–'}", highlight=False
+        )

@@ -11,7 +11,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import (
+from ..ops.crosscheck import METRICS, REASONS, load_hta
+from ..ops.crosscheck import crosscheck as run_crosscheck
+from ..progress import Steps, load
+from ..report.files import console, emit_text
+from .shared import (
     Debug,
     Jobs,
     NoCache,
@@ -20,7 +24,6 @@ from ..cli import (
     Quiet,
     RunChoice,
     Strict,
-    app,
     conclude,
     hold_strict,
 )
@@ -31,10 +34,11 @@ class CrossFormat(str, Enum):
     json = "json"
 
 
-@app.command()
 def crosscheck(
     paths: Paths,
-    fmt: Annotated[CrossFormat, typer.Option("--format", "-f", help="Output format.")] = CrossFormat.text,
+    fmt: Annotated[
+        CrossFormat, typer.Option("--format", "-f", help="Output format.")
+    ] = CrossFormat.text,
     output: Output = None,
     jobs: Jobs = None,
     no_cache: NoCache = False,
@@ -46,10 +50,6 @@ def crosscheck(
     """Run HTA (pip install 'rlperf[hta]') on the run's PyTorch profiler traces and print its
     temporal breakdown and comm/compute overlap beside rlperf's, with the differences and how
     much of them each known definitional difference explains."""
-    from ..ops.crosscheck import crosscheck as run_crosscheck
-    from ..ops.crosscheck import load_hta
-    from ..progress import Steps, load
-
     load_hta()
     steps = Steps(quiet)
     run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[output])
@@ -57,10 +57,13 @@ def crosscheck(
     traces = sum(s.format == "kineto" for s in run.sources)
     with steps.step("Running HTA", total=traces) as advance:
         result = run_crosscheck(run, progress=advance)
-    from ..report.files import console, emit_text
-
     if fmt.value == "json":
-        emit_text(json.dumps(result.to_json(), indent=2, default=str) + "\n", output, steps, "json cross-check")
+        emit_text(
+            json.dumps(result.to_json(), indent=2, default=str) + "\n",
+            output,
+            steps,
+            "json cross-check",
+        )
     else:
         with console(output, 140) as out:
             render_text(result, out)
@@ -68,8 +71,6 @@ def crosscheck(
 
 
 def render_text(result, console: Console) -> None:
-    from ..ops.crosscheck import METRICS, REASONS
-
     titles = dict(METRICS)
     for rank in sorted(result.table["rank"].unique().to_list()):
         rows = result.table.filter(pl.col("rank") == rank)
@@ -79,17 +80,29 @@ def render_text(result, console: Console) -> None:
         for row in rows.iter_rows(named=True):
             unit = "" if row["metric"] == "overlap_pct" else " µs"
             table.add_row(
-                titles[row["metric"]], *(_num(row[c], unit) for c in ("rlperf", "hta", "difference", "explained", "unexplained")),
+                titles[row["metric"]],
+                *(
+                    _num(row[c], unit)
+                    for c in ("rlperf", "hta", "difference", "explained", "unexplained")
+                ),
                 "agree" if row["agree"] else "DIFFERS",
             )
         console.print(table)
-        for reason, effect in result.reasons.filter(pl.col("rank") == rank).select("reason", "effect_us").iter_rows():
-            console.print(f"  known reason [bold]{reason}[/bold] ({effect:+,.1f} µs of idle): {REASONS[reason]}", highlight=False)
+        for reason, effect in (
+            result.reasons.filter(pl.col("rank") == rank).select("reason", "effect_us").iter_rows()
+        ):
+            console.print(
+                f"  known reason [bold]{reason}[/bold] "
+                f"({effect:+,.1f} µs of idle): {REASONS[reason]}",
+                highlight=False,
+            )
     for problem in result.problems:
         console.print(f"[yellow]{problem}[/yellow]", highlight=False)
     console.print(
-        "[dim]rlperf: its own definitions (docs/analyses.md §6). explained: the part of the difference the "
-        "known reasons account for; unexplained: what remains (agree = within 1% of the GPU window).[/dim]",
+        "[dim]rlperf: its own definitions (docs/analyses.md "
+        "§6). explained: the part of the difference the "
+        "known reasons account for; unexplained: what "
+        "remains (agree = within 1% of the GPU window).[/dim]",
         highlight=False,
     )
 

@@ -9,7 +9,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import Debug, Quiet, app
+from ..model.units import cell, unit_format
+from ..ops.compare import compare
+from ..progress import Steps, load
+from ..report.files import check_output, write_text
+from ..samples import demo_groups
+from .shared import Debug, Quiet
 
 DEFAULT_OUTPUT = Path("rlperf-demo.html")
 HIGHLIGHTS = (
@@ -24,20 +29,17 @@ HIGHLIGHTS = (
 """The few numbers the terminal shows per sample run; the HTML report has everything."""
 
 
-@app.command()
 def demo(
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the HTML report.")] = DEFAULT_OUTPUT,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Where to write the HTML report.")
+    ] = DEFAULT_OUTPUT,
     quiet: Quiet = False,
     debug: Debug = False,
 ) -> None:
     """Analyze the bundled sample runs (verl colocated, disaggregated and one-step-off; OpenRLHF
     disaggregated; GPU-shaped synthetic runs of the three placements) and write one
     self-contained HTML report comparing them, each run's full report below its comparison."""
-    from ..ops.compare import compare
-    from ..progress import Steps, load
-    from ..report.files import check_output, write_text
-    from ..report.html import Page, add_comparison, esc
-    from ..samples import demo_groups
+    from ..report.html import Page, add_comparison, esc  # deferred: it loads altair
 
     check_output(output)
     steps = Steps(quiet)
@@ -54,13 +56,14 @@ def demo(
             highlights(heading, comparison, Console())
     with steps.step("Writing the report"):
         written = write_text(output, page.render())
-    steps.say(f"rlperf demo: wrote the report to {written.resolve()} — open it in a browser (it works offline)")
+    steps.say(
+        f"rlperf demo: wrote the report to {written.resolve()} "
+        "— open it in a browser (it works offline)"
+    )
 
 
 def highlights(heading: str, comparison, console: Console) -> None:
     """One row per run: the headline numbers of the comparison, formatted as the reports do."""
-    from ..model.units import cell, unit_format
-
     table = Table(title=heading, title_justify="left", show_edge=False)
     table.add_column("run", no_wrap=True)
     rows = {r["metric"]: r for r in comparison.table.iter_rows(named=True)}

@@ -7,13 +7,19 @@ from typing import Annotated
 
 import typer
 
-from ..cli import Debug, Jobs, NoCache, Paths, Quiet, RunChoice, Strict, app, conclude, hold_strict
+from ..ops.perfetto import export as write_trace
+from ..progress import Steps, load
+from .shared import Debug, Jobs, NoCache, Paths, Quiet, RunChoice, Strict, conclude, hold_strict
 
 
-@app.command()
 def export(
     paths: Paths,
-    perfetto: Annotated[Path, typer.Option("--perfetto", "-p", help="Write the trace JSON here (.json, or .json.gz to compress).")],
+    perfetto: Annotated[
+        Path,
+        typer.Option(
+            "--perfetto", "-p", help="Write the trace JSON here (.json, or .json.gz to compress)."
+        ),
+    ],
     jobs: Jobs = None,
     no_cache: NoCache = False,
     quiet: Quiet = False,
@@ -25,9 +31,6 @@ def export(
     process with its events, a stages track, a bubbles track (idle time by cause, the largest
     marked) and weight-sync flow arrows. rlperf reads the file back as a PyTorch profiler trace.
     """
-    from ..ops.perfetto import export as write_trace
-    from ..progress import Steps, load
-
     steps = Steps(quiet)
     run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[perfetto])
     hold_strict([run])
@@ -35,7 +38,8 @@ def export(
         written = write_trace(run, perfetto)
     steps.say(
         f"rlperf: wrote {written['events']:,} events, {written['stage_slices']:,} stage slices, "
-        f"{written['bubble_slices']:,} bubbles and {written['flows']:,} weight-sync flows to {perfetto} "
+        f"{written['bubble_slices']:,} bubbles and "
+        f"{written['flows']:,} weight-sync flows to {perfetto} "
         "(open it at ui.perfetto.dev or chrome://tracing)"
     )
     conclude([run])

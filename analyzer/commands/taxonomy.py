@@ -12,7 +12,10 @@ import polars as pl
 import typer
 from rich.table import Table
 
-from ..cli import Debug, Output, app
+from taxonomy import collectives, guidelines, profiles, vocab
+
+from ..report.files import check_output, console, write_text
+from .shared import Debug, Output
 
 
 class Part(str, Enum):
@@ -32,49 +35,79 @@ class Format(str, Enum):
     md = "md"
 
 
-def parts(profile: str | None = None, rules: Path | None = None, collective_rules: Path | None = None) -> dict[str, tuple[str, pl.DataFrame]]:
+def parts(
+    profile: str | None = None, rules: Path | None = None, collective_rules: Path | None = None
+) -> dict[str, tuple[str, pl.DataFrame]]:
     """Every part of the taxonomy as (title, frame), in print order."""
-    from taxonomy import collectives, guidelines, profiles, vocab
-
     out: dict[str, tuple[str, pl.DataFrame]] = {
-        "stages": ("Stages of an RL step (docs/taxonomy.md)", pl.DataFrame(
-            [{"id": s.id, "stage": s.name, "title": s.title, "what": s.description} for s in vocab.STAGES])),
+        "stages": (
+            "Stages of an RL step (docs/taxonomy.md)",
+            pl.DataFrame(
+                [
+                    {"id": s.id, "stage": s.name, "title": s.title, "what": s.description}
+                    for s in vocab.STAGES
+                ]
+            ),
+        ),
         "roles": ("Roles", pl.DataFrame({"role": list(vocab.ROLES)})),
-        "dimensions": ("Parallelism dimensions of collectives", pl.DataFrame({"dim": list(vocab.DIMENSIONS)})),
-        "placements": ("Placements, execution modes and pools", pl.DataFrame(
-            [{"kind": "placement", "value": v} for v in vocab.PLACEMENTS]
-            + [{"kind": "execution", "value": v} for v in vocab.EXECUTION_MODES]
-            + [{"kind": "pool", "value": v} for v in vocab.POOLS])),
+        "dimensions": (
+            "Parallelism dimensions of collectives",
+            pl.DataFrame({"dim": list(vocab.DIMENSIONS)}),
+        ),
+        "placements": (
+            "Placements, execution modes and pools",
+            pl.DataFrame(
+                [{"kind": "placement", "value": v} for v in vocab.PLACEMENTS]
+                + [{"kind": "execution", "value": v} for v in vocab.EXECUTION_MODES]
+                + [{"kind": "pool", "value": v} for v in vocab.POOLS]
+            ),
+        ),
     }
     table = profiles.profiles_frame(profiles.load_profiles(rules))
     if profile:
         table = table.filter(pl.col("profile") == profile)
         if table.height == 0:
             raise typer.BadParameter(f"no profile {profile!r}", param_hint="--profile")
-    out["profiles"] = ("Framework profiles: name rules → stage and role, first match wins", table.select(
-        "profile", "rule", "source", "match", "stage", "role", "relation", "versions", "note"))
-    out["collectives"] = ("Collective → dimension rules (description, then pools, layout, kernel name, pattern)",
-                          collectives.rules_frame(collectives.load_rules(collective_rules)))
+    out["profiles"] = (
+        "Framework profiles: name rules → stage and role, first match wins",
+        table.select(
+            "profile", "rule", "source", "match", "stage", "role", "relation", "versions", "note"
+        ),
+    )
+    out["collectives"] = (
+        "Collective → dimension rules (description, then pools, layout, kernel name, pattern)",
+        collectives.rules_frame(collectives.load_rules(collective_rules)),
+    )
     out["guidelines"] = ("Guideline catalogue (docs/guidelines.md)", guidelines.catalogue_frame())
     return out
 
 
-@app.command()
 def taxonomy(
     part: Annotated[Part, typer.Option("--part", "-p", help="Print only this part.")] = Part.all,
-    profile: Annotated[str | None, typer.Option("--profile", help="Only this framework profile's rules.")] = None,
-    rules: Annotated[Path | None, typer.Option("--rules", help="A user rules file, shown merged in front of the profiles.")] = None,
-    collective_rules: Annotated[Path | None, typer.Option("--collective-rules", help="A user collective-rules file (same tables as taxonomy/collectives.toml).")] = None,
+    profile: Annotated[
+        str | None, typer.Option("--profile", help="Only this framework profile's rules.")
+    ] = None,
+    rules: Annotated[
+        Path | None,
+        typer.Option("--rules", help="A user rules file, shown merged in front of the profiles."),
+    ] = None,
+    collective_rules: Annotated[
+        Path | None,
+        typer.Option(
+            "--collective-rules",
+            help="A user collective-rules file (same tables as taxonomy/collectives.toml).",
+        ),
+    ] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
     output: Output = None,
     debug: Debug = False,
 ) -> None:
     """Print the taxonomy: stages, roles, dimensions, placements and execution modes, the
     framework profiles with their rules, the collective rules and the guideline catalogue."""
-    from ..report.files import check_output, console, write_text
-
     check_output(output)
-    chosen = parts(profile, rules, collective_rules)  # a bad rules file's error names it: main() prints it, exit 2
+    chosen = parts(
+        profile, rules, collective_rules
+    )  # a bad rules file's error names it: main() prints it, exit 2
     if part != Part.all:
         chosen = {part.value: chosen[part.value]}
     text = render(chosen, fmt.value)
@@ -97,13 +130,27 @@ def taxonomy(
 def render(chosen: dict[str, tuple[str, pl.DataFrame]], fmt: str) -> str | None:
     """JSON or Markdown text of the parts; None for the terminal (rich tables)."""
     if fmt == "json":
-        return json.dumps({k: {"title": t, "rows": f.to_dicts()} for k, (t, f) in chosen.items()}, indent=1, default=str) + "\n"
+        return (
+            json.dumps(
+                {k: {"title": t, "rows": f.to_dicts()} for k, (t, f) in chosen.items()},
+                indent=1,
+                default=str,
+            )
+            + "\n"
+        )
     if fmt == "md":
         lines = []
         for title, frame in chosen.values():
-            lines += [f"## {title}", "", "| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+            lines += [
+                f"## {title}",
+                "",
+                "| " + " | ".join(frame.columns) + " |",
+                "|" + "---|" * len(frame.columns),
+            ]
             for row in frame.iter_rows():
-                cells = ["" if v is None else str(v).replace("|", "\\|").replace("\n", " ") for v in row]
+                cells = [
+                    "" if v is None else str(v).replace("|", "\\|").replace("\n", " ") for v in row
+                ]
                 lines.append("| " + " | ".join(cells) + " |")
             lines.append("")
         return "\n".join(lines)

@@ -12,6 +12,9 @@ import traceback
 from dataclasses import dataclass
 
 from parsers.errors import InputError, printable
+from taxonomy.collectives import CollectiveRulesError
+from taxonomy.guidelines import GuidelineError
+from taxonomy.profiles import ProfileError
 
 PACKAGES = ("analyzer", "parsers", "taxonomy")
 """rlperf's own packages: an internal error is named after the deepest of their frames."""
@@ -35,10 +38,6 @@ class Failure:
 
 def user_errors() -> tuple[type[Exception], ...]:
     """Errors that mean bad input (exit status 2), never an internal error."""
-    from taxonomy.collectives import CollectiveRulesError
-    from taxonomy.guidelines import GuidelineError
-    from taxonomy.profiles import ProfileError
-
     return InputError, ProfileError, GuidelineError, CollectiveRulesError
 
 

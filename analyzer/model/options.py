@@ -17,6 +17,7 @@ import polars as pl
 
 from parsers.errors import InputError
 from taxonomy import profiles as tp
+from taxonomy.collectives import CollectiveRulesError, parse_layout
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,6 @@ class Options:
     ) -> Options:
         """Options from the command line, each checked: a bad value is one :class:`InputError`
         line (the guideline file is checked by its loader, ``analyses.guidelines``)."""
-        from taxonomy.collectives import CollectiveRulesError, parse_layout
-
         for flag, text in (("--steps", steps), ("--ranks", ranks)):
             try:
                 parse_selection(text)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -454,8 +455,6 @@ def escape_property(text: str) -> str:
 def junit_xml(result: Result, *, suite: str = "rlperf audit") -> str:
     """JUnit XML (the Ant/Jenkins shape CI systems read): one testcase per check, ``failure`` for a
     broken budget, ``skipped`` for a check without a value that may be skipped."""
-    import xml.etree.ElementTree as ET
-
     failed = len(result.failed)
     skipped = sum(o.status == "skip" for o in result.outcomes)
     counts = {

@@ -5,19 +5,23 @@ The metrics are the run summary's numbers (``overview.<metric>``, the same paths
 per-stage time, idle time by cause and exposed communication by dimension, each read from the
 product that computes it (a run that lacks the product shows no value; it neither wins nor
 loses). Whether lower or higher is better is data (:data:`analyzer.analyses.overview.METRICS`,
-and "lower" for time and idle); metrics without a direction get deltas but no winner.
+and "lower" for time and idle); metrics without a direction get deltas but no winner. How a
+comparison is shown (report cells, the footnote) is the report layer's:
+``analyzer/report/comparison.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
 from taxonomy.vocab import DIMENSIONS, IDLE_CAUSES, STAGE_NAMES
 
 from ..analyses.overview import METRIC_BY_NAME, frame_of
+from ..model.scalars import number
 
 METRICS_SCHEMA: dict[str, pl.DataType] = {
     "metric": pl.String(),
@@ -27,9 +31,6 @@ METRICS_SCHEMA: dict[str, pl.DataType] = {
     "value": pl.Float64(),
 }
 """What one run contributes to a comparison: one row per metric it has a number for."""
-
-NOTE = ("stage time: per step, on the ranks that run the stage; idle: share of all devices' step windows; "
-        "exposed comm: collective time no computation hides, summed over ranks (docs/reports.md).")
 
 TIE_TOLERANCE = 0.005
 """Values within this relative distance of the best count as a tie (no single winner)."""
@@ -57,7 +58,10 @@ class Comparison:
             "baseline": self.labels[0],
             "metrics": [
                 {
-                    "metric": row["metric"], "title": row["title"], "unit": row["unit"], "better": row["better"] or None,
+                    "metric": row["metric"],
+                    "title": row["title"],
+                    "unit": row["unit"],
+                    "better": row["better"] or None,
                     "values": {label: row[label] for label in self.labels},
                     "delta": {label: row[f"delta {label}"] for label in self.labels[1:]},
                     "change": {label: row[f"change {label}"] for label in self.labels[1:]},
@@ -72,29 +76,46 @@ class Comparison:
 def metrics(run) -> pl.DataFrame:
     """Every comparable number of one run, in :data:`METRICS_SCHEMA`."""
     overview = frame_of(run, "overview", "metric", "title", "unit", "value")
-    overview = overview.filter(pl.col("value").is_not_null()) if overview is not None else pl.DataFrame(schema=METRICS_SCHEMA)
+    overview = (
+        overview.filter(pl.col("value").is_not_null())
+        if overview is not None
+        else pl.DataFrame(schema=METRICS_SCHEMA)
+    )
     rows = [
         (f"overview.{m}", t, u, METRIC_BY_NAME[m].better if m in METRIC_BY_NAME else "", v)
         for m, t, u, v in overview.select("metric", "title", "unit", "value").iter_rows()
     ]
-    parts = [pl.DataFrame(rows, schema=METRICS_SCHEMA, orient="row"), _stages(run), _idle(run), _exposed(run)]
+    parts = [
+        pl.DataFrame(rows, schema=METRICS_SCHEMA, orient="row"),
+        _stages(run),
+        _idle(run),
+        _exposed(run),
+    ]
     return pl.concat([p for p in parts if p is not None], how="vertical")
 
 
 def _stages(run) -> pl.DataFrame | None:
-    """Per stage: its time per step on the ranks that run it (mean over those ranks and all steps)."""
+    """Per stage: its time per step on the ranks that run it (mean over those ranks and all
+    steps)."""
     breakdown = frame_of(run, "breakdown", "step", "rank", "stage", "time_ns")
     if breakdown is None or breakdown.height == 0:
         return None
     steps = breakdown["step"].n_unique()
     ran = breakdown.filter(pl.col("time_ns") > 0)
-    per_step = ran.group_by("step", "stage").agg(pl.col("time_ns").sum() / pl.col("rank").n_unique())
-    stage = per_step.group_by("stage").agg((pl.col("time_ns").sum() / steps).alias("value")).with_columns(
-        pl.col("stage").cast(pl.String)
+    per_step = ran.group_by("step", "stage").agg(
+        pl.col("time_ns").sum() / pl.col("rank").n_unique()
+    )
+    stage = (
+        per_step.group_by("stage")
+        .agg((pl.col("time_ns").sum() / steps).alias("value"))
+        .with_columns(pl.col("stage").cast(pl.String))
     )
     return stage.select(
-        pl.format("stage.{}", "stage").alias("metric"), pl.format("stage time: {}", "stage").alias("title"),
-        pl.lit("ns").alias("unit"), pl.lit("lower").alias("better"), pl.col("value").cast(pl.Float64),
+        pl.format("stage.{}", "stage").alias("metric"),
+        pl.format("stage time: {}", "stage").alias("title"),
+        pl.lit("ns").alias("unit"),
+        pl.lit("lower").alias("better"),
+        pl.col("value").cast(pl.Float64),
     )
 
 
@@ -105,10 +126,17 @@ def _idle(run) -> pl.DataFrame | None:
     window = bubbles.group_by("step", "rank").agg(pl.col("window_ns").first())["window_ns"].sum()
     if not window:
         return None
-    causes = bubbles.with_columns(pl.col("cause").cast(pl.String)).group_by("cause").agg(pl.col("idle_ns").sum())
+    causes = (
+        bubbles.with_columns(pl.col("cause").cast(pl.String))
+        .group_by("cause")
+        .agg(pl.col("idle_ns").sum())
+    )
     return causes.select(
-        pl.format("idle.{}", "cause").alias("metric"), pl.format("idle: {}", "cause").alias("title"),
-        pl.lit("fraction").alias("unit"), pl.lit("lower").alias("better"), (pl.col("idle_ns") / window).cast(pl.Float64).alias("value"),
+        pl.format("idle.{}", "cause").alias("metric"),
+        pl.format("idle: {}", "cause").alias("title"),
+        pl.lit("fraction").alias("unit"),
+        pl.lit("lower").alias("better"),
+        (pl.col("idle_ns") / window).cast(pl.Float64).alias("value"),
     )
 
 
@@ -116,10 +144,17 @@ def _exposed(run) -> pl.DataFrame | None:
     coll = frame_of(run, "collectives_by_dim", "dim", "exposed_ns")
     if coll is None or coll.height == 0 or coll["exposed_ns"].null_count() == coll.height:
         return None
-    dims = coll.with_columns(pl.col("dim").cast(pl.String)).group_by("dim").agg(pl.col("exposed_ns").sum())
+    dims = (
+        coll.with_columns(pl.col("dim").cast(pl.String))
+        .group_by("dim")
+        .agg(pl.col("exposed_ns").sum())
+    )
     return dims.select(
-        pl.format("exposed.{}", "dim").alias("metric"), pl.format("exposed comm: {}", "dim").alias("title"),
-        pl.lit("ns").alias("unit"), pl.lit("lower").alias("better"), pl.col("exposed_ns").cast(pl.Float64).alias("value"),
+        pl.format("exposed.{}", "dim").alias("metric"),
+        pl.format("exposed comm: {}", "dim").alias("title"),
+        pl.lit("ns").alias("unit"),
+        pl.lit("lower").alias("better"),
+        pl.col("exposed_ns").cast(pl.Float64).alias("value"),
     )
 
 
@@ -132,7 +167,10 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
     frames = [metrics(run).with_columns(pl.lit(i).alias("_run")) for i, run in enumerate(runs)]
     long = pl.concat(frames).with_columns(_order().alias("_order"))
     keys = long.group_by("metric").agg(
-        pl.col("_order").min(), pl.col("title").first(), pl.col("unit").first(), pl.col("better").first()
+        pl.col("_order").min(),
+        pl.col("title").first(),
+        pl.col("unit").first(),
+        pl.col("better").first(),
     )
     wide = long.pivot(on="_run", index="metric", values="value", aggregate_function="first")
     for i in range(len(runs)):
@@ -143,45 +181,68 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
     base = pl.col(labels[0])
     table = table.with_columns(
         *[(pl.col(label) - base).alias(f"delta {label}") for label in labels[1:]],
-        *[pl.when(base != 0).then((pl.col(label) - base) / base.abs()).alias(f"change {label}") for label in labels[1:]],
+        *[
+            pl.when(base != 0).then((pl.col(label) - base) / base.abs()).alias(f"change {label}")
+            for label in labels[1:]
+        ],
     )
-    winners = [_winner(row, labels) for row in table.select("better", *labels).iter_rows(named=True)]
+    winners = [
+        _winner(row, labels) for row in table.select("better", *labels).iter_rows(named=True)
+    ]
     table = table.with_columns(pl.Series("winner", winners, dtype=pl.String))
-    return Comparison(labels=labels, table=table.select(
-        "metric", "title", "unit", "better", *labels,
-        *[f"delta {label}" for label in labels[1:]], *[f"change {label}" for label in labels[1:]], "winner",
-    ))
+    return Comparison(
+        labels=labels,
+        table=table.select(
+            "metric",
+            "title",
+            "unit",
+            "better",
+            *labels,
+            *[f"delta {label}" for label in labels[1:]],
+            *[f"change {label}" for label in labels[1:]],
+            "winner",
+        ),
+    )
 
 
 FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("overview.", tuple(METRIC_BY_NAME)), ("stage.", STAGE_NAMES), ("idle.", IDLE_CAUSES), ("exposed.", DIMENSIONS),
+    ("overview.", tuple(METRIC_BY_NAME)),
+    ("stage.", STAGE_NAMES),
+    ("idle.", IDLE_CAUSES),
+    ("exposed.", DIMENSIONS),
 )
 """Metric families in table order, each with its names in vocabulary order."""
 
 
 def _order() -> pl.Expr:
     """A metric's place in the table: its family, then its name's place in the vocabulary."""
-    order = {f"{prefix}{name}": i * 1000 + j for i, (prefix, names) in enumerate(FAMILIES) for j, name in enumerate(names)}
-    return pl.col("metric").replace_strict(order, default=len(FAMILIES) * 1000, return_dtype=pl.Int64)
+    order = {
+        f"{prefix}{name}": i * 1000 + j
+        for i, (prefix, names) in enumerate(FAMILIES)
+        for j, name in enumerate(names)
+    }
+    return pl.col("metric").replace_strict(
+        order, default=len(FAMILIES) * 1000, return_dtype=pl.Int64
+    )
 
 
 def _winner(row: dict[str, object], labels: list[str]) -> str | None:
     """The label with the best value, "tie" when the best are within TIE_TOLERANCE, None when the
     metric has no direction or fewer than two runs have it."""
     better = row["better"]
-    values = {label: row[label] for label in labels if row[label] is not None}
+    values = {label: number(row[label]) for label in labels if row[label] is not None}
     if better not in ("lower", "higher") or len(values) < 2:
         return None
-    best = min(values.values()) if better == "lower" else max(values.values())  # type: ignore[type-var]
-    scale = max(abs(float(v)) for v in values.values()) or 1.0  # type: ignore[arg-type]
-    leaders = [label for label, v in values.items() if abs(float(v) - float(best)) <= TIE_TOLERANCE * scale]  # type: ignore[arg-type]
+    best = min(values.values()) if better == "lower" else max(values.values())
+    scale = max(abs(float(v)) for v in values.values()) or 1.0
+    leaders = [
+        label for label, v in values.items() if abs(float(v) - float(best)) <= TIE_TOLERANCE * scale
+    ]
     return leaders[0] if len(leaders) == 1 else "tie"
 
 
 def default_labels(paths: Sequence) -> list[str]:
     """A label per run from its path: the last component, made unique by its parents if needed."""
-    from pathlib import Path
-
     parts = [Path(p).resolve().parts for p in paths]
     depth = 1
     while depth < max(len(p) for p in parts):
@@ -190,36 +251,3 @@ def default_labels(paths: Sequence) -> list[str]:
             return labels
         depth += 1
     return [str(p) for p in paths]
-
-
-def display(comparison: Comparison) -> pl.DataFrame:
-    """The table as report cells (strings): values in their unit, signed deltas and changes."""
-    from ..model.units import cell, unit_format
-
-    labels = comparison.labels
-    rows = []
-    for row in comparison.table.iter_rows(named=True):
-        fmt = unit_format(row["unit"])
-        out = {"metric": row["title"], "path": row["metric"]}
-        out |= {label: cell(row[label], fmt) for label in labels}
-        for label in labels[1:]:
-            delta, change = row[f"delta {label}"], row[f"change {label}"]
-            shown = cell(delta, fmt).replace("%", " pp") if fmt == "percent" else cell(delta, fmt)
-            out[f"Δ {label}"] = _signed(shown, delta)
-            out[f"Δ% {label}"] = _signed(cell(change, "percent"), change)
-        out["better"] = row["better"] if row["better"] in ("lower", "higher") else ""
-        out["winner"] = row["winner"] or ""
-        rows.append(out)
-    columns = ["metric", "path", *labels, *[c for label in labels[1:] for c in (f"Δ {label}", f"Δ% {label}")], "better", "winner"]
-    return pl.DataFrame(rows, schema=dict.fromkeys(columns, pl.String))
-
-
-def _signed(text: str, value: float | None) -> str:
-    return f"+{text}" if value is not None and value > 0 else text
-
-
-def display_columns(shown: pl.DataFrame) -> list:
-    """Columns of :func:`display`'s table: text on the left, pre-formatted numbers on the right."""
-    from ..report.sections import Column
-
-    return [Column(c, c, "text" if c in ("metric", "path", "better", "winner") else "preformatted") for c in shown.columns]

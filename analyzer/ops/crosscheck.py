@@ -14,6 +14,7 @@ import contextlib
 import logging
 import math
 import os
+import shutil
 import tempfile
 import warnings
 from dataclasses import dataclass, field
@@ -79,7 +80,7 @@ class CrossCheck:
 
 def load_hta():
     """HTA's TraceAnalysis class, or a one-line error saying how to install it."""
-    try:
+    try:  # imported here: an optional dependency (rlperf[hta]), and a heavy one
         from hta.trace_analysis import TraceAnalysis
     except ImportError:
         raise InputError(
@@ -143,8 +144,6 @@ def hta_numbers(analysis, path: Path) -> dict[str, float]:
         try:
             link.symlink_to(path.resolve())
         except OSError:
-            import shutil
-
             shutil.copy(path, link)
         ta = analysis(trace_dir=folder, include_last_profiler_step=True)
         breakdown = ta.get_temporal_breakdown(visualize=False).iloc[0]

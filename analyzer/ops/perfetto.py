@@ -23,6 +23,7 @@ import polars as pl
 
 from ..analyses.overview import frame_of
 from ..model.scalars import as_int
+from ..report.files import atomic_binary
 
 STAGE_TID = 10_000_001
 BUBBLE_TID = 10_000_002
@@ -88,8 +89,6 @@ def export(run, output: Path) -> dict[str, Any]:
 def _write(output: Path, data: bytes) -> None:
     """``data`` at ``output`` atomically (gzipped for ``.gz``): a failed write leaves no half
     trace."""
-    from ..report.files import atomic_binary
-
     with atomic_binary(output) as fh:
         if not output.name.endswith(".gz"):
             fh.write(data)

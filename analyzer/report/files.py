@@ -1,4 +1,4 @@
-"""Writing a report in the file formats (Markdown, HTML, PNG) to ``-o`` or stdout.
+"""Writing what a command produces to ``-o`` or stdout, safely.
 
 Where a report may go is checked before any input is parsed (:func:`check_output`), and a
 report is written to a temporary file beside its target and renamed into place, so a failed
@@ -45,7 +45,9 @@ def check_output(output: Path | None, *, folder: bool = False) -> None:
         raise InputError(output, f"cannot write there: {exc.strerror or exc}") from None
     kind = file_kind(mode)
     if kind == "a directory" and not folder:
-        raise InputError(output, "is a directory: name the report file to write (-o FOLDER/report.EXT)")
+        raise InputError(
+            output, "is a directory: name the report file to write (-o FOLDER/report.EXT)"
+        )
     if kind not in ("a regular file", "a directory"):
         raise InputError(output, f"is {kind}, not a regular file: rlperf writes reports to files "
                          "(leave -o out to write to stdout)")
@@ -61,37 +63,10 @@ def _check_creatable(output: Path) -> None:
         except OSError as exc:
             raise InputError(output, f"cannot write there: {exc.strerror or exc}") from None
         if file_kind(mode) != "a directory":
-            raise InputError(output, f"cannot be created: {ancestor} is {file_kind(mode)}, not a folder")
+            raise InputError(
+                output, f"cannot be created: {ancestor} is {file_kind(mode)}, not a folder"
+            )
         return
-
-
-def write_report(run, fmt: str, output: Path | None, steps) -> list[Path]:
-    """Render ``run`` as ``fmt`` (``md``, ``html`` or ``png``); returns the files written."""
-    if fmt == "png":
-        if output is None:
-            raise InputError("--format png", "writes image files: name them with -o FILE.png or -o FOLDER")
-        from . import png
-
-        check_output(output, folder=True)
-        with steps.step("Drawing charts"):
-            try:
-                written = png.render(run, output)
-            except OSError as exc:
-                raise InputError(output, f"cannot write: {exc.strerror or exc}") from None
-        shown = ", ".join(str(p) for p in written) or "none (nothing to draw)"
-        steps.say(f"rlperf: wrote {len(written)} chart image(s): {shown}")
-        return written
-    title = title_of(run)
-    with steps.step("Writing the report"):
-        if fmt == "html":
-            from . import html
-
-            text = html.render(run, title=title)
-        else:
-            from . import markdown
-
-            text = markdown.render(run, title=title)
-    return emit_text(text, output, steps, f"{fmt} report")
 
 
 @contextmanager

@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import vl_convert
+
+from parsers.cachedir import cache_dir
 
 from ..model.units import cell
-from .charts import Figure, figures, remarks
+from .charts import Figure, comparison_figures, figures, remarks
+from .comparison import NOTE, Compared, display, display_columns
 from .sections import Column, Section, around_figures, sections
 from .sources import source_ranks
 
@@ -27,21 +31,28 @@ LARGE_TABLE_ROWS = 40
 """Tables longer than this are folded (``<details>``)."""
 
 CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1180px;color:#222;padding:0 16px}
-h1{font-size:1.6em;margin-bottom:4px} h2{font-size:1.25em;margin-top:32px;border-bottom:1px solid #ddd;padding-bottom:4px}
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;\
+margin:24px auto;max-width:1180px;color:#222;padding:0 16px}
+h1{font-size:1.6em;margin-bottom:4px} h2{font-size:1.25em;margin-top:32px;\
+border-bottom:1px solid #ddd;padding-bottom:4px}
 h3{font-size:1.05em;margin-top:22px}
-table{border-collapse:collapse;font-size:13px;margin:8px 0} th,td{padding:3px 9px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
+table{border-collapse:collapse;font-size:13px;margin:8px 0} th,td{padding:3px 9px;\
+border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 td.num{text-align:right;font-variant-numeric:tabular-nums} th{background:#f6f6f6}
-.note{color:#555;font-size:13px;margin:4px 0} .needs{color:#8a6d3b;background:#fcf8e3;padding:6px 10px;border-radius:4px;font-size:13px}
+.note{color:#555;font-size:13px;margin:4px 0} .needs{color:#8a6d3b;background:#fcf8e3;\
+padding:6px 10px;border-radius:4px;font-size:13px}
 .errors{color:#a94442;background:#f2dede;padding:8px 12px;border-radius:4px;white-space:pre-wrap}
-.sev-error td{background:#fbe3e3} .sev-warn td{background:#fdf3dc} .sev-info td{background:#eef4fb} .status-passed td{color:#3c763d}
-.chart,.scroll{margin:8px 0;overflow-x:auto} .meta{color:#666;font-size:13px} .better{font-weight:600;color:#2b6e2b}
+.sev-error td{background:#fbe3e3} .sev-warn td{background:#fdf3dc} \
+.sev-info td{background:#eef4fb} .status-passed td{color:#3c763d}
+.chart,.scroll{margin:8px 0;overflow-x:auto} .meta{color:#666;font-size:13px} \
+.better{font-weight:600;color:#2b6e2b}
 details summary{cursor:pointer;color:#335;margin:6px 0}
 """
 
 _RECORD_ERRORS = """
 window.rlperfErrors=[];
-function rlperfError(message){window.rlperfErrors.push(String(message));var box=document.getElementById('rlperf-errors');
+function rlperfError(message){window.rlperfErrors.push(String(message));\
+var box=document.getElementById('rlperf-errors');
 if(box){box.hidden=false;box.textContent+=String(message)+'\\n';}}
 window.addEventListener('error',function(e){rlperfError(e.message||e);});
 window.addEventListener('unhandledrejection',function(e){rlperfError(e.reason);});
@@ -74,11 +85,13 @@ class Page:
 
     def render(self) -> str:
         specs = "\n".join(
-            f'<script type="application/json" id="spec-{k}">{_json_in_html(v)}</script>' for k, v in self.specs.items()
+            f'<script type="application/json" id="spec-{k}">{_json_in_html(v)}</script>'
+            for k, v in self.specs.items()
         )
         return (
-            "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{esc(self.title)}</title>"
+            '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" '
+            f'content="width=device-width,initial-scale=1"><title>{esc(self.title)}</title>'
             f"<style>{CSS}</style><script>{_RECORD_ERRORS}</script>"
             f"<script>{_inline_script(javascript_bundle())}</script></head><body>\n"
             '<div id="rlperf-errors" class="errors" hidden></div>\n'
@@ -100,7 +113,9 @@ def add_run(page: Page, run, *, level: int = 2) -> None:
     h = f"h{level}"
     found = sections(run)
     names = ", ".join(s.path.name for s in run.sources[:6]) + (" …" if len(run.sources) > 6 else "")
-    page.add(f'<p class="meta">{len(run.sources)} source(s), {len(run.ranks)} rank(s): {esc(names)}</p>')
+    page.add(
+        f'<p class="meta">{len(run.sources)} source(s), {len(run.ranks)} rank(s): {esc(names)}</p>'
+    )
     first, rest = around_figures(found)
     page.add(*(section_html(section, h) for section in first))
     page.add(*(figure_html(page, figure, h) for figure in figures(run)))
@@ -113,10 +128,16 @@ def figure_html(page: Page, figure: Figure, h: str = "h2") -> str:
     if figure.needs:
         parts.append(f'<p class="needs">{esc(figure.needs)}</p>')
         return "\n".join(parts)
-    if figure.chart is not None:
-        parts.append(page.chart(figure.key, figure.spec()))
+    spec = figure.spec()
+    if spec is not None:
+        parts.append(page.chart(figure.key, spec))
     elif figure.table is not None:
-        parts.append(frame_html(figure.table, [Column(c, c, figure.formats.get(c, "text")) for c in figure.table.columns]))
+        parts.append(
+            frame_html(
+                figure.table,
+                [Column(c, c, figure.formats.get(c, "text")) for c in figure.table.columns],
+            )
+        )
     if figure.note:
         parts.append(f'<p class="note">{esc(figure.note)}</p>')
     return "\n".join(parts)
@@ -141,11 +162,16 @@ def frame_html(frame: pl.DataFrame, columns: Sequence[Column]) -> str:
     rows = []
     for css, row in zip(classes, frame.select([c.name for c in columns]).iter_rows(), strict=True):
         cells = "".join(
-            f'<td class="num">{esc(cell(v, c.format))}</td>' if c.format != "text" else f"<td>{esc(cell(v, c.format))}</td>"
+            f'<td class="num">{esc(cell(v, c.format))}</td>'
+            if c.format != "text"
+            else f"<td>{esc(cell(v, c.format))}</td>"
             for v, c in zip(row, columns, strict=True)
         )
         rows.append(f'<tr class="{css}">{cells}</tr>' if css else f"<tr>{cells}</tr>")
-    table = f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+    table = (
+        '<div '
+        f'class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+    )
     if frame.height > LARGE_TABLE_ROWS:
         return f"<details><summary>{frame.height} rows</summary>{table}</details>"
     return table
@@ -172,7 +198,11 @@ def sources_html(run, h: str = "h2") -> str:
         },
         schema={"file": pl.String, "format": pl.String, "rank": pl.String},
     )
-    parts.append(frame_html(rows, [Column("file", "file"), Column("format", "format"), Column("rank", "rank")]))
+    parts.append(
+        frame_html(
+            rows, [Column("file", "file"), Column("format", "format"), Column("rank", "rank")]
+        )
+    )
     items = [f"<li>{esc(line)}</li>" for line in remarks(run)]
     if items:
         parts.append(f'<ul class="note">{"".join(items)}</ul>')
@@ -200,16 +230,13 @@ def _inline_script(code: str) -> str:
 def javascript_bundle() -> str:
     """Vega-Embed, Vega-Lite and Vega as one script (vl-convert's bundle), cached on disk: building
     it takes seconds, reading it back milliseconds."""
-    import vl_convert
-
-    from parsers.cachedir import cache_dir
-
-    path = cache_dir("js") / f"vega-bundle-vlc{vl_convert.__version__}.js"
+    version = vl_convert.__version__  # type: ignore[attr-defined]  # the stub omits __version__
+    path = cache_dir("js") / f"vega-bundle-vlc{version}.js"
     try:
         return path.read_text(encoding="utf-8")
     except OSError:
         pass
-    bundle = vl_convert.javascript_bundle()
+    bundle = vl_convert.javascript_bundle()  # type: ignore[call-arg]  # snippet has a default
     tmp = path.with_suffix(f".{id(bundle)}.tmp")
     try:
         tmp.write_text(bundle, encoding="utf-8")
@@ -219,7 +246,9 @@ def javascript_bundle() -> str:
     return bundle
 
 
-def render_comparison(comparison, *, runs: Sequence | None = None, title: str = "rlperf comparison") -> str:
+def render_comparison(
+    comparison: Compared, *, runs: Sequence | None = None, title: str = "rlperf comparison"
+) -> str:
     """Runs side by side (``analyzer.compare``); with ``runs``, each run's full report follows."""
     page = Page(title)
     page.add(f"<h1>{esc(title)}</h1>")
@@ -227,17 +256,17 @@ def render_comparison(comparison, *, runs: Sequence | None = None, title: str = 
     return page.render()
 
 
-def add_comparison(page: Page, comparison, runs: Sequence | None = None, *, level: int = 2) -> None:
+def add_comparison(
+    page: Page, comparison: Compared, runs: Sequence | None = None, *, level: int = 2
+) -> None:
     """Who wins where, the metrics table, the comparison charts, then each run's report."""
-    from ..ops.compare import NOTE, display, display_columns
-    from .charts import comparison_figures
-
     h = f"h{level}"
     labels = comparison.labels
     shown = display(comparison)
     page.add(f'<p class="meta">Deltas are against the first run, <b>{esc(labels[0])}</b>.</p>')
     items = "".join(
-        f"<li><b>{esc(label)}</b> wins {len(won)}: {esc(', '.join(won) or '–')}</li>" for label, won in comparison.wins().items()
+        f"<li><b>{esc(label)}</b> wins {len(won)}: {esc(', '.join(won) or '–')}</li>"
+        for label, won in comparison.wins().items()
     )
     page.add(f"<{h}>Who wins where</{h}><ul>{items}</ul>", f"<{h}>Metrics</{h}>")
     page.add(frame_html(shown, display_columns(shown)), f'<p class="note">{esc(NOTE)}</p>')

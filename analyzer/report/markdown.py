@@ -15,6 +15,7 @@ from parsers.errors import printable
 
 from ..model.units import cell
 from .charts import Figure, figures, remarks
+from .comparison import NOTE, Compared, display, display_columns
 from .sections import Column, Section, around_figures, sections
 from .sources import source_ranks
 
@@ -52,7 +53,10 @@ def figure_lines(figure: Figure, h: str) -> list[str]:
     if figure.needs:
         return [*lines, f"> {escape(figure.needs)}", ""]
     if figure.table is not None:
-        columns = [Column(c, c.removesuffix("_ns"), figure.formats.get(c, "text")) for c in figure.table.columns]
+        columns = [
+            Column(c, c.removesuffix("_ns"), figure.formats.get(c, "text"))
+            for c in figure.table.columns
+        ]
         lines += frame_lines(figure.table, columns)
     if figure.note:
         lines += [f"_{escape(figure.note)}_", ""]
@@ -78,7 +82,12 @@ def table(rows: list[list[object]], columns: Sequence[Column]) -> list[str]:
     """A GFM table; numbers right-aligned; folded when long."""
     head = "| " + " | ".join(escape(c.title) for c in columns) + " |"
     rule = "|" + "|".join("---:" if c.format != "text" else "---" for c in columns) + "|"
-    body = ["| " + " | ".join(escape(cell(v, c.format)) for v, c in zip(row, columns, strict=True)) + " |" for row in rows]
+    body = [
+        "| "
+        + " | ".join(escape(cell(v, c.format)) for v, c in zip(row, columns, strict=True))
+        + " |"
+        for row in rows
+    ]
     lines = [head, rule, *body, ""]
     if len(rows) > FOLD_ROWS:
         return [f"<details><summary>{len(rows)} rows</summary>", "", *lines, "</details>", ""]
@@ -86,7 +95,16 @@ def table(rows: list[list[object]], columns: Sequence[Column]) -> list[str]:
 
 
 _MARKDOWN = str.maketrans(
-    {"\\": "\\\\", "|": "\\|", "`": "\\`", "&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "", "\n": "<br>"}
+    {
+        "\\": "\\\\",
+        "|": "\\|",
+        "`": "\\`",
+        "&": "&amp;",
+        "<": "&lt;",
+        ">": "&gt;",
+        "\r": "",
+        "\n": "<br>",
+    }
 )
 
 
@@ -97,11 +115,14 @@ def escape(text: object) -> str:
     return printable(str(text).translate(_MARKDOWN))
 
 
-def render_comparison(comparison, *, title: str = "rlperf comparison") -> str:
-    from ..ops.compare import NOTE, display, display_columns
-
+def render_comparison(comparison: Compared, *, title: str = "rlperf comparison") -> str:
     shown = display(comparison)
-    lines = [f"# {escape(title)}", "", f"Deltas are against the first run, **{escape(comparison.labels[0])}**.", ""]
+    lines = [
+        f"# {escape(title)}",
+        "",
+        f"Deltas are against the first run, **{escape(comparison.labels[0])}**.",
+        "",
+    ]
     for label, won in comparison.wins().items():
         lines.append(f"- **{escape(label)}** wins {len(won)}: {escape(', '.join(won) or '–')}")
     lines.append("")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import vl_convert
+
 from .charts import Figure, figures
 from .files import write_bytes
 
@@ -21,8 +23,6 @@ def render(run, target: Path) -> list[Path]:
 
 
 def write(found: list[Figure], target: Path) -> list[Path]:
-    import vl_convert
-
     folder, stem = _place(target)
     folder.mkdir(parents=True, exist_ok=True)
     written = []

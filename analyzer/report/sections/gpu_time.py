@@ -6,6 +6,7 @@ import polars as pl
 
 from ...model.run import Run
 from ..section import Column, Section
+from .bubbles import listed_ranks
 
 
 def section(run: Run) -> Section | None:
@@ -23,8 +24,6 @@ def section(run: Run) -> Section | None:
     )
     without = sorted(set(run.ranks) - set(frame["rank"].to_list()))
     if without:
-        from .bubbles import listed_ranks
-
         note += (
             f" Not shown, needs GPU activity: rank{'s' if len(without) > 1 else ''} "
             f"{listed_ranks(without)} (no device rows)."

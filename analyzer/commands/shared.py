@@ -1,0 +1,178 @@
+"""What the ``rlperf`` commands share: the options several take, the error contract's exit
+statuses, ``--debug``/``--strict`` and the one way a message reaches stderr.
+
+Apart from :mod:`analyzer.cli` (the app, which imports every command) so that a command imports
+this module, never the app that lists it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from parsers.errors import InputError, printable
+
+from ..model.run import Run
+from ..report.sections import failures
+
+Paths = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Trace files, exports, logs, or directories holding them (searched recursively).",
+        show_default=False,
+    ),
+]
+Jobs = Annotated[
+    int | None,
+    typer.Option("--jobs", "-j", help="Parse this many files at once (default: one per core)."),
+]
+NoCache = Annotated[
+    bool,
+    typer.Option("--no-cache", help="Parse every file again instead of reusing rlperf's cache."),
+]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output (for CI logs).")]
+Output = Annotated[
+    Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
+]
+GuidelinesFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--guidelines",
+        help="A guideline file merged over the catalogue: thresholds, texts, enabled = false, your "
+             "own guidelines (docs/guidelines.md).",
+    ),
+]
+
+Framework = Annotated[
+    str | None,
+    typer.Option(
+        "--framework",
+        help="Classify with this framework's profile (verl, openrlhf, trl, nemo_rl, slime, areal, "
+             "roll, …) instead of detecting it.",
+    ),
+]
+StepSelection = Annotated[
+    str | None, typer.Option("--steps", help="Only these training steps, e.g. 3-5,8.")
+]
+RankSelection = Annotated[
+    str | None,
+    typer.Option("--ranks", help="Only these ranks, e.g. 0-7 (the controller and logs stay)."),
+]
+RunChoice = Annotated[
+    str | None,
+    typer.Option(
+        "--run",
+        help="When the inputs hold several separate runs (rlperf lists them and stops), analyse "
+             "this one: its number as listed, or a path prefix of its files.",
+    ),
+]
+RulesFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--rules",
+        help="Your own name → stage rules (TOML, docs/profiles.md), "
+             "tried before the framework profile's.",
+    ),
+]
+LayoutSpec = Annotated[
+    str | None,
+    typer.Option(
+        "--layout",
+        help="Rank layout of the training pool for collectives whose group has no description: "
+             "degrees and/or order, e.g. tp=2,pp=4 or "
+             "dp-tp-pp,tp=2 (default Megatron's tp-cp-ep-dp-pp).",
+    ),
+]
+
+
+BAD_INPUT = 2
+INTERNAL_ERROR = 3
+"""Exit status of an unexpected error inside rlperf (docs/errors.md): CI tells it from a broken
+budget (1) and from bad input (2)."""
+
+
+@dataclass
+class Contract:
+    """What ``--debug`` and ``--strict`` asked for in this process (set while options parse)."""
+
+    debug: bool = False
+    strict: bool = False
+
+
+CONTRACT = Contract()
+
+
+def _setter(name: str):
+    def callback(value: bool) -> bool:
+        setattr(CONTRACT, name, value)
+        return value
+
+    return callback
+
+
+Debug = Annotated[
+    bool,
+    typer.Option(
+        "--debug",
+        help="On an error, also print the traceback (for a bug report).",
+        callback=_setter("debug"),
+    ),
+]
+Strict = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        help="Treat every warning as an error: exit status 2 naming the first one.",
+        callback=_setter("strict"),
+    ),
+]
+
+
+def hold_strict(runs: Iterable[Run]) -> None:
+    """Under ``--strict``, the first warning of ``runs`` as an InputError (exit status 2)."""
+    if not CONTRACT.strict:
+        return
+    found = [w for run in runs for w in run.warnings]
+    if found:
+        raise InputError(
+            "--strict", f"warning treated as an error: {found[0]} ({len(found)} warning(s) in all)"
+        )
+
+
+def conclude(runs: Iterable[Run]) -> None:
+    """After the output is written: each warning as one line on stderr, each internal error as
+    one line naming the analysis that failed, then exit status 3 if there was one."""
+    found = []
+    for run in runs:
+        for warning in run.warnings:
+            say(f"rlperf: warning: {warning}")
+        found += failures(run)
+    for failure in found:
+        if CONTRACT.debug:
+            say_block(failure.traceback)
+        say(internal_line(failure.what, failure.module, failure.error))
+    if found:
+        raise typer.Exit(INTERNAL_ERROR)
+
+
+def say(line: str) -> None:
+    """``line`` on stderr as one line, escaped (:func:`printable`): every stderr message of the
+    CLI goes through here, so no name from an input or a rules file can break the line or drive
+    the terminal."""
+    typer.echo(printable(line), err=True)
+
+
+def say_block(text: str) -> None:
+    """A text of several lines (a traceback, Click's usage error) on stderr, each line escaped."""
+    for line in text.rstrip("\n").split("\n"):
+        say(line)
+
+
+def internal_line(what: str, module: str, error: str) -> str:
+    named = f"{what} ({module})" if what != module else module
+    hint = "" if CONTRACT.debug else "; rerun with --debug for the traceback"
+    return printable(f"rlperf: internal error in {named}: {error}{hint}")
