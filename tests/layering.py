@@ -6,11 +6,12 @@ Every import counts, wherever it is written: at module level, inside a function 
 there to dodge a cycle are still a dependency), and under ``if TYPE_CHECKING:`` (kept apart: no
 runtime edge, so not part of a cycle, but still a rightward dependency of the code). Calls of
 ``importlib.import_module`` / ``__import__`` are listed as *dynamic*, violations of their own;
-where they lead is read from the strings that name a module (the registries they walk, e.g.
-``analyses.REGISTRY``), each an edge from the module holding the string (``named``).
+where they lead is read from the strings that name a module (the registries they would walk),
+each an edge from the module holding the string (``named``). A registry is a tuple of the
+imported modules or functions instead (``parsers.discover.PARSER_MODULES``,
+``analyzer.cli.COMMANDS``), so its entries are ordinary imports.
 
     .venv/bin/python -m tests.layering            # the summary and every violation
-    .venv/bin/python -m tests.layering --baseline # rewrite tests/layering_baseline.txt
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("parsers", "taxonomy", "analyzer")
-BASELINE = REPO / "tests" / "layering_baseline.txt"
 
 LAYERS: tuple[str, ...] = (
     "parsers", "taxonomy", "analyzer.model", "analyzer.assemble", "analyzer.classify",
@@ -246,6 +246,19 @@ def violations(
     return sorted(found)
 
 
+def unexplained_locals(g: Graph) -> list[str]:
+    """Function-local imports with no comment on their line: an import belongs at module level
+    unless it defers a heavy dependency, and then its comment says so (``source:line``)."""
+    out = []
+    for i in g.imports:
+        if i.where != "local":
+            continue
+        line = g.files[i.source].read_text(encoding="utf-8").splitlines()[i.line - 1]
+        if "#" not in line:
+            out.append(f"{i.source}:{i.line} -> {i.target}")
+    return sorted(set(out))
+
+
 def summary(g: Graph, found: list[str]) -> str:
     kinds = Counter(v.split(" ", 1)[0] for v in found)
     wheres = Counter(i.where for i in g.imports)
@@ -259,9 +272,10 @@ def summary(g: Graph, found: list[str]) -> str:
         f"named in a string {wheres['named']}); "
         f"function-local imports in analyzer/: {local_analyzer}",
         "violations: "
-        + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+        + (", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none")
         + f" (total {len(found)})",
     ]
+    lines += [f"function-local import without a reason: {where}" for where in unexplained_locals(g)]
     static = cycles(g.edges(("top", "local")))
     for component in static:
         lines.append(f"cycle of {len(component)}: " + " ".join(component))
@@ -275,29 +289,11 @@ def summary(g: Graph, found: list[str]) -> str:
     return "\n".join(lines)
 
 
-def read_baseline() -> list[str]:
-    if not BASELINE.is_file():
-        return []
-    return [
-        line
-        for line in BASELINE.read_text(encoding="utf-8").splitlines()
-        if line and not line.startswith("#")
-    ]
-
-
-BASELINE_HEADER = (
-    "# Layering violations that exist today (tests/test_layering.py): the list may only shrink.\n"
-    "# Regenerate after fixing some: .venv/bin/python -m tests.layering --baseline\n"
-)
-
-
 def main() -> None:
     g = graph()
     found = violations(g)
-    if "--baseline" in sys.argv[1:]:
-        BASELINE.write_text(BASELINE_HEADER + "".join(f"{v}\n" for v in found), encoding="utf-8")
     print(summary(g, found))
-    if "--list" in sys.argv[1:]:
+    if found:
         print("\n".join(found))
 
 
