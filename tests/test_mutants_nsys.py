@@ -65,11 +65,16 @@ def test_a_session_that_starts_at_the_epoch_is_a_usable_time_base(tmp_path: Path
     assert kernels["start_ns"].min() == first
 
 
-def test_a_row_past_the_int64_range_is_dropped_with_its_reason(tmp_path: Path) -> None:
-    start = I64_MAX - 1000
+@pytest.mark.parametrize(
+    "assign", [f"start = {I64_MAX - 1000}, end = {I64_MAX - 990}", f"end = {I64_MAX - 1000}"],
+    ids=["both past", "end past"],
+)
+def test_a_row_past_the_int64_range_is_dropped_with_its_reason(tmp_path: Path, assign: str) -> None:
+    """Session times past int64 once the epoch base (2025) is added: a row whose end alone is
+    past it is dropped as well (its start is the exported one, in range)."""
     path = damaged(
         tmp_path,
-        f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = {start}, end = {start + 10} "
+        f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET {assign} "
         "WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)",
     )
     parsed = nsys.parse(path)
