@@ -95,3 +95,10 @@ def test_the_launch_command_without_its_command_row_is_its_arguments(tmp_path: P
     args = sql(path, expected.replace("SELECT value", "SELECT name, value"))
     ordered = [v for _, v in sorted(args, key=lambda r: int(r[0].rsplit("_", 1)[1]))]
     assert launch_command(Db(path)) == ordered
+
+
+def test_an_export_without_an_nvtx_table_still_parses_its_kernels(tmp_path: Path) -> None:
+    path = damaged(tmp_path, "DROP TABLE NVTX_EVENTS")
+    kernels = sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
+    events = nsys.parse(path).events
+    assert events.filter(pl.col("kind").cast(pl.String) == "kernel").height == kernels == 18
