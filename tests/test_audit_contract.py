@@ -93,13 +93,14 @@ def test_an_internal_error_is_exit_3_and_its_checks_are_errors(tmp_path):
     )
     assert lines[1].split()[:2] == ["ERROR", "bubbles"]
     assert (
-        "section bubbles failed: internal error in analyzer.report.sections.bubbles: TypeError: boom in "
-        "section"
-        in lines[1]
+        "section bubbles failed: internal error in "
+        "analyzer.report.sections.bubbles: TypeError: boom in "
+        "section" in lines[1]
     )
     assert lines[2].split()[:2] == ["PASS", "ranks"]
     assert [line for line in done.stderr.splitlines() if "internal error" in line] == [
-        "rlperf: internal error in section bubbles (analyzer.report.sections.bubbles): TypeError: boom in "
+        "rlperf: internal error in section bubbles "
+        "(analyzer.report.sections.bubbles): TypeError: boom in "
         "section; "
         "rerun with --debug for the traceback"
     ]
@@ -114,7 +115,7 @@ def test_an_internal_error_is_exit_3_and_its_checks_are_errors(tmp_path):
 def test_an_internal_error_outside_the_sections_is_exit_3(tmp_path):
     path = budget(tmp_path, 'metric = "overview.ranks"\nmin = 1')
     done = rlperf(
-        "audit", str(RUN), "--budget", str(path), "--quiet", fail="analyzer.assemble.ranks.assign_ranks"
+        "audit", str(RUN), "--budget", str(path), "--quiet", fail="analyzer.assemble.assign_ranks"
     )
     assert done.returncode == 3
     assert done.stderr.strip().splitlines() == [
@@ -134,7 +135,8 @@ def test_a_report_that_lists_failures_audits_as_exit_3(tmp_path):
     assert done.returncode == 3
     assert done.stdout.startswith("rlperf audit passed: 1 check(s), 0 failed")
     assert done.stderr.strip().splitlines() == [
-        "rlperf: internal error in section bubbles (analyzer.report.sections.bubbles): TypeError: boom in "
+        "rlperf: internal error in section bubbles "
+        "(analyzer.report.sections.bubbles): TypeError: boom in "
         "section; "
         "rerun with --debug for the traceback"
     ]
@@ -179,8 +181,8 @@ def test_annotations_from_the_cli_name_the_check_escaped(report, tmp_path):
     ranks = overview(report, "ranks")
     path = budget(
         tmp_path,
-        f'name = "ranks, at most {int(ranks) - 1}: 100%"\nmetric = "overview.ranks"\nmax = '
-        f'{ranks - 1}',
+        f'name = "ranks, at most {int(ranks) - 1}: '
+        f'100%"\nmetric = "overview.ranks"\nmax = {ranks - 1}',
     )
     done = rlperf("audit", str(report), "--budget", str(path), env={"GITHUB_ACTIONS": "true"})
     assert done.returncode == 1

@@ -222,10 +222,11 @@ def test_a_failing_section_and_guideline_are_marked_and_the_rest_is_the_clean_re
     assert "Traceback" not in done.stderr
     internal = [line for line in stderr_lines(done) if "internal error" in line]
     assert internal == [  # the overview counts violations, so the guidelines are judged first
-        "rlperf: internal error in guideline G13 (analyzer.analyses.guideline_metrics): TypeError: "
-        "boom in "
+        "rlperf: internal error in guideline G13 "
+        "(analyzer.analyses.guideline_metrics): TypeError: boom in "
         "pipeline_bubble; rerun with --debug for the traceback",
-        "rlperf: internal error in section bubbles (analyzer.report.sections.bubbles): TypeError: boom in "
+        "rlperf: internal error in section bubbles "
+        "(analyzer.report.sections.bubbles): TypeError: boom in "
         "section; "
         "rerun with --debug for the traceback",
     ]
@@ -263,12 +264,16 @@ def test_every_format_marks_the_failed_section(fmt: str, tmp_path: Path):
     done = rlperf("analyze", str(RUN), "--format", fmt, "-o", str(out), "--quiet", fail=SECTION)
     assert done.returncode == INTERNAL, done.stderr
     assert [line for line in stderr_lines(done) if line.startswith("rlperf: internal error")] == [
-        "rlperf: internal error in section bubbles (analyzer.report.sections.bubbles): TypeError: boom in "
+        "rlperf: internal error in section bubbles "
+        "(analyzer.report.sections.bubbles): TypeError: boom in "
         "section; "
         "rerun with --debug for the traceback"
     ]
     text = out.read_text()
-    assert "failed: internal error in analyzer.report.sections.bubbles: TypeError: boom in section" in text
+    assert (
+        "failed: internal error in analyzer.report.sections.bubbles: TypeError: boom in section"
+        in text
+    )
     assert "Guidelines" in text and "Traceback" not in text
 
 
@@ -277,7 +282,8 @@ def test_debug_adds_the_traceback_and_keeps_the_status():
     assert done.returncode == INTERNAL
     assert "Traceback (most recent call last)" in done.stderr and "in fail" in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
-        "rlperf: internal error in section bubbles (analyzer.report.sections.bubbles): TypeError: boom in "
+        "rlperf: internal error in section bubbles "
+        "(analyzer.report.sections.bubbles): TypeError: boom in "
         "section"
     )
     assert json.loads(done.stdout)["bubbles"] == []
@@ -285,7 +291,7 @@ def test_debug_adds_the_traceback_and_keeps_the_status():
 
 def test_an_internal_error_outside_the_sections_is_one_line_and_exit_3():
     done = rlperf(
-        "analyze", str(LOG), "--format", "json", "--quiet", fail="analyzer.assemble.ranks.assign_ranks"
+        "analyze", str(LOG), "--format", "json", "--quiet", fail="analyzer.assemble.assign_ranks"
     )
     assert done.returncode == INTERNAL
     assert stderr_lines(done) == [
@@ -293,7 +299,7 @@ def test_an_internal_error_outside_the_sections_is_one_line_and_exit_3():
         "--debug for the traceback"
     ]
     assert done.stdout == ""
-    debug = rlperf("analyze", str(LOG), "--quiet", "--debug", fail="analyzer.assemble.ranks.assign_ranks")
+    debug = rlperf("analyze", str(LOG), "--quiet", "--debug", fail="analyzer.assemble.assign_ranks")
     assert debug.returncode == INTERNAL and "Traceback (most recent call last)" in debug.stderr
 
 
@@ -309,7 +315,8 @@ def test_sections_in_process_mark_the_failure_and_record_it_once(monkeypatch):
     broken = next(s for s in shown if s.key == "gpu_time")
     assert (
         broken.frame is None
-        and broken.note == "failed: internal error in analyzer.report.sections.gpu_time: KeyError: 'rank'"
+        and broken.note
+        == "failed: internal error in analyzer.report.sections.gpu_time: KeyError: 'rank'"
     )
     assert [(f.what, f.module) for f in failures(run)] == [
         ("section gpu_time", "analyzer.report.sections.gpu_time")
@@ -402,8 +409,8 @@ def test_a_selection_partly_outside_warns_and_keeps_the_part_inside(shape):
     done = rlperf("analyze", str(RUN), "--steps", asked, "--format", "json", "--quiet")
     assert done.returncode == 0, done.stderr
     line = (
-        f"--steps: steps {have[-1] + 1}-{have[-1] + 2} are not in the run (the run has steps "
-        f"{span(have)}); "
+        f"--steps: steps {have[-1] + 1}-{have[-1] + 2} are "
+        f"not in the run (the run has steps {span(have)}); "
         f"analysing steps {have[-1]}"
     )
     assert f"rlperf: warning: {line}" in stderr_lines(done)
@@ -416,8 +423,8 @@ def test_a_framework_the_sources_contradict_is_a_warning():
     done = rlperf("analyze", str(LOG), "--framework", "trl", "--format", "json", "--quiet")
     assert done.returncode == 0, done.stderr
     line = (
-        "--framework trl: verl_demo.log states framework verl; classifying with the trl profile "
-        "as asked"
+        "--framework trl: verl_demo.log states framework "
+        "verl; classifying with the trl profile as asked"
     )
     assert f"rlperf: warning: {line}" in stderr_lines(done)
     assert line in json.loads(done.stdout)["warnings"]
