@@ -1,4 +1,4 @@
-"""Tests that kill surviving mutants of analyzer/assemble.py (docs/mutation.md)."""
+"""Tests that kill surviving mutants of analyzer/assemble/ (docs/mutation.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,11 @@ def test_a_controller_named_by_its_file_says_so(tmp_path: Path) -> None:
     """A trace without a rank whose file name says ``driver`` is the single controller, and the
     note gives that reason; the worker keeps its stated rank 0."""
     driver = tmp_path / "driver.json"
-    doc = {"schemaVersion": 1, "baseTimeNanoseconds": BASE_NS, "traceEvents": [x("cpu_op", "aten::add", 10, 5)]}
+    doc = {
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": BASE_NS,
+        "traceEvents": [x("cpu_op", "aten::add", 10, 5)],
+    }
     driver.write_text(json.dumps(doc), encoding="utf-8")
     worker = write(tmp_path / "rank0.json", clean_events())
     _, ranks, roles, notes = assign_ranks([kineto.parse(driver), kineto.parse(worker)])
@@ -34,6 +38,8 @@ def test_a_call_without_a_group_stays_unmatched_and_is_not_lost() -> None:
         {"group": ["g", "g", None], "seq": [1, 1, None], "rank": [0, 1, 0], "start_ns": [0, 5, 10]},
         schema={"group": pl.String, "seq": pl.Int64, "rank": pl.Int32, "start_ns": pl.Int64},
     )
-    got = {(r["rank"], r["start_ns"]): r["instance"] for r in _instances(calls).iter_rows(named=True)}
+    got = {
+        (r["rank"], r["start_ns"]): r["instance"] for r in _instances(calls).iter_rows(named=True)
+    }
     assert set(got) == {(0, 0), (1, 5), (0, 10)}
     assert got[(0, 10)] == -1 and got[(0, 0)] == got[(1, 5)] >= 0

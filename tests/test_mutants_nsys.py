@@ -44,7 +44,11 @@ def names(path: Path, kind: str) -> set[str]:
 
 def test_a_kernel_without_its_long_name_is_named_by_its_short_name(tmp_path: Path) -> None:
     path = damaged(tmp_path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = -12345")
-    short = sql(path, "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName")
+    short = sql(
+        path,
+        "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        "JOIN StringIds s ON s.id = k.shortName",
+    )
     assert short and names(path, "kernel") == {v for (v,) in short}
 
 
@@ -66,7 +70,8 @@ def test_a_session_that_starts_at_the_epoch_is_a_usable_time_base(tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    "assign", [f"start = {I64_MAX - 1000}, end = {I64_MAX - 990}", f"end = {I64_MAX - 1000}"],
+    "assign",
+    [f"start = {I64_MAX - 1000}, end = {I64_MAX - 990}", f"end = {I64_MAX - 1000}"],
     ids=["both past", "end past"],
 )
 def test_a_row_past_the_int64_range_is_dropped_with_its_reason(tmp_path: Path, assign: str) -> None:
@@ -79,18 +84,25 @@ def test_a_row_past_the_int64_range_is_dropped_with_its_reason(tmp_path: Path, a
     )
     parsed = nsys.parse(path)
     assert parsed.meta["quality"]["dropped_out_of_range"] == 1
-    assert parsed.warnings == [f"{path.name}: 1 rows whose epoch time would be past the int64 range were left out"]
+    assert parsed.warnings == [
+        f"{path.name}: 1 rows whose epoch time would be past the int64 range were left out"
+    ]
 
 
 @pytest.mark.parametrize(
     ("drop", "expected"),
     [
-        ("name = 'PROCESS_0:COMMAND'", "SELECT value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_0:ARGUMENT_%'"),
+        (
+            "name = 'PROCESS_0:COMMAND'",
+            "SELECT value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_0:ARGUMENT_%'",
+        ),
         ("name LIKE 'PROCESS_0:%'", "SELECT value FROM META_DATA_CAPTURE WHERE 0"),
     ],
     ids=["no command", "nothing recorded"],
 )
-def test_the_launch_command_without_its_command_row_is_its_arguments(tmp_path: Path, drop: str, expected: str) -> None:
+def test_the_launch_command_without_its_command_row_is_its_arguments(
+    tmp_path: Path, drop: str, expected: str
+) -> None:
     path = damaged(tmp_path, f"DELETE FROM META_DATA_CAPTURE WHERE {drop}")
     args = sql(path, expected.replace("SELECT value", "SELECT name, value"))
     ordered = [v for _, v in sorted(args, key=lambda r: int(r[0].rsplit("_", 1)[1]))]

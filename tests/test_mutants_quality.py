@@ -38,12 +38,18 @@ def test_a_tally_that_is_no_number_or_zero_is_no_row(tmp_path: Path) -> None:
 
 def test_an_event_ending_at_the_window_end_is_inside_it(tmp_path: Path) -> None:
     """Window [0, 3000] µs; one operator ends exactly at 3000 (inside), one at 3001 (outside)."""
-    events = [*clean_events(), x("cpu_op", "aten::add", 2990, 10), x("cpu_op", "aten::sub", 2991, 10)]
+    events = [
+        *clean_events(),
+        x("cpu_op", "aten::add", 2990, 10),
+        x("cpu_op", "aten::sub", 2991, 10),
+    ]
     run = analyzer.load([write(tmp_path / "rank0.json", events, window=(0, 3000))], use_cache=False)
     assert counts(run)["outside_window"] == 1
 
 
 def test_a_clean_run_titles_its_data_quality_section(tmp_path: Path) -> None:
-    run = analyzer.load([write(tmp_path / "rank0.json", clean_events(), window=(0, 3000))], use_cache=False)
+    run = analyzer.load(
+        [write(tmp_path / "rank0.json", clean_events(), window=(0, 3000))], use_cache=False
+    )
     section = next(s for s in sections(run) if s.key == "data_quality")
     assert section.frame is None and section.title == "Data quality"

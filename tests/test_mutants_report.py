@@ -1,5 +1,5 @@
 """Tests that kill surviving mutants of the report sections and headline numbers
-(analyzer/analyses/*.section, overview.py; docs/mutation.md).
+(analyzer/report/sections/, analyzer/analyses/overview.py; docs/mutation.md).
 
 The sections' headers are the report's contract (docs/reports.md): a column whose key is not in
 its frame prints empty, a duration shown without its format prints raw nanoseconds, a missing
@@ -25,27 +25,60 @@ from sample_traces.synth.samples import ROOT
 DISAGGREGATED = ROOT / "disaggregated"
 
 HEADERS = {
-    "data_quality": [("file", "file", "text"), ("title", "problem", "text"), ("count", "count", "number"),
-                     ("detail", "detail", "text")],
-    "gpu_time": [("rank", "rank", "text"), ("gpu_window_ns", "GPU window", "duration"), ("busy_ns", "busy", "duration"),
-                 ("idle_ns", "idle", "duration"), ("idle_fraction", "idle %", "percent"),
-                 ("comm_ns", "comm", "duration"), ("compute_ns", "compute", "duration"),
-                 ("overlap_fraction", "comm overlapped", "percent")],
-    "annotations": [("rank", "rank", "text"), ("name", "annotation", "text"), ("count", "count", "text"),
-                    ("time_ns", "time", "duration"), ("share", "share of trace", "percent")],
-    "breakdown": [("step", "step", "text"), ("stage", "stage", "text"), ("ranks", "ranks", "number"),
-                  ("mean_ns", "mean", "duration"), ("max_ns", "max", "duration"),
-                  ("max_rank", "slowest rank", "text"), ("share", "max share of step", "percent"),
-                  ("critical_ns", "on critical path", "duration")],
-    "sync": [("dim", "dim", "text"), ("coll", "collective", "text"), ("count", "count", "number"),
-             ("bytes", "bytes", "bytes"), ("time_ns", "time", "duration"), ("exposed_ns", "exposed", "duration"),
-             ("wait_ns", "wait", "duration"), ("transfer_ns", "transfer", "duration"),
-             ("busbw_gbps", "bus bw", "bandwidth")],
-    "workdepth": [("step", "step", "text"), ("step_ns", "step time", "duration"),
-                  ("work_ns", "work W (device time)", "duration"), ("depth_ns", "depth D", "duration"),
-                  ("parallelism", "W/D", "number"), ("async_overlap_bound", "async overlap ×", "number"),
-                  ("no_tail_step_ns", "step w/o rollout tail", "duration"),
-                  ("balanced_dp_step_ns", "step w/ balanced DP", "duration")],
+    "data_quality": [
+        ("file", "file", "text"),
+        ("title", "problem", "text"),
+        ("count", "count", "number"),
+        ("detail", "detail", "text"),
+    ],
+    "gpu_time": [
+        ("rank", "rank", "text"),
+        ("gpu_window_ns", "GPU window", "duration"),
+        ("busy_ns", "busy", "duration"),
+        ("idle_ns", "idle", "duration"),
+        ("idle_fraction", "idle %", "percent"),
+        ("comm_ns", "comm", "duration"),
+        ("compute_ns", "compute", "duration"),
+        ("overlap_fraction", "comm overlapped", "percent"),
+    ],
+    "annotations": [
+        ("rank", "rank", "text"),
+        ("name", "annotation", "text"),
+        ("count", "count", "text"),
+        ("time_ns", "time", "duration"),
+        ("share", "share of trace", "percent"),
+    ],
+    "breakdown": [
+        ("step", "step", "text"),
+        ("stage", "stage", "text"),
+        ("ranks", "ranks", "number"),
+        ("mean_ns", "mean", "duration"),
+        ("max_ns", "max", "duration"),
+        ("max_rank", "slowest rank", "text"),
+        ("share", "max share of step", "percent"),
+        ("critical_ns", "on critical path", "duration"),
+    ],
+    "sync": [
+        ("dim", "dim", "text"),
+        ("coll", "collective", "text"),
+        ("count", "count", "number"),
+        ("bytes", "bytes", "bytes"),
+        ("time_ns", "time", "duration"),
+        ("exposed_ns", "exposed", "duration"),
+        ("wait_ns", "wait", "duration"),
+        ("transfer_ns", "transfer", "duration"),
+        ("busbw_gbps", "bus bw", "bandwidth"),
+    ],
+    "workdepth": [
+        ("step", "step", "text"),
+        ("step_ns", "step time", "duration"),
+        ("work_ns", "work W (device time)", "duration"),
+        ("depth_ns", "depth D", "duration"),
+        ("parallelism", "W/D", "number"),
+        ("async_overlap_bound", "async overlap ×", "number"),
+        ("no_tail_step_ns", "step w/o rollout tail", "duration"),
+        ("balanced_dp_step_ns", "step w/ balanced DP", "duration"),
+    ],
 }
 
 
@@ -89,7 +122,9 @@ def test_a_product_without_the_columns_a_headline_needs_leaves_that_headline_emp
         bubbles=pl.DataFrame({"step": [1], "rank": [0], "idle_ns": [5]}),
     )
     got = dict(run.overview.select("metric", "value").iter_rows())
-    assert [got[k] for k in ("gpu_busy_ns", "gpu_idle_fraction", "exposed_comm_ns", "idle_fraction")] == [None] * 4
+    assert [
+        got[k] for k in ("gpu_busy_ns", "gpu_idle_fraction", "exposed_comm_ns", "idle_fraction")
+    ] == [None] * 4
 
 
 def test_an_idle_fraction_of_no_window_is_unknown_not_a_division_by_zero() -> None:
