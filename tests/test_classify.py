@@ -587,3 +587,30 @@ def test_products_do_not_depend_on_event_order(synth_dir: Path) -> None:  # noqa
         key = [c for c in ("rank", "step", "start_ns", "instance") if c in a.columns]
         assert a.sort(key).equals(b.sort(key)), product
     assert run.placement["execution"] == shuffled.placement["execution"]
+
+
+def test_a_pile_of_identical_ranges_is_the_deepest_alone() -> None:
+    """2,000 copies of one range (a fuzz case) took 12 s, one walk per depth; only the deepest
+    copy can keep time, so the timeline is that of the deepest copy with the inner range."""
+    copies = 300
+    rows = [(0, 0, 1_000, f"copy{d}", d) for d in range(copies)]
+    rows += [(0, 200, 300, "inner", copies), (1, 0, 50, "other", 0)]
+    ranges = (
+        pl.DataFrame(rows, schema=["rank", "start_ns", "end_ns", "name", "depth"], orient="row")
+        .with_columns(
+            pl.lit(1).alias("step"),
+            pl.lit("rollout").alias("stage"),
+            pl.lit(None, pl.String).alias("role"),
+            pl.lit(False).alias("inferred"),
+            pl.lit(1.0).alias("confidence"),
+        )
+        .select(list(frames.STAGE_RANGES))
+        .cast(frames.STAGE_RANGES)
+    )
+    got = timeline(ranges).sort("rank", "start_ns").select("rank", "name", "start_ns", "end_ns")
+    assert got.rows() == [
+        (0, f"copy{copies - 1}", 0, 200),
+        (0, "inner", 200, 300),
+        (0, f"copy{copies - 1}", 300, 1_000),
+        (1, "other", 0, 50),
+    ]
