@@ -26,11 +26,15 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed
 	$(BIN)/rlperf demo
 
+# Test processes (pytest-xdist; a test file runs whole in one of them, so its module fixtures
+# are built once). 2 fits the 2-core CI machine; `make test WORKERS=0` runs in one process.
+WORKERS ?= 2
+
 test: $(VENV)/.installed-test
 	tests/install-tools.sh
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy $(TYPED)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .

@@ -2,8 +2,8 @@
 ``--ranks``, ``--layout``, ``--guidelines``.
 
 Options are checked before any file is read (:meth:`Options.checked`: a bad value is one
-:class:`InputError` line naming the option) and given to ``Run.from_sources``, so that every step
-of the pipeline, rank assignment included, sees the user's rules.
+:class:`InputError` line naming the option) and given to ``analyzer.assemble.build``, so
+that every step of the pipeline, rank assignment included, sees the user's rules.
 """
 
 from __future__ import annotations
