@@ -94,6 +94,9 @@ def run_session(argv: list[str], timeout: float, cwd: Path) -> tuple[int | None,
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    deadline = time.monotonic() + 5.0  # SIGKILL is delivered at once, acted on when scheduled
+    while session_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
     left = session_alive(proc.pid) + reap_agents(proc.pid)
     return rc, out.decode("utf-8", "replace"), left
 
