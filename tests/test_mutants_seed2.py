@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from analyzer.analyses import guideline_metrics
-from analyzer.classify import steps, timeline
+from analyzer.classify import placement, steps, timeline
 from parsers import kineto, nsys, nsys_db, nsys_stats
 from parsers.errors import InputError
 
@@ -146,3 +146,36 @@ def test_log_step_stages_without_logs_has_the_stage_column():
 def test_config_flag_reads_text_flags(stated: str, flag: bool | None):
     ev = types.SimpleNamespace(config=lambda fact: stated)
     assert guideline_metrics.config_flag(ev, "flag") is flag
+
+
+def stage_ranges(*rows: tuple[int, str, int, int, int]) -> pl.DataFrame:
+    """``(rank, stage, step, start_ns, end_ns)`` rows as the ``stage_ranges`` product."""
+    return pl.DataFrame(
+        rows, schema=["rank", "stage", "step", "start_ns", "end_ns"], orient="row"
+    )
+
+
+SHARED = pl.DataFrame({"rank": [0, 1], "pool": ["shared", "shared"]})
+
+
+def test_colocated_placement_says_every_rank_does_everything():
+    ranges = stage_ranges(
+        (0, "rollout", 1, 0, 100), (1, "rollout", 1, 0, 100),
+        (0, "actor_update", 1, 100, 200), (1, "actor_update", 1, 100, 200),
+    )
+    got = placement.infer_placement(SHARED, ranges)
+    assert (got["placement"], got["execution"]) == ("colocated", "sync")
+    assert got["evidence"][0] == "every rank (0-1) runs both generation and training stages"
+
+
+def test_forward_only_stage_during_another_ranks_generation_is_fused():
+    """Rank 1 scores (``ref_logprob``, 50…100) while rank 0 still generates step 1 (0…100):
+    all 50 ns of it overlap, far past the 5% of fusion."""
+    ranges = stage_ranges(
+        (0, "rollout", 1, 0, 100), (1, "rollout", 1, 0, 50),
+        (1, "ref_logprob", 1, 50, 100), (0, "actor_update", 1, 100, 200),
+        (1, "actor_update", 1, 100, 200),
+    )
+    got = placement.infer_placement(SHARED, ranges)
+    assert (got["placement"], got["execution"]) == ("colocated", "stage_fused")
+    assert got["evidence"][-1].startswith("forward-only stages run 100% of their time")
