@@ -10,9 +10,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.analyses import guideline_metrics
+from analyzer.analyses import guideline_metrics, quality
 from analyzer.classify import placement, steps, timeline
-from parsers import kineto, nsys, nsys_db, nsys_stats
+from parsers import kineto, nsys, nsys_db, nsys_procs, nsys_stats
 from parsers.errors import InputError
 
 GPU_HEADER = "Start (ns),Duration (ns),CorrId,Bytes (B),SrcMemKd,DstMemKd,Device,Ctx,Strm,Name"
@@ -179,3 +179,28 @@ def test_forward_only_stage_during_another_ranks_generation_is_fused():
     got = placement.infer_placement(SHARED, ranges)
     assert (got["placement"], got["execution"]) == ("colocated", "stage_fused")
     assert got["evidence"][-1].startswith("forward-only stages run 100% of their time")
+
+
+def test_hosts_by_vm_leaves_out_empty_host_names(tmp_path: Path):
+    path = tmp_path / "hosts.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE TARGET_INFO_SYSTEM_ENV (globalVid INTEGER, name TEXT, value TEXT)")
+    con.executemany(
+        "INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (?, ?, ?)",
+        [(1 << 48, "Hostname", "node-a"), (2 << 48, "Hostname", ""), (3 << 48, "OS", "Linux")],
+    )
+    con.commit()
+    con.close()
+    db = nsys_db.Db(path)
+    try:
+        got = nsys_procs.hosts_by_vm(db)
+    finally:
+        db.close()
+    assert got == {1: "node-a"}
+
+
+def test_quality_details_are_ordered_by_step_not_by_their_text():
+    """Step 2 before step 10, where the text alone would put ``step 10`` first."""
+    facts = pl.DataFrame({"source": [0, 0, 0], "rank": [0, 0, 1], "step": [10, 2, 1]})
+    got = quality._details(facts, lambda r: f"rank {r['rank']} step {r['step']}")
+    assert got.rows() == [(0, 3, "rank 0 step 2; rank 0 step 10; rank 1 step 1")]
