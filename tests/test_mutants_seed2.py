@@ -10,8 +10,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.analyses import guideline_metrics, quality
-from analyzer.classify import placement, steps, timeline
+from analyzer.analyses import guideline_metrics, log_steps, quality
+from analyzer.classify import dims, placement, steps, timeline
+from analyzer.model.options import Options
 from parsers import kineto, nsys, nsys_db, nsys_procs, nsys_stats
 from parsers.errors import InputError
 
@@ -204,3 +205,47 @@ def test_quality_details_are_ordered_by_step_not_by_their_text():
     facts = pl.DataFrame({"source": [0, 0, 0], "rank": [0, 0, 1], "step": [10, 2, 1]})
     got = quality._details(facts, lambda r: f"rank {r['rank']} step {r['step']}")
     assert got.rows() == [(0, 3, "rank 0 step 2; rank 0 step 10; rank 1 step 1")]
+
+
+def test_a_collective_inside_weight_sync_has_its_dimension_from_the_stage():
+    """No group, layout or kernel name says more, so the stage decides and the table says so."""
+    text = {c: pl.String for c in ("group", "pg_desc", "name", "coll", "stage")}
+    rows = pl.DataFrame(
+        {
+            "group": [None, None],
+            "pg_desc": [None, None],
+            "name": ["nccl:all_reduce"] * 2,
+            "coll": ["all_reduce"] * 2,
+            "stage": ["weight_sync", "actor_update"],
+            "bytes": [64, 64],
+        },
+        schema={**text, "bytes": pl.Int64},
+    )
+    pools = pl.DataFrame(schema={"rank": pl.Int64, "pool": pl.String})
+    got = dims._dims_for(rows, Options(), pools)
+    assert got.select(pl.col("dim").cast(pl.String), "dim_by").row(0) == ("weight_sync", "stage")
+    assert got["dim_by"][1] != "stage"
+
+
+def test_a_part_carved_out_of_its_parent_counts_in_the_step_as_the_parent_does():
+    """``timing/gen`` (10 s, in the step) holds a 3 s reward part whose own timer is outside
+    the step: carved out, it is 3 s of the step, and the parent keeps 7 s."""
+    rows = pl.DataFrame(
+        {
+            "step": [1, 1],
+            "name": ["timing/gen", "timing/reward"],
+            "stage": ["rollout", "reward"],
+            "label": ["gen", "reward"],
+            "composite": [False, False],
+            "in_step": [True, False],
+            "seconds": [10.0, 3.0],
+            "relation": ["stage", "part"],
+            "parent": [None, "timing/gen"],
+        }
+    )
+    got, notes = log_steps._stage_rows(rows)
+    assert sorted(got.select("name", "in_step", "seconds").rows()) == [
+        ("timing/gen", True, 7.0),
+        ("timing/reward", True, 3.0),
+    ]
+    assert notes == []
