@@ -44,4 +44,4 @@ PIPELINE = (
     sync,
     workdepth,
 )
-"""Every module holding providers, in pipeline order."""
+"""Every module holding providers: assembly, classification, then the analyses."""

@@ -395,7 +395,6 @@ def incomplete_steps_product(
     """:func:`incomplete_steps` of the run, each source's with one warning."""
     cut = [s.index for s in sources if s.meta.get("salvaged")]
     found = incomplete_steps(step_table, trace_ends(aligned, cut), step_markers_closed)
-    frames.check(found, frames.INCOMPLETE_STEPS, "incomplete_steps")
     for (source, reason), rows in found.group_by("source", "reason", maintain_order=True):
         warnings.append(
             f"{sources[int(source)].path.name}: "
@@ -425,11 +424,7 @@ def steps(
     step_table: pl.DataFrame, options: Options, incomplete_steps: pl.DataFrame
 ) -> pl.DataFrame:
     """The step windows over all ranks (docs/analyses.md §1), after the ``--steps`` selection."""
-    table = step_table
-    selected = options.step_selection
-    if selected is not None:
-        table = table.filter(selected.expr("step"))
-    return table.filter(~pl.col("step").is_in(excluded(incomplete_steps)))
+    return select_steps(step_table, options, incomplete_steps)
 
 
 def exclusion(reason: str, steps: list[int]) -> str:

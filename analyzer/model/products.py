@@ -97,7 +97,7 @@ class Lazy:
     def __getitem__(self, name: str) -> Any:
         if name not in self._allowed:
             raise ProductError(f"{self._reader} reads {name!r}, which it does not declare")
-        return getattr(self._source, name) if name in INPUTS else self._source.product(name)
+        return self._source.read(name)
 
 
 def providers() -> Mapping[str, Provider]:
@@ -152,6 +152,10 @@ class Products:
 
     def product(self, name: str) -> Any:
         raise NotImplementedError
+
+    def read(self, name: str) -> Any:
+        """An input (:data:`INPUTS`) or a product, by name: what a provider's parameter names."""
+        return getattr(self, name) if name in INPUTS else self.product(name)
 
     # assembly
     ranks = Product[list[int]]()

@@ -18,7 +18,7 @@ import polars as pl
 from . import frames
 from .failures import Failure
 from .options import Options
-from .products import INPUTS, LAZY, Lazy, ProductError, Products, Provider, providers
+from .products import LAZY, Lazy, ProductError, Products, Provider, providers
 
 
 @dataclass
@@ -72,7 +72,7 @@ class Run(Products):
     def _argument(self, param: str, provider: Provider) -> Any:
         if param == LAZY:
             return Lazy(self, provider.lazy, provider.name)
-        return getattr(self, param) if param in INPUTS else self.product(param)
+        return self.read(param)
 
     def provides(self, *names: str) -> bool:
         """Whether every product in ``names`` is injected or has a provider."""
