@@ -745,6 +745,20 @@ def test_g18_pool_idle_sums_over_the_ranks_of_a_pool():
     passed(make_run(metrics=[(1, "trainer/idle_ratio", 0.05)]), "G18", 0.05)
 
 
+def test_g18_evidence_names_each_steps_worst_pool_in_step_order():
+    """Step 1's worst pool is rollout (50/100 against 10/100), step 2's train (40/100 against
+    5/100): the evidence lists both, comma-separated, step 1 first; the value is the mean of the
+    steps' worst shares, (0.5 + 0.4) / 2."""
+    split = pools(r0=("rollout", "h"), r1=("train", "h"))
+    wait = bubbles(
+        (2, 0, 100, "pool_wait", 5), (2, 1, 100, "pool_wait", 40),
+        (1, 0, 100, "pool_wait", 50), (1, 1, 100, "pool_wait", 10),
+    )
+    run = make_run(steps=steps((0, 100), (100, 200)), pools=split, bubbles=wait)
+    got = fired(run, "G18", "warn", 0.45)
+    assert "(step 1: rollout, step 2: train)" in got["evidence"]
+
+
 def test_g25_actor_and_critic_updates_on_disjoint_ranks_should_overlap():
     def run(critic: tuple[int, float, float]) -> Run:
         return make_run(

@@ -213,7 +213,10 @@ def test_ranks_hosts_and_processes(parsed) -> None:
         .iter_rows()
     )
     assert by_pid == {144: 0, 145: 1}
-    assert any("torchrun" in w for w in mfu.warnings)
+    assert (
+        "mfu_2gpu_before.sqlite: ranks inferred from each torchrun worker's GPU (LOCAL_RANK = "
+        "device convention): pid 144 → rank 0, pid 145 → rank 1"
+    ) in mfu.warnings
     assert any("time-window slice" in w for w in mfu.warnings)
 
     h100 = parsed[H100]
