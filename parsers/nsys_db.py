@@ -128,13 +128,6 @@ class Db:
         row = self.con.execute(sql, params).fetchone()
         return row[0] if row else None
 
-    def integers(self, table: str, key: str, value: str, where: str = "") -> dict[int, int]:
-        """``key → value`` of two integer columns (rows with a wrong-typed cell left out)."""
-        if not self.has(table) or not {key, value} <= self.columns(table):
-            return {}
-        pairs = self.frame(table, {key: pl.Int64(), value: pl.Int64()}, where=where).drop_nulls()
-        return dict(pairs.iter_rows())
-
     def metadata(self) -> dict[str, str]:
         """The export's own metadata (``EXPORT_PRODUCT_VERSION``, …) from whichever table exists."""
         for table in META_TABLES:
