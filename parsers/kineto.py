@@ -45,7 +45,16 @@ import polars as pl
 from msgspec import Raw, Struct, field
 
 from .errors import InputError
-from .events import BOUNDS, DURATION_MAX_NS, TIME_MAX_NS, bound, conform, describe, nesting_depth
+from .events import (
+    BOUNDS,
+    DURATION_MAX_NS,
+    GPU_ACTIVITY_KINDS,
+    TIME_MAX_NS,
+    bound,
+    conform,
+    describe,
+    nesting_depth,
+)
 from .jsonbound import decode_bounded, decode_each
 from .limits import DECOMPRESSED_BYTES, EVENTS, STRING_BYTES
 from .nccl import canonical_coll, canonical_ranks, dtype_bytes, kernel_coll_expr
@@ -203,6 +212,7 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     size = len(data)
     del data
     out.events = _events(path, trace, meta, source, out, size)
+    _graph_facts(out, meta)
     out.meta.update(meta)
     return out
 
@@ -858,3 +868,104 @@ def _with_depth(frame: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
         clamped = nesting_depth(ranges, keys, lambda n: out.tally("clamped_depth", n))
         depth = depth.scatter(ranges["_row"], clamped)
     return frame.with_columns(depth.alias("depth"))
+
+
+# --- CUDA/HIP graphs ----------------------------------------------------------------------------
+#
+# Replay: one cudaGraphLaunch/hipGraphLaunch runs every kernel of the graph, and none of those
+# kernels has a launch record of its own. CUPTI and roctracer give each of them the graph launch's
+# correlation id (every real trace we have does), so they link to it like any launched kernel. A
+# writer that leaves a replayed kernel without a correlation id, or with one no runtime call
+# carries, gets it attributed by time: to the last graph launch of the file that started at or
+# before the kernel started (exact when each replay reaches the device before the host launches
+# the next); each such repair is counted (graph_kernels_linked_by_time).
+#
+# Capture: a trace recorded while the engine captures its graphs (StreamBeginCapture …
+# StreamEndCapture) lists launches whose kernels were recorded into a graph, not run; meta
+# "graph_capture" says so and a warning names the file.
+
+GRAPH_LAUNCH = r"^(cuda|hip)GraphLaunch(_v\d+|_ptsz|_spt)?$"
+"""Runtime calls that replay a graph."""
+BEGIN_CAPTURE = r"^(cuda|hip)StreamBeginCapture(ToGraph)?(_v\d+|_ptsz|_spt)?$"
+END_CAPTURE = r"^(cuda|hip)StreamEndCapture(_v\d+|_ptsz|_spt)?$"
+
+
+def _runtime(table: pl.DataFrame, pattern: str) -> pl.DataFrame:
+    return table.filter(
+        (pl.col("kind") == "runtime") & pl.col("name").cast(pl.String).str.contains(pattern)
+    )
+
+
+def link_graph_replays(table: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """``table`` with every GPU row that no runtime call launched given the correlation id of
+    the graph launch that replayed it (by time, see the module), and the facts: graph
+    ``launches``, ``kernels`` replayed by them, ``linked_by_time`` of those."""
+    launches = _runtime(table, GRAPH_LAUNCH).filter(pl.col("corr").is_not_null())
+    if launches.height == 0:
+        return table, {}
+    gpu = pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
+    known = table.filter(pl.col("kind") == "runtime")["corr"].drop_nulls().unique()
+    orphan = gpu & (pl.col("corr").is_null() | ~pl.col("corr").is_in(known.implode()))
+    rows = table.with_row_index("_row")
+    found = (
+        rows.filter(orphan)
+        .select("_row", "start_ns")
+        .sort("start_ns")
+        .join_asof(
+            launches.select("start_ns", pl.col("corr").alias("_graph")).sort("start_ns"),
+            on="start_ns",
+            strategy="backward",
+        )
+        .filter(pl.col("_graph").is_not_null())
+    )
+    if found.height:
+        table = (
+            rows.join(found.select("_row", "_graph"), on="_row", how="left")
+            .with_columns(pl.coalesce("_graph", "corr").alias("corr"))
+            .drop("_row", "_graph")
+        )
+    replayed = table.filter(gpu & pl.col("corr").is_in(launches["corr"].implode())).height
+    return table, {
+        "launches": launches.height, "kernels": replayed, "linked_by_time": found.height,
+    }
+
+
+def graph_capture_facts(table: pl.DataFrame) -> dict[str, Any] | None:
+    """Stream captures in the trace: how many, and the launches made inside them (recorded into
+    a graph, not executed); None when the trace captured nothing."""
+    begins = _runtime(table, BEGIN_CAPTURE)
+    if begins.height == 0:
+        return None
+    ends = _runtime(table, END_CAPTURE)
+    keys = ["pid", "tid"]
+    windows = begins.select(*keys, pl.col("start_ns").alias("_from")).sort("_from").join_asof(
+        ends.select(*keys, pl.col("end_ns").alias("_to"), pl.col("end_ns").alias("t")).sort("t"),
+        left_on="_from", right_on="t", by=keys, strategy="forward", check_sortedness=False,
+    )
+    launches = table.filter(
+        (pl.col("kind") == "runtime")
+        & pl.col("corr").is_not_null()
+        & pl.col("name").cast(pl.String).str.contains(r"Launch")
+    ).select(*keys, "start_ns")
+    inside = launches.join(windows.select(*keys, "_from", "_to"), on=keys).filter(
+        (pl.col("start_ns") >= pl.col("_from"))
+        & (pl.col("start_ns") <= pl.col("_to").fill_null(pl.col("start_ns")))
+    )
+    return {"captures": begins.height, "captured_launches": inside.height}
+
+
+def _graph_facts(out: ParsedSource, meta: dict[str, Any]) -> None:
+    """Graph replays linked to their launches (``meta["graph_replay"]``), graph captures flagged
+    (``meta["graph_capture"]``, with a warning)."""
+    out.events, replay = link_graph_replays(out.events)
+    if replay:
+        meta["graph_replay"] = replay
+        out.tally("graph_kernels_linked_by_time", replay["linked_by_time"])
+    capture = graph_capture_facts(out.events)
+    if capture:
+        meta["graph_capture"] = capture
+        out.warn(
+            f"recorded during CUDA/HIP-graph capture ({capture['captures']} stream capture(s), "
+            f"{capture['captured_launches']} launch(es) captured into a graph): captured kernels "
+            "are not executed, so its device time is not the engine's execution time"
+        )

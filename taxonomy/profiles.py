@@ -93,6 +93,9 @@ class Profile:
     metrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     notes: str = ""
     path: str = ""
+    engine: bool = False
+    """An inference engine (vLLM, SGLang), not an RL framework: detected from its Python stack and
+    operator names too, and a trace of it alone is a rollout-only run."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ def _profile(path: Path, data: dict[str, Any]) -> Profile:
         metrics=metrics,
         notes=str(head.get("notes", "")),
         path=str(path),
+        engine=bool(head.get("engine", False)),
     )
 
 

@@ -95,7 +95,7 @@ DIMENSIONS: tuple[str, ...] = (
 """Parallelism dimension of a collective (``weight_sync`` is inter-model, not a parallelism)."""
 
 POOLS: tuple[str, ...] = ("rollout", "train", "shared")
-PLACEMENTS: tuple[str, ...] = ("colocated", "disaggregated", "split")
+PLACEMENTS: tuple[str, ...] = ("colocated", "disaggregated", "split", "rollout_only")
 EXECUTION_MODES: tuple[str, ...] = ("sync", "one_step_off", "async", "stage_fused")
 
 

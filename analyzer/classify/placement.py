@@ -6,7 +6,10 @@ Placement:
 * ``disaggregated`` — some ranks only generate (rollout pool) and others only train;
 * ``split`` — models grouped onto device subsets: the actor and the critic (or the forward-only
   models) update on disjoint ranks, or rollout-only ranks sit beside ranks that do everything;
-* ``colocated`` — every rank runs every stage in turn.
+* ``colocated`` — every rank runs every stage in turn;
+* ``rollout_only`` — no rank runs anything but generation (and weight sync): an inference
+  engine's trace (vLLM, SGLang) analysed on its own, or a trace that recorded only the rollout.
+  It has no execution mode (nothing trains to overlap with).
 
 Execution mode:
 
@@ -91,6 +94,14 @@ def infer_placement(pools: pl.DataFrame, ranges: pl.DataFrame) -> dict[str, Any]
                 "no rank generates (no rollout stage): placement needs the rollout in the trace"
             ],
         }
+    others = set(workers["stage"].unique().to_list()) - {"rollout", *ROLLOUT_SIDE}
+    if not others:
+        return {
+            "placement": "rollout_only",
+            "execution": None,
+            "pools": by_pool,
+            "evidence": [_rollout_only_reason(workers)],
+        }
     if by_pool["rollout"] and by_pool["train"]:
         placement = "disaggregated"
         evidence.append(
@@ -116,6 +127,19 @@ def infer_placement(pools: pl.DataFrame, ranges: pl.DataFrame) -> dict[str, Any]
         )
     execution = _execution(placement, by_pool, workers, evidence)
     return {"placement": placement, "execution": execution, "evidence": evidence, "pools": by_pool}
+
+
+ROLLOUT_SIDE = ("weight_sync", "other")
+"""Stages a rollout-only run may hold besides generation: weights landing in the engine, and
+unclaimed time."""
+
+
+def _rollout_only_reason(workers: pl.DataFrame) -> str:
+    ranks = _ranks_text(sorted(workers["rank"].unique().to_list()))
+    return (
+        f"every stage range on rank(s) {ranks} is generation (rollout) and no rank trains: a "
+        "rollout-only run (an inference engine's trace on its own), no execution mode"
+    )
 
 
 def _execution(

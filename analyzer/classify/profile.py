@@ -1,6 +1,11 @@
 """The framework profile of the run (product ``profile``): named with ``--framework``, else stated
 by a parser, else the one whose detection patterns match the most names; ``--rules`` puts a
 user's rules first.
+
+Inference engines (profiles with ``engine = true``: vLLM, SGLang) record few annotations of
+their own, and the batch annotation they share names no engine, so when no RL framework's
+annotations match, the engine profiles are scored again over the Python stack and operator
+names as well (``vllm/v1/worker/gpu_model_runner.py(…): execute_model``, ``sglang::…``).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ def detect_profile(
         )
     meta = next((s.meta for s in sources if s.meta.get("framework")), {})
     detection = tp.detect(names, meta=meta, profiles=profiles, framework=framework)
+    if not framework and not meta.get("framework"):
+        detection = _engine_detection(detection, events, names, profiles)
     return {
         "profile": detection.profile,
         "name": detection.profile.name,
@@ -47,3 +54,31 @@ def detect_profile(
         "detection": detection,
         "profiles": profiles,
     }
+
+
+ENGINE_NAME_KINDS = ("annotation", "gpu_annotation", "python", "cpu_op")
+"""Where an engine's names are: its few annotations, its Python stack and its custom operators."""
+
+
+def _engine_detection(
+    found: tp.Detection, events: pl.DataFrame, names: pl.Series, profiles: dict[str, tp.Profile]
+) -> tp.Detection:
+    """The engine profile whose patterns match the most annotation, Python and operator names,
+    when no RL framework's annotations decided (the generic fallback or an engine won); else
+    ``found``. Scores stay those of the annotation pass, engines' replaced by this pass's."""
+    if found.profile.name != tp.GENERIC and not found.profile.engine:
+        return found
+    engines = {n: p for n, p in profiles.items() if p.engine}
+    if not engines:
+        return found
+    wider = pl.concat([
+        names,
+        events.filter(pl.col("kind").is_in(ENGINE_NAME_KINDS[2:]))["name"].cast(pl.String),
+    ]).unique()
+    again = tp.detect(wider, profiles={**engines, tp.GENERIC: profiles[tp.GENERIC]})
+    if again.profile.name == tp.GENERIC:
+        return found
+    return tp.Detection(
+        profile=again.profile, version=again.version,
+        reason=again.reason, scores={**found.scores, **again.scores},
+    )

@@ -29,6 +29,7 @@ from ..model.options import Options
 from ..model.products import provides
 from ..model.run import SourceInfo
 from ..model.scalars import as_int
+from .engine import is_engine, launched_until
 
 MATCH_TOLERANCE = 0.10
 """Trace steps take a log's numbering when their stage durations agree within this (mean
@@ -201,6 +202,8 @@ def stepping(
         rows = rows.with_columns(step_of(rows, starts).alias("step"))
         rows = _rollout_by_driver(rows)
         windows = _windows(rows, markers if origin != "rollout waves" else markers.head(0), starts)
+        if is_engine(profile):
+            windows = launched_until(windows, aligned)
     else:
         rows = rows.with_columns(pl.lit(None, pl.Int32).alias("step"))
         windows = _log_windows(aligned)
