@@ -152,9 +152,27 @@ LONG_TAIL_SUMMARY_SCHEMA = pl.Schema(
         "keys": pl.String(),
     }
 )
-UNCLASSIFIED_SCHEMA = pl.Schema(
-    {"name": pl.String(), "n_steps": pl.Int64(), "seconds": pl.Float64()}
+UNCLASSIFIED_SCHEMA = pl.Schema({
+    "name": pl.String(), "n_steps": pl.Int64(), "seconds": pl.Float64(), "median_s": pl.Float64(),
+    "stage_guess": pl.String(), "rule": pl.String(),
+})
+STAGE_GUESSES: tuple[tuple[str, str], ...] = (
+    (r"(?i)update_critic|critic_update", "critic_update"),
+    (r"(?i)weight|sync|reshard|broadcast|param", "weight_sync"),
+    (r"(?i)(?:^|[/_.])ref(?:[/_.]|$)", "ref_logprob"),
+    (r"(?i)log_?prob", "old_logprob"),
+    (r"(?i)critic|value", "values"),
+    (r"(?i)reward|score|verif|judge|sandbox", "reward"),
+    (r"(?i)(?:^|[/_.])adv", "advantage"),
+    (r"(?i)save|ckpt|checkpoint", "checkpoint"),
+    (r"(?i)(?:^|[/_.])(?:val|test|eval)", "evaluation"),
+    (r"(?i)gen|rollout|sampl|agent|filter|decode|prefill", "rollout"),
+    (r"(?i)update|train|backward|optim", "actor_update"),
+    (r"(?i)data|load|batch", "data_load"),
 )
+"""The stage an unmapped timer's name suggests (first match), offered in its ``--rules`` line
+for the user to confirm; ``other`` when nothing matches."""
+_REGEX_META = str.maketrans({c: "\\" + c for c in "\\.+*?()|[]{}^$"})
 NEEDS_TRACE_SCHEMA = pl.Schema({"analysis": pl.String(), "reason": pl.String()})
 
 LONG_TAIL_KEYS: tuple[str, ...] = (
@@ -619,11 +637,35 @@ def _long_tail(
 
 
 def _unclassified(rows: pl.DataFrame) -> pl.DataFrame:
-    return (
+    found = (
         rows.filter(pl.col("relation") == "unknown")
         .group_by("name")
-        .agg(pl.col("step").n_unique().alias("n_steps"), pl.col("seconds").sum())
-        .sort("seconds", descending=True)
-        .cast(UNCLASSIFIED_SCHEMA)
+        .agg(
+            pl.col("step").n_unique().alias("n_steps"),
+            pl.col("seconds").sum(),
+            pl.col("seconds").median().alias("median_s"),
+        )
+        .sort(["seconds", "name"], descending=[True, False])
+    )
+    guess = pl.coalesce(
+        [pl.when(pl.col("name").str.contains(p)).then(pl.lit(st)) for p, st in STAGE_GUESSES]
+    ).fill_null("other")
+    found = found.with_columns(guess.alias("stage_guess"))
+    rules = [
+        rule_line(name, stage)
+        for name, stage in found.select("name", "stage_guess").iter_rows()
+    ]
+    return found.with_columns(pl.Series("rule", rules, dtype=pl.String)).cast(
+        UNCLASSIFIED_SCHEMA
     )
 
+
+def rule_line(name: str, stage: str) -> str:
+    """One user rule for exactly ``name``, as a TOML inline table (an element of ``rules = […]``,
+    the same as a ``[[rules]]`` table; docs/profiles.md)."""
+    pattern = f"^{name.translate(_REGEX_META)}$"
+    quoted = (
+        f"'{pattern}'" if "'" not in pattern
+        else '"' + pattern.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    )
+    return f'{{match = {quoted}, source = "log", stage = "{stage}", relation = "stage"}}'

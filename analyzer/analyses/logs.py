@@ -9,17 +9,19 @@ log timers. The log's names are classified by the run's detected framework profi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from ..classify.steps import name_classes
 from ..model.products import provides
+from ..model.run import SourceInfo
 from . import log_steps
 
 if TYPE_CHECKING:
     pass
+
 
 @provides("log_result")
 def log_result(
@@ -57,5 +59,33 @@ def log_notes(log_result: log_steps.LogSteps | None) -> list[str]:
 
 def _empty_schema(attr: str) -> dict[str, pl.DataType]:
     return getattr(log_steps, f"{attr.upper()}_SCHEMA")
+
+
+LOG_RUNS_SCHEMA = pl.Schema({
+    "file": pl.String(), "framework": pl.String(), "device": pl.String(), "steps": pl.Int64(),
+    "first_step": pl.Int64(), "last_step": pl.Int64(), "ended": pl.String(),
+    "stopped_at": pl.String(),
+})
+
+
+def log_runs(sources: Sequence[SourceInfo]) -> pl.DataFrame:
+    """Per framework log: its framework, device, steps and how it ended; for a log that recorded
+    no step, where the run stopped (``meta["stopped_at"]``, parsers/logs/progress.py)."""
+    rows = [
+        {
+            "file": s.path.name,
+            "framework": s.meta.get("framework"),
+            "device": s.meta.get("device_name"),
+            "steps": s.meta.get("n_steps"),
+            "first_step": s.meta.get("first_step"),
+            "last_step": s.meta.get("last_step"),
+            "ended": s.meta.get("ended"),
+            "stopped_at": (s.meta.get("stopped_at") or {}).get("description")
+            if not s.meta.get("n_steps") else None,
+        }
+        for s in sources
+        if s.format.endswith("-log")
+    ]
+    return pl.DataFrame(rows, schema=LOG_RUNS_SCHEMA)
 
 

@@ -16,7 +16,9 @@ def printed_dict(
 ) -> tuple[dict[str, Any] | None, int | None]:
     """The first multi-line dict repr printed by one process, and the line it starts on.
 
-    Lines of other processes interleaved with it are skipped (same Ray actor and pid only).
+    Lines of other processes interleaved with it are skipped (same Ray actor and pid only), and so
+    are the process's own unindented lines after the first (its stderr — warnings — written
+    between the lines of the ``pprint`` output, whose continuation lines are always indented).
     """
     starts = lines.filter(pl.col("text").str.starts_with(start_marker)).head(20)
     for first_line, actor, pid in starts.select("line", "actor", "pid").iter_rows():
@@ -25,6 +27,7 @@ def printed_dict(
                 (pl.col("line") >= first_line)
                 & pl.col("actor").eq_missing(actor)
                 & pl.col("pid").eq_missing(pid)
+                & ((pl.col("line") == first_line) | pl.col("text").str.contains(r"^\s"))
             )
             .head(MAX_CONFIG_LINES)["text"]
             .to_list()

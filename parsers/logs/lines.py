@@ -18,12 +18,13 @@ from ..errors import InputError
 from ..events import as_int
 from ..reading import open_bytes
 from ..source import ParsedSource
+from .progress import describe, stop_point
 
 ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
 RAY_PREFIX = (
     r"^(?<prefix>(?:"
     + ANSI
-    + r")*\((?<actor>[^()\s]+) pid=(?<pid>\d+)(?:, ip=(?<ip>[^)\s]+))?\)(?:"
+    + r")*\((?:(?<actor>[^()\s]+) )?pid=(?<pid>\d+)?(?:, ip=(?<ip>[^)\s]+))?\)(?:"
     + ANSI
     + r")* ?)"
 )
@@ -100,7 +101,7 @@ def lines_frame(text: str, out: ParsedSource | None = None) -> pl.DataFrame:
     ip = pl.Series("ip", [None] * n, dtype=pl.String)
     repeat = pl.Series("repeat", [None] * n, dtype=pl.Int32)
 
-    where = _rows(texts.str.contains(r"^(?:\x1b\[[0-9;]*m)*\(\S+ pid=\d+"))
+    where = _rows(texts.str.contains(r"^(?:\x1b\[[0-9;]*m)*\((?:\S+ )?pid=\d*[,)]"))
     if where.len():
         sub = texts.gather(where)
         groups = sub.str.extract_groups(RAY_PREFIX).struct.unnest()
@@ -221,17 +222,25 @@ CRASH = (
 def note_ending(out: ParsedSource, lines: pl.DataFrame, records: pl.DataFrame) -> None:
     """Say how the log ends: a traceback after the last step record (the last line of
     ``records``) means the run died in the next step (which the log therefore does not contain);
-    no record at all is worth a warning."""
+    no record at all records where the run stopped (``meta["stopped_at"]``, see
+    :func:`progress.stop_point`) and ``meta["ended"] = "before_first_step"`` unless a traceback
+    says it crashed."""
     last_record_line = as_int(records["line"].max()) if records.height else None
     after = lines.filter(pl.col("line") > (last_record_line or 0))
     after = after.filter(pl.col("text").str.contains(CRASH))
     if last_record_line is None:
+        out.meta["stopped_at"] = stop_point(lines)
         if after.height:
             out.meta["ended"] = "crashed"
+            where = out.meta["stopped_at"]
+            where["traceback_line"] = int(after["line"][0])
+            where["description"] = describe(where)
             out.warn(
                 f"no step record: the run failed before its first step (traceback at line "
                 f"{after['line'][0]})"
             )
+        else:
+            out.meta["ended"] = "before_first_step"
         return
     if after.height:
         out.meta["ended"] = "crashed"

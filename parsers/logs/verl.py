@@ -32,6 +32,17 @@ EXTENSIONS: tuple[str, ...] = (".log", ".txt", ".out", ".jsonl")
 TIMER_KEY = r"^timing(?:_s)?/"
 STEP_TOTALS: tuple[str, ...] = ("timing_s/step", "timing/step")
 RESUME = r"global_step_(\d+)"
+AGENT_LOOP_COUNT = (
+    r"^timing_s/agent_loop/(?:\w+/)*(?:num_\w+|tool_calls|\w+_length)(?:/(?:min|max|mean))?$"
+)
+"""Counts the agent loop (verl ≥ 0.5) logs under ``timing_s/``: preemptions (``-1`` when
+unknown), tool calls, the slowest trajectory's lengths. They are metrics, not durations."""
+DEVICES: tuple[tuple[str, str, str], ...] = (
+    ("npu", "Ascend NPU", r"torch_npu|\bHCCL|\bASCEND_|\bnpu:\d|vllm_ascend|\bCANN\b|Ascend"),
+    ("tpu", "TPU (XLA)", r"PJRT_DEVICE=TPU|libtpu|torch_xla|\bTPU device"),
+)
+"""Accelerators verl and its forks run on besides CUDA GPUs: ``trainer.device`` in the printed
+config, else the runtime's own names in the log."""
 
 _CONSOLE_STEP = re.compile(
     rb"(?m)^(?:\x1b\[[0-9;]*m)*(?:\(\S+ pid=\d+[^)]*\)(?:\x1b\[[0-9;]*m)* ?)?step:\d+ - [\w/@.\-]+:"
@@ -121,17 +132,21 @@ def _parse_console(
     pairs = pairs.filter(pl.col("raw").is_not_null() & pl.col("value").is_not_null())
     issues.report(out)
 
-    timers, scalars = split_timers(
-        pairs.with_columns(record="line"), pl.col("key").str.contains(TIMER_KEY), extra=("pid",)
-    )
+    timers, scalars = split_timers(pairs.with_columns(record="line"), is_timer(), extra=("pid",))
 
     first_step_line = as_int(step_lines["line"].min()) if step_lines.height else None
     _console_meta(out, lines, step_lines, pairs, first_step_line)
     base_ns = _base_time(out, lines, first_step_line)
     finish(out, timers, scalars, source=source, step_totals=STEP_TOTALS, base_ns=base_ns)
     note_ending(out, lines, step_lines)
-    if step_lines.height == 0 and "ended" not in out.meta:
-        out.warn("no step line found")
+    device = device_facts(out.meta.get("config"), lines)
+    out.meta.update(device)
+    stopped = out.meta.get("stopped_at") or {}
+    if out.meta.get("ended") == "before_first_step":
+        out.warn(
+            f"no step recorded: {stopped['description']}" if "line" in stopped
+            else "no step line found"
+        )
     return out
 
 
@@ -179,6 +194,30 @@ def _console_meta(
     )
     if resumed.len():
         meta["resumed_from_step"] = as_int(resumed.max())
+
+
+def is_timer() -> pl.Expr:
+    """``timing_s/*`` keys that are durations (the agent loop's counts are not)."""
+    key = pl.col("key")
+    return key.str.contains(TIMER_KEY) & ~key.str.contains(AGENT_LOOP_COUNT)
+
+
+def device_facts(config: dict[str, Any] | None, lines: pl.DataFrame) -> dict[str, Any]:
+    """``device`` (``npu``, ``tpu``, ``cuda``), a readable ``device_name`` and how it was told:
+    the config's ``trainer.device``, else the first runtime name the log prints."""
+    names = {key: name for key, name, _ in DEVICES}
+    stated = dig(config, "trainer", "device")
+    if isinstance(stated, str) and stated:
+        key = stated.lower()
+        return {"device": key, "device_name": names.get(key, key.upper()),
+                "device_evidence": "config trainer.device"}
+    for key, name, pattern in DEVICES:
+        hit = lines.filter(pl.col("text").str.contains(pattern)).head(1)
+        if hit.height:
+            found = hit["text"].str.extract(f"({pattern})", 1).item()
+            return {"device": key, "device_name": name,
+                    "device_evidence": f"line {hit['line'].item()}: {found}"}
+    return {}
 
 
 def config_facts(config: dict[str, Any]) -> dict[str, Any]:
@@ -247,6 +286,7 @@ def _parse_jsonl(out: ParsedSource, text: str, source: int) -> ParsedSource:
     timer_rows: list[tuple[int, str, float, int]] = []
     scalar_rows: list[tuple[int, str, float, int]] = []
     timer = re.compile(TIMER_KEY)
+    count = re.compile(AGENT_LOOP_COUNT)
     for number_, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
@@ -262,7 +302,8 @@ def _parse_jsonl(out: ParsedSource, text: str, source: int) -> ParsedSource:
             issues.add(number_, f"not a step record ({str(exc)[:60]})")
             continue
         for key, value in flat_scalars(data).items():
-            (timer_rows if timer.match(key) else scalar_rows).append((step, key, value, number_))
+            timed = timer.match(key) and not count.search(key)
+            (timer_rows if timed else scalar_rows).append((step, key, value, number_))
     issues.report(out)
     timers = pl.DataFrame(
         timer_rows,

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import polars as pl
+
+from ...analyses.logs import log_runs
 from ...model.run import Run
 from ..section import Column, Section
+
+TITLE = "From the framework log"
 
 
 def section(run: Run) -> Section | None:
     summary = run.log_stage_summary
+    runs = log_runs(run.sources)
     if summary.height == 0:
-        return None
+        return _no_steps(runs)
     stats = run.log_stats.row(0, named=True) if run.log_stats.height else {}
     dominant = run.log_dominant.row(0, named=True) if run.log_dominant.height else {}
     sync = run.log_weight_sync.row(0, named=True) if run.log_weight_sync.height else {}
@@ -43,11 +49,13 @@ def section(run: Run) -> Section | None:
     needs = ", ".join(run.log_needs_trace["analysis"].to_list())
     if needs:
         parts.append(f"needs a trace: {needs}")
+    parts += _devices(runs)
+    unmapped = unmapped_note(run.log_unclassified, run.profile["detection"].profile.name)
     return Section(
-        "From the framework log",
+        TITLE,
         summary.sort("share", descending=True),
         columns=_summary_columns(Column),
-        note="; ".join(parts + run.log_notes),
+        note="; ".join(parts + run.log_notes) + (f". {unmapped}" if unmapped else ""),
         key="log_stage_summary",
         details={
             name: run.product(name)
@@ -62,7 +70,47 @@ def section(run: Run) -> Section | None:
                 "log_unclassified",
                 "log_needs_trace",
             )
-        },
+        }
+        | {"log_runs": runs},
+    )
+
+
+def _no_steps(runs: pl.DataFrame) -> Section | None:
+    """A log that recorded no step still gets its section: that it has none, and where the run
+    stopped, in every format (the JSON report's ``log_runs`` holds the same)."""
+    empty = runs.filter(pl.col("steps").fill_null(0) == 0)
+    if empty.height == 0:
+        return None
+    said = [
+        f"{file}: the run recorded no step — {stopped or 'the log has no step record'}"
+        for file, stopped in empty.select("file", "stopped_at").iter_rows()
+    ]
+    return Section(TITLE, None, note="; ".join(said + _devices(runs)), key="log_stage_summary",
+                   details={"log_runs": runs})
+
+
+def _devices(runs: pl.DataFrame) -> list[str]:
+    shown = runs.filter(pl.col("device").is_not_null()).select("file", "device").unique()
+    return [f"device: {device} ({file})" for file, device in shown.sort("file").iter_rows()]
+
+
+def unmapped_note(unclassified: pl.DataFrame, profile: str) -> str:
+    """Every log timer no rule maps, with its time, and the exact rules that would map it."""
+    if unclassified.height == 0:
+        return ""
+    named = ", ".join(
+        f"{name} {seconds:.3f} s over {n} step(s) (median {median:.3f} s)"
+        for name, seconds, n, median in unclassified.select(
+            "name", "seconds", "n_steps", "median_s"
+        ).iter_rows()
+    )
+    rules = ", ".join(unclassified["rule"].to_list())
+    return (
+        f"Unmapped log timers (no rule of the {profile} profile maps them, so they are in no "
+        f"stage): {named}. To map them, put these two lines in a TOML file, check the guessed "
+        f"stages (a timer nested in another takes relation = \"part\" and parent = \"<that "
+        f"timer>\"), and pass it with rlperf analyze --rules FILE: "
+        f"profile = {{name = \"{profile}\"}} then rules = [{rules}]"
     )
 
 
