@@ -19,10 +19,12 @@ from ..section import Column, Section, gated
 from . import (
     breakdown,
     bubbles,
+    engine,
     gpu_time,
     guidelines,
     logs,
     overview,
+    pipeline,
     placement,
     quality,
     sync,
@@ -53,6 +55,7 @@ FIGURES = "figures"
 
 LAYOUT: tuple[tuple[str, ModuleType | None], ...] = (
     ("placement", placement),
+    ("engine", engine),
     ("overview", overview),
     ("quality", quality),
     (FIGURES, None),
@@ -60,6 +63,7 @@ LAYOUT: tuple[tuple[str, ModuleType | None], ...] = (
     ("logs", logs),
     ("gpu_time", gpu_time),
     ("annotations", top_annotations),
+    ("pipeline_phases", pipeline),
     ("breakdown", breakdown),
     ("bubbles", bubbles),
     ("sync", sync),
