@@ -195,6 +195,7 @@ class Products:
     log_notes = Product[list[str]]()
     gpu_time = Product[Frame]()
     annotations = Product[Frame]()
+    pipeline_phases = Product[Frame]()
     breakdown = Product[Frame]()
     critical_path = Product[Frame]()
     device_states = Product[Frame]()
