@@ -13,6 +13,12 @@ front of them). Four ways to name a collective's dimension, tried in order by th
 4. kernel-name and pattern rules (collective kind, the stage it runs in, its size) —
    :func:`kernel_dims`, :func:`pattern_dim`.
 
+Which names are communication at all beyond what the parsers know (NCCL, c10d, gloo) is the
+communication-family table ``taxonomy/comm_families.toml`` (DeepEP, custom and quick
+all-reduce, symmetric memory, MSCCL++, NVSHMEM, RCCL, HCCL, …): :func:`load_families`,
+:func:`family_frame`; a family may also name the dimension its calls run along when no process
+group is recorded (DeepEP → ep, an engine's custom all-reduce → tp).
+
 Everything works on unique group descriptions, unique group rank lists and unique kernel names,
 so the cost does not grow with the number of events.
 """
@@ -29,10 +35,18 @@ from typing import Any
 
 import polars as pl
 
+from parsers.events import COLLECTIVES
+from parsers.nccl import canonical_coll
+
 from .tomlfile import read_toml, regex_problem
 from .vocab import DIM, DIMENSIONS, STAGE_NAMES
 
 RULES_PATH = Path(__file__).with_name("collectives.toml")
+FAMILIES_PATH = Path(__file__).with_name("comm_families.toml")
+FROM_NAME = "from_name"
+"""A family rule's ``coll`` that reads the kind from the name (capture group 1)."""
+GROUPINGS: tuple[str, ...] = ("process_group", "own")
+FAMILY_KINDS: tuple[str, ...] = ("kernel", "annotation", "cpu_op")
 LAYOUT_DIMS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 MEGATRON_ORDER: tuple[str, ...] = LAYOUT_DIMS
 
@@ -366,4 +380,194 @@ def rules_frame(rules: CollectiveRules | None = None) -> pl.DataFrame:
             "dim": pl.String,
             "note": pl.String,
         },
+    )
+
+
+# --- communication families -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FamilyRule:
+    match: str
+    coll: str
+    """A collective kind, or :data:`FROM_NAME`."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """One communication library's kernels (or host ranges): how to know them, their kind, and
+    the dimension they run along when no process group is recorded."""
+
+    name: str
+    library: str
+    rules: tuple[FamilyRule, ...]
+    dim: str | None = None
+    group: str = "process_group"
+    """``own``: the library's own communicator, its ungrouped calls matched only with each
+    other; ``process_group``: matched with every ungrouped call of their kind."""
+    on: tuple[str, ...] = ("kernel",)
+    kinds: Mapping[str, str] = field(default_factory=dict)
+    note: str = ""
+    busbw: str = ""
+    examples: tuple[str, ...] = ()
+    not_examples: tuple[str, ...] = ()
+    origin: str = "builtin"
+
+
+def load_families(
+    user: str | Path | None = None, path: Path = FAMILIES_PATH
+) -> tuple[Family, ...]:
+    """The built-in families, with a user file's ``[[family]]`` tables (the same file as the
+    collective rules) tried first."""
+    base = _families(path, _read(path), "builtin")
+    if user is None:
+        return base
+    return _families(Path(user), _read(Path(user)), "user") + base
+
+
+def _families(path: Path, data: dict[str, Any], origin: str) -> tuple[Family, ...]:
+    return tuple(
+        _family(f"{path}: family {i}", raw, origin)
+        for i, raw in enumerate(data.get("family", []), start=1)
+    )
+
+
+def _family(where: str, raw: Any, origin: str) -> Family:
+    if not isinstance(raw, dict) or not raw.get("name") or not raw.get("rule"):
+        raise CollectiveRulesError(f"{where}: needs a name and at least one [[family.rule]]")
+    where = f"{where} ({raw['name']})"
+    dim = raw.get("dim")
+    if dim is not None and dim not in DIMENSIONS:
+        raise CollectiveRulesError(f"{where}: unknown dim {dim!r} (one of {', '.join(DIMENSIONS)})")
+    group = str(raw.get("group", "process_group"))
+    on = tuple(str(k) for k in raw.get("on", ["kernel"]))
+    kinds = {str(k).lower(): str(v) for k, v in dict(raw.get("kinds", {})).items()}
+    if group not in GROUPINGS or not set(on) <= set(FAMILY_KINDS):
+        raise CollectiveRulesError(
+            f"{where}: group is one of {', '.join(GROUPINGS)}, on a list of "
+            f"{', '.join(FAMILY_KINDS)}"
+        )
+    bad = sorted(set(kinds.values()) - set(COLLECTIVES))
+    if bad:
+        raise CollectiveRulesError(f"{where}: unknown collective kind(s) {bad} in kinds")
+    return Family(
+        name=str(raw["name"]),
+        library=str(raw.get("library", raw["name"])),
+        rules=tuple(_family_rule(f"{where}: rule {i}", r) for i, r in enumerate(raw["rule"], 1)),
+        dim=None if dim is None else str(dim),
+        group=group,
+        on=on,
+        kinds=kinds,
+        note=str(raw.get("note", "")),
+        busbw=str(raw.get("busbw", "")),
+        examples=tuple(str(x) for x in raw.get("examples", [])),
+        not_examples=tuple(str(x) for x in raw.get("not_examples", [])),
+        origin=origin,
+    )
+
+
+def _family_rule(where: str, raw: Any) -> FamilyRule:
+    match = raw.get("match") if isinstance(raw, dict) else None
+    if not match:
+        raise CollectiveRulesError(f"{where}: needs a match regex")
+    problem = regex_problem(str(match))
+    if problem is not None:
+        raise CollectiveRulesError(f"{where}: bad regex {match!r} ({problem})")
+    coll = str(raw.get("coll", ""))
+    if coll != FROM_NAME and coll not in COLLECTIVES:
+        raise CollectiveRulesError(
+            f"{where}: coll is {FROM_NAME!r} or one of {', '.join(COLLECTIVES)}"
+        )
+    if coll == FROM_NAME and re.compile(str(match)).groups < 1:
+        raise CollectiveRulesError(f"{where}: coll {FROM_NAME!r} needs a capture group")
+    return FamilyRule(str(match), coll)
+
+
+FAMILY_SCHEMA: dict[str, pl.DataType] = {
+    "name": pl.String(),
+    "family": pl.String(),
+    "coll": pl.String(),
+    "family_dim": pl.String(),
+    "own_group": pl.Boolean(),
+    "on": pl.List(pl.String()),
+}
+
+
+def family_frame(names: pl.Series, families: Sequence[Family]) -> pl.DataFrame:
+    """Per distinct name that some family claims: the family (first match), the collective kind
+    and the family's dimension (null when it names none); names no family claims are left out.
+    The kind a rule reads from the name is looked up per distinct captured word."""
+    rules = [(f, r) for f in families for r in f.rules]
+    frame = pl.DataFrame({"name": names.cast(pl.String).unique().drop_nulls()})
+    if not rules or frame.height == 0:
+        return pl.DataFrame(schema=FAMILY_SCHEMA)
+    pick: pl.Expr = pl.lit(None, dtype=pl.Int32)
+    for i in reversed(range(len(rules))):
+        pick = pl.when(pl.col("name").str.contains(rules[i][1].match)).then(i).otherwise(pick)
+    hit = frame.with_columns(pick.alias("_rule")).filter(pl.col("_rule").is_not_null())
+    word: pl.Expr = pl.lit(None, dtype=pl.String)
+    for i, (_, rule) in enumerate(rules):
+        if rule.coll == FROM_NAME:
+            word = pl.when(pl.col("_rule") == i).then(
+                pl.col("name").str.extract(rule.match, 1).str.to_lowercase()
+            ).otherwise(word)
+    hit = hit.with_columns(word.alias("_word"))
+    fam = pl.DataFrame(
+        {
+            "_rule": list(range(len(rules))),
+            "family": [f.name for f, _ in rules],
+            "_fixed": [None if r.coll == FROM_NAME else r.coll for _, r in rules],
+            "family_dim": [f.dim for f, _ in rules],
+            "own_group": [f.group == "own" for f, _ in rules],
+            "on": [list(f.on) for f, _ in rules],
+        },
+        schema_overrides={"_rule": pl.Int32, "_fixed": pl.String, "family_dim": pl.String},
+    )
+    pairs = hit.join(fam, on="_rule").select("family", "_word").unique().drop_nulls()
+    kinds = {f.name: f.kinds for f in families}
+    read = pl.DataFrame(
+        {
+            "family": pairs["family"],
+            "_word": pairs["_word"],
+            "_read": [
+                kinds[f].get(w) or canonical_coll(w) or "other"
+                for f, w in zip(pairs["family"], pairs["_word"], strict=True)
+            ],
+        },
+        schema={"family": pl.String, "_word": pl.String, "_read": pl.String},
+    )
+    out = hit.join(fam, on="_rule").join(read, on=["family", "_word"], how="left")
+    return out.select(
+        "name",
+        "family",
+        pl.coalesce("_fixed", "_read").alias("coll"),
+        "family_dim",
+        "own_group",
+        "on",
+    ).select(pl.col(c).cast(t) for c, t in FAMILY_SCHEMA.items())
+
+
+def families_frame(families: Sequence[Family] | None = None) -> pl.DataFrame:
+    """Every family, for printing and documentation: library, kinds, dimension, grouping."""
+    families = families if families is not None else load_families()
+    return pl.DataFrame(
+        [
+            {
+                "family": f.name,
+                "library": f.library,
+                "kinds": ", ".join(
+                    dict.fromkeys(
+                        r.coll if r.coll != FROM_NAME else "from name" for r in f.rules
+                    )
+                ),
+                "dim": f.dim,
+                "group": f.group,
+                "on": ", ".join(f.on),
+                "note": f.note,
+                "busbw": f.busbw,
+            }
+            for f in families
+        ],
+        schema={c: pl.String for c in
+                ("family", "library", "kinds", "dim", "group", "on", "note", "busbw")},
     )

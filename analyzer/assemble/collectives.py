@@ -1,7 +1,13 @@
-"""Collective calls (product ``collective_calls``): one row per rank and call — NCCL kernels on
-ranks with device work, the outermost host collective ranges otherwise — with its process group
-filled from the source's ``pg_config`` and matched across members into instances by (group,
-``seq``) or, without ``seq``, by order within the group.
+"""Collective calls (product ``collective_calls``): one row per rank and call — communication
+kernels on ranks with device work, the outermost host collective ranges otherwise — with its
+process group filled from the source's ``pg_config`` and matched across members into instances
+by (group, ``seq``) or, without ``seq``, by order within the group.
+
+Which kernels are communication beyond what the parsers recognise (NCCL, c10d and gloo ranges)
+is the communication-family table (``taxonomy/comm_families.toml``): :func:`mark_communication`
+fills ``coll`` of the event table from it when the run is assembled, so every analysis that
+reads ``coll`` (exposed time, overlap, bus bandwidth, dimensions) counts DeepEP, custom
+all-reduce and the rest as it counts NCCL.
 """
 
 from __future__ import annotations
@@ -10,17 +16,21 @@ from typing import Any
 
 import polars as pl
 
-from parsers.events import GPU_ACTIVITY_KINDS
+from parsers.events import COLL, GPU_ACTIVITY_KINDS
+from taxonomy import collectives as tc
 
+from ..model.options import Options
 from ..model.products import provides
 from ..model.run import SourceInfo
 
 CALL_COLUMNS = ["rank", "source", "name", "kind", "coll", "pg", "pg_desc", "pg_ranks", "group_size",
-                "bytes", "seq", "start_ns", "end_ns", "group", "instance"]
+                "bytes", "seq", "start_ns", "end_ns", "group", "instance", "group_recorded"]
 
 
 def collective_calls(
-    events: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]]
+    events: pl.DataFrame,
+    pg_config: dict[int, list[dict[str, Any]]],
+    families: tuple[tc.Family, ...] | None = None,
 ) -> pl.DataFrame:
     """One row per rank and collective call, with its group (canonical ranks) and instance."""
     coll = events.filter(
@@ -55,8 +65,33 @@ def collective_calls(
         "start_ns",
         "end_ns",
     )
-    calls = fill_groups(calls, pg_config)
+    calls = fill_groups(calls, pg_config, families)
     return _instances(calls).select(CALL_COLUMNS).sort("rank", "start_ns")
+
+
+def mark_communication(
+    events: pl.DataFrame, families: tuple[tc.Family, ...] | None = None
+) -> pl.DataFrame:
+    """``events`` with ``coll`` filled for the rows a communication family claims (by name, for
+    the event kinds the family applies to) that the parser left without one; a kind the parser
+    found (from the collective's arguments) is kept."""
+    if events.height == 0 or "name" not in events.columns:
+        return events
+    found = tc.family_frame(
+        events["name"], tc.load_families() if families is None else families
+    )
+    if found.height == 0:
+        return events
+    fill: pl.Expr = pl.lit(None, dtype=pl.String)
+    for kind in tc.FAMILY_KINDS:
+        claimed = found.filter(pl.col("on").list.contains(kind))
+        if claimed.height:
+            mapping = dict(zip(claimed["name"], claimed["coll"], strict=True))
+            by_name = pl.col("name").cast(pl.String).replace_strict(
+                mapping, default=None, return_dtype=pl.String
+            )
+            fill = pl.when(pl.col("kind") == kind).then(by_name).otherwise(fill)
+    return events.with_columns(pl.coalesce(pl.col("coll"), fill.cast(COLL)).alias("coll"))
 
 
 def _outermost(rows: pl.DataFrame) -> pl.DataFrame:
@@ -70,11 +105,19 @@ def _outermost(rows: pl.DataFrame) -> pl.DataFrame:
     return ordered.filter(reach.is_null() | (pl.col("start_ns") >= reach))
 
 
-def fill_groups(calls: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]]) -> pl.DataFrame:
+def fill_groups(
+    calls: pl.DataFrame,
+    pg_config: dict[int, list[dict[str, Any]]],
+    families: tuple[tc.Family, ...] | None = None,
+) -> pl.DataFrame:
     """Group ranks and description from ``pg_config`` where rows name only the group; for rows
-    with no group at all (gloo on CPU), the ranks that make calls of that kind the same number
-    of times — named after the one ``pg_config`` group with exactly those ranks, and left
-    without a description when several groups have them."""
+    with no group at all (gloo on CPU, DeepEP), the ranks that make calls of that kind (and
+    family, for a library's own communicator) the same number of times — named after the one
+    ``pg_config`` group with exactly those ranks, and left without a description when several
+    groups have them."""
+    calls = calls.with_columns(
+        (pl.col("pg").is_not_null() | pl.col("pg_ranks").is_not_null()).alias("group_recorded")
+    )
     config = pl.DataFrame(
         [
             {
@@ -97,10 +140,13 @@ def fill_groups(calls: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]])
         pl.coalesce("pg_ranks", "cfg_ranks").alias("pg_ranks"),
         pl.coalesce("pg_desc", "cfg_desc").alias("pg_desc"),
     ).drop("cfg_desc", "cfg_ranks")
+    calls = calls.with_columns(
+        _bare_key(calls, tc.load_families() if families is None else families)
+    )
     bare = calls.filter(pl.col("pg_ranks").is_null())
     if bare.height:
-        counts = bare.group_by("coll", "rank").len()
-        members = counts.group_by("coll").agg(
+        counts = bare.group_by("_key", "rank").len()
+        members = counts.group_by("_key").agg(
             pl.col("rank").sort().cast(pl.String).str.join(",").alias("members"),
             (pl.col("len").n_unique() == 1).alias("even"),
             pl.len().alias("n"),
@@ -118,10 +164,10 @@ def fill_groups(calls: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]])
         )
         members = members.join(
             by_ranks, left_on="members", right_on="cfg_ranks", how="left"
-        ).with_columns(pl.coalesce(pl.col("cfg_pg"), pl.lit("~") + pl.col("coll")).alias("cfg_pg"))
+        ).with_columns(pl.coalesce(pl.col("cfg_pg"), pl.lit("~") + pl.col("_key")).alias("cfg_pg"))
         calls = (
             calls.join(
-                members.select("coll", "members", "cfg_desc", "cfg_pg"), on="coll", how="left"
+                members.select("_key", "members", "cfg_desc", "cfg_pg"), on="_key", how="left"
             )
             .with_columns(
                 pl.when(pl.col("pg_ranks").is_null())
@@ -139,7 +185,7 @@ def fill_groups(calls: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]])
             )
             .drop("members", "cfg_desc", "cfg_pg")
         )
-    return calls.with_columns(
+    return calls.drop("_key").with_columns(
         pl.when(pl.col("pg_ranks").is_not_null())
         .then(pl.concat_str([pl.col("pg_ranks"), pl.lit("|"), pl.col("pg").fill_null("")]))
         .otherwise(pl.lit("|") + pl.col("pg"))
@@ -148,6 +194,17 @@ def fill_groups(calls: pl.DataFrame, pg_config: dict[int, list[dict[str, Any]]])
         .cast(pl.Int32)
         .alias("group_size"),
     )
+
+
+def _bare_key(calls: pl.DataFrame, families: tuple[tc.Family, ...]) -> pl.Expr:
+    """What ungrouped calls are matched by: their kind, and for a library with its own
+    communicator (DeepEP, custom all-reduce, …) its family too — its calls are not ordered
+    with NCCL's, so pairing them by order with NCCL calls of the same kind would mismatch."""
+    own = tc.family_frame(calls["name"], families).filter("own_group")
+    if own.height == 0:
+        return pl.col("coll").alias("_key")
+    own_of = dict(zip(own["name"], own["family"] + ":" + own["coll"], strict=True))
+    return pl.col("name").replace_strict(own_of, default=pl.col("coll")).alias("_key")
 
 
 def _instances(calls: pl.DataFrame) -> pl.DataFrame:
@@ -169,8 +226,12 @@ def _instances(calls: pl.DataFrame) -> pl.DataFrame:
 
 
 @provides("collective_calls")
-def collective_calls_product(events: pl.DataFrame, sources: list[SourceInfo]) -> pl.DataFrame:
-    return collective_calls(events, pg_config(sources))
+def collective_calls_product(
+    events: pl.DataFrame, sources: list[SourceInfo], options: Options
+) -> pl.DataFrame:
+    return collective_calls(
+        events, pg_config(sources), tc.load_families(options.collective_rules)
+    )
 
 
 def pg_config(sources: list[SourceInfo]) -> dict[int, list[dict[str, Any]]]:

@@ -1,7 +1,10 @@
 """The parallelism dimension of every collective (product ``collectives``: one row per rank and
 collective call, matched into instances): process-group description, else pool-spanning group →
-``weight_sync``, else rank layout, else kernel-name and pattern rules
-(``taxonomy/collectives.toml``).
+``weight_sync``, else a ``weight_sync`` stage, else rank layout, else kernel-name and pattern
+rules (``taxonomy/collectives.toml``) — except for a call whose process group was not recorded
+and whose communication family names a dimension (``taxonomy/comm_families.toml``: DeepEP →
+ep, an engine's custom all-reduce → tp): the family decides first, the group then being only a
+guess from which ranks make the same calls.
 """
 
 from __future__ import annotations
@@ -86,15 +89,36 @@ def group_dims(
     ).select("group", "pg_desc", "gdim", "by", "_layout", "_weak")
 
 
+def _family_dims(names: pl.Series, options: Options) -> pl.DataFrame:
+    """name → the dimension its communication family names (``_fdim``), for families that
+    name one."""
+    fam = tc.family_frame(names, tc.load_families(options.collective_rules))
+    return fam.filter(pl.col("family_dim").is_not_null()).select(
+        "name", pl.col("family_dim").alias("_fdim")
+    )
+
+
 def _dims_for(rows: pl.DataFrame, options: Options, pools: pl.DataFrame) -> pl.DataFrame:
-    """``rows`` (group, pg_desc, name, coll, stage, bytes) → dim and ``dim_by``."""
+    """``rows`` (group, pg_desc, name, coll, stage, bytes, group_recorded) → dim and
+    ``dim_by``. A family's dimension decides only where no process group was recorded (the
+    group then is a guess from which ranks make the same calls, which says nothing of the
+    dimension)."""
     rules = _dim_rules(options)
     g = group_dims(pools, rows.select("group", "pg_desc"), rules)
     names = rows["name"].unique()
+    recorded = (
+        pl.col("group_recorded")
+        if "group_recorded" in rows.columns
+        else pl.col("group").is_not_null()
+    )
     kd = pl.DataFrame({"name": names, "_kdim": tc.kernel_dims(names, rules)})
     out = rows.join(
         g, on=["group", "pg_desc"], how="left", nulls_equal=True, maintain_order="left"
-    ).join(kd, on="name", how="left", maintain_order="left")
+    ).join(kd, on="name", how="left", maintain_order="left").join(
+        _family_dims(names, options), on="name", how="left", maintain_order="left"
+    ).with_columns(
+        pl.when(~recorded).then(pl.col("_fdim")).alias("_fdim")
+    )
     pattern = tc.pattern_dim(rules)
     in_sync = pl.when(pl.col("stage").cast(pl.String) == "weight_sync").then(pl.lit("weight_sync"))
     # a rank pattern read without degrees does not outweigh what p2p and all-to-all say
@@ -105,17 +129,18 @@ def _dims_for(rows: pl.DataFrame, options: Options, pools: pl.DataFrame) -> pl.D
         .alias("_layout")
     )
     return out.with_columns(
-        pl.coalesce("gdim", in_sync, "_layout", "_kdim", pattern.cast(pl.String))
+        pl.coalesce("_fdim", "gdim", in_sync, "_layout", "_kdim", pattern.cast(pl.String))
         .cast(DIM)
         .alias("dim"),
         pl.coalesce(
+            pl.when(pl.col("_fdim").is_not_null()).then(pl.lit("family")),
             "by",
             pl.when(in_sync.is_not_null()).then(pl.lit("stage")),
             pl.when(pl.col("_layout").is_not_null()).then(pl.lit("layout")),
             pl.when(pl.col("_kdim").is_not_null()).then(pl.lit("kernel name")),
             pl.lit("pattern"),
         ).alias("dim_by"),
-    ).drop("gdim", "by", "_kdim", "_layout", "_weak")
+    ).drop("gdim", "by", "_kdim", "_fdim", "_layout", "_weak")
 
 
 def row_dims(
@@ -140,7 +165,7 @@ def row_dims(
         "bytes",
         "stage",
     )
-    filled = fill_groups(calls, pg_config(sources))
+    filled = fill_groups(calls, pg_config(sources), tc.load_families(options.collective_rules))
     dims = _dims_for(filled, options, pools)
     return (
         pl.DataFrame({"_row": pl.int_range(ev.height, eager=True).cast(pl.UInt32)})
