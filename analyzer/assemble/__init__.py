@@ -31,9 +31,11 @@ import polars as pl
 
 from parsers import ParsedSource
 from parsers.source import empty_metrics
+from taxonomy.collectives import load_families
 
 from ..model.options import Options
 from ..model.run import Run, SourceInfo
+from .collectives import mark_communication
 from .ranks import assign_ranks
 
 __all__ = ["build"]
@@ -50,6 +52,7 @@ def build(
     options, events and metric rows concatenated, the parsers' warnings kept."""
     options = options or Options()
     events, ranks, roles, assembly_notes = assign_ranks(parsed, options)
+    events = mark_communication(events, load_families(options.collective_rules))
     infos = [SourceInfo(i, p.path, p.format, ranks[i], {**p.meta, "role": roles[i]}, p.warnings)
              for i, p in enumerate(parsed)]
     metrics = pl.concat(
