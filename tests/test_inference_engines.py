@@ -96,7 +96,8 @@ def test_prefill_decode_split_matches_the_raw_annotations(runs, name):
     assert row["phase"] == ("mixed" if pre and dec else "prefill" if pre else "decode")
     split = phase_split(per_step)
     assert split["phase"].to_list() == [row["phase"]]
-    assert split["time_ns"][0] == row["step_ns"] == int(run.steps["end_ns"][0] - run.steps["start_ns"][0])
+    window = run.steps.row(0, named=True)
+    assert split["time_ns"][0] == row["step_ns"] == window["end_ns"] - window["start_ns"]
     assert split["share"][0] == 1.0
 
 

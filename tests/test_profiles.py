@@ -32,6 +32,8 @@ FRAMEWORKS = (
     "areal",
     "roll",
     "deepspeed_chat",
+    "vllm",
+    "sglang",
     "generic",
 )
 
