@@ -138,7 +138,7 @@ def test_trl_trainer_state_log_history():
     assert "train_runtime" not in set(out.metrics["key"].to_list())
 
 
-def test_trl_console_dicts_are_numbered_and_a_cut_dict_reported():
+def test_trl_console_dicts_take_the_bars_step_and_a_cut_dict_reported():
     out = parse("trl_grpo_console.log")
     assert durations(out, 2)[
         "profiling/Time taken: GRPOTrainer._move_model_to_vllm"
@@ -146,7 +146,8 @@ def test_trl_console_dicts_are_numbered_and_a_cut_dict_reported():
     assert durations(out, 2)[
         "profiling/Time taken: GRPOTrainer.transformers.generate"
     ] == pytest.approx(16.2)
-    assert out.meta["step_numbering"].startswith("ordinal")
+    assert out.meta["step_numbering"].startswith("trainer global_step")
+    assert durations(out, 2)["progress/s_per_it"] == pytest.approx(16.4)
     assert any("line 7" in w and "cut short" in w for w in out.warnings)
 
 

@@ -54,16 +54,21 @@ SHOWN_CHARS = 100
 
 
 def bars(lines: pl.DataFrame) -> pl.DataFrame:
-    """Every tqdm redraw in ``lines``: its line, label, ``n/total``, elapsed seconds and seconds
-    per iteration (null while tqdm shows ``?``)."""
+    """Every tqdm redraw in ``lines``: its line (and ``pos``, the row, when ``lines`` has one: a
+    ``\\r``-joined line holds many redraws), label, ``n/total``, elapsed seconds and seconds per
+    iteration (null while tqdm shows ``?``)."""
+    keep = [c for c in ("pos",) if c in lines.columns]
     found = lines.filter(pl.col("text").str.contains(BAR)).select(
-        "line", pl.col("text").str.extract_groups(BAR).alias("bar")
+        "line", *keep, pl.col("text").str.extract_groups(BAR).alias("bar")
     ).unnest("bar")
     if found.height == 0:
-        return pl.DataFrame(schema=BAR_SCHEMA)
+        return pl.DataFrame(schema=BAR_SCHEMA).with_columns(
+            [pl.lit(None, dtype=lines.schema[c]).alias(c) for c in keep]
+        )
     rate = pl.col("rate").cast(pl.Float64, strict=False)
     return found.select(
         "line",
+        *keep,
         pl.col("label").str.strip_chars(),
         pl.col("n").cast(pl.Int64, strict=False),
         pl.col("total").cast(pl.Int64, strict=False),
@@ -73,7 +78,7 @@ def bars(lines: pl.DataFrame) -> pl.DataFrame:
         .when((pl.col("unit") == "it/s") & (rate > 0))
         .then(1.0 / rate)
         .alias("s_per_it"),
-    ).cast(BAR_SCHEMA)
+    ).cast({**BAR_SCHEMA, **{c: lines.schema[c] for c in keep}})
 
 
 def clock_seconds(text: pl.Expr) -> pl.Expr:

@@ -20,6 +20,7 @@ from ..errors import InputError
 from ..jsonbound import decode_bounded
 from ..source import ParsedSource
 from .lines import LineIssues, is_document, lines_frame, read_text
+from .progress import bars, bars_of_loop
 from .records import ROWS_SCHEMA, record_rows, split_timers
 from .timers import finish
 from .values import MAX_STEP, flat_scalars, py_step, python_literal
@@ -27,7 +28,9 @@ from .values import MAX_STEP, flat_scalars, py_step, python_literal
 FORMAT = "trl-log"
 EXTENSIONS: tuple[str, ...] = (".json", ".log", ".txt", ".out")
 
-TIMER_KEY = r"^profiling/Time taken: |(?:^|/)\w+_time_s$|^step_time$"
+BAR_RATE = "progress/s_per_it"
+"""The training bar's seconds per optimizer step (tqdm's smoothed rate) at a logged step."""
+TIMER_KEY = r"^profiling/Time taken: |(?:^|/)\w+_time_s$|^step_time$|^progress/s_per_it$"
 RUN_KEYS = (
     "train_runtime",
     "train_samples_per_second",
@@ -40,9 +43,12 @@ STATE_KEYS = ("global_step", "max_steps", "logging_steps", "eval_steps", "save_s
 
 _STATE = re.compile(rb'"log_history"\s*:\s*\[')
 _CONSOLE = re.compile(
-    rb"(?m)^\{'(?:loss|train_loss|reward|completions/mean_length)'[^\n]*'epoch': '?[\d.e-]+'?\}\s*$"
+    rb"(?m)(?:^|\r|\]\s*)\{'(?:loss|train_loss|reward|completions/mean_length)'[^\n\r]*"
+    rb"'epoch': '?[\d.e-]+'?\}\s*$"
 )
 CONSOLE_RECORD = r"^\{'[^']+': .*'epoch': '?[-\d.e]+'?\}\s*$"
+BAR_THEN_DICT = r"^\s*\d{1,3}%\|.*\]\s*(\{'.*)$"
+"""A dict printed straight after a bar redraw, on the same line."""
 
 
 def sniff(head: bytes, path: Path) -> int:
@@ -111,16 +117,20 @@ def _state_rows(out: ParsedSource, path: Path, text: str) -> pl.DataFrame:
 
 
 def _console_rows(out: ParsedSource, text: str) -> pl.DataFrame:
-    """Console dicts carry no step: they are numbered 1, 2, … in order (``logging_steps`` apart
-    in the real run, which the console does not say)."""
-    lines = lines_frame(text, out)
+    """Console dicts carry no step: each takes the optimizer step the training bar shows beside
+    it (the bar tqdm redraws right after writing the dict, else the one before), or, without a
+    usable bar, its place in order (1, 2, …; ``logging_steps`` apart in the real run)."""
+    lines = lines_frame(text, out).with_row_index("pos")
+    lines = lines.with_columns(
+        pl.when(pl.col("text").str.contains(BAR_THEN_DICT))
+        .then(pl.col("text").str.extract(BAR_THEN_DICT, 1))
+        .otherwise(pl.col("text"))
+        .alias("text")
+    )
     dicts = lines.filter(pl.col("text").str.contains(CONSOLE_RECORD))
     final = dicts.filter(pl.col("text").str.contains("'train_runtime'", literal=True))
-    records = (
-        dicts.filter(~pl.col("line").is_in(final["line"].implode()))
-        .with_row_index("step", offset=1)
-        .select("line", pl.col("step").cast(pl.Int32), pl.col("text").alias("payload"))
-    )
+    logged = dicts.filter(~pl.col("line").is_in(final["line"].implode()))
+    numbered = _bar_steps(logged, lines)
     issues = LineIssues()
     cut = lines.filter(
         pl.col("text").str.starts_with("{'")
@@ -128,7 +138,28 @@ def _console_rows(out: ParsedSource, text: str) -> pl.DataFrame:
         & ~pl.col("line").is_in(dicts["line"].implode())
     )
     issues.add_frame(cut.with_columns(pl.lit("log dict cut short").alias("problem")))
+    records = numbered.select("line", "step", pl.col("text").alias("payload"))
     rows = record_rows(records, issues, decode=_numbers_in_strings)
+    if "bar" in numbered.columns and _bar_numbering_holds(rows):
+        out.meta["step_numbering"] = "trainer global_step (the training progress bar's count)"
+        rows = pl.concat([rows, _bar_rows(numbered, rows)])
+    else:
+        if "bar" in numbered.columns:
+            out.warn(
+                "the progress bar's counts do not number the console dicts one to one: logging "
+                "steps are numbered 1, 2, … in order"
+            )
+        rows = record_rows(
+            logged.with_row_index("step", offset=1).select(
+                "line", pl.col("step").cast(pl.Int32), pl.col("text").alias("payload")
+            ),
+            LineIssues(),
+            decode=_numbers_in_strings,
+        )
+        out.meta["step_numbering"] = (
+            "ordinal (the console prints no step; multiply by logging_steps)"
+        )
+        out.warn("console dicts carry no step number: logging steps are numbered 1, 2, … in order")
     run_level = record_rows(
         final.select(
             "line", pl.lit(0, dtype=pl.Int32).alias("step"), pl.col("text").alias("payload")
@@ -137,11 +168,68 @@ def _console_rows(out: ParsedSource, text: str) -> pl.DataFrame:
         decode=_numbers_in_strings,
     )
     issues.report(out)
-    out.meta["step_numbering"] = "ordinal (the console prints no step; multiply by logging_steps)"
-    out.warn("console dicts carry no step number: logging steps are numbered 1, 2, … in order")
     return pl.concat([rows, run_level.filter(pl.col("key").is_in(list(RUN_KEYS)))]).with_columns(
         pl.lit(0, dtype=pl.UInt32).alias("record")
     )
+
+
+def _bar_steps(logged: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """``logged`` with the training bar's count ``n`` as ``step`` and its ``s_per_it`` and
+    ``elapsed_s`` beside each dict (column ``bar`` says a bar was used), else numbered 1, 2, …"""
+    ordinal = logged.with_row_index("step", offset=1).with_columns(pl.col("step").cast(pl.Int32))
+    drawn = bars(lines)
+    unlabelled = drawn.filter(pl.col("label").is_null() | (pl.col("label") == ""))
+    loop = bars_of_loop(unlabelled if unlabelled.height else drawn)
+    if loop.height == 0 or logged.height == 0:
+        return ordinal
+    cols = ["pos", "n", "s_per_it", "elapsed_s"]
+    redraws = loop.select(cols).sort("pos")
+    dicts = logged.sort("pos").with_columns(pl.col("pos").shift(-1).alias("_next_dict"))
+    after = dicts.join_asof(
+        redraws.with_columns(pl.col("pos").alias("_at")), on="pos", strategy="forward"
+    )
+    before = dicts.select("pos").join_asof(redraws, on="pos", strategy="backward")
+    use_after = pl.col("_at").is_not_null() & (
+        pl.col("_next_dict").is_null() | (pl.col("_at") < pl.col("_next_dict"))
+    )
+    both = after.with_columns(use_after.alias("_after")).join(
+        before, on="pos", how="left", suffix="_b"
+    )
+    pick = pl.col("_after")
+    return both.select(
+        "line", "pos", "text",
+        pl.when(pick).then("n").otherwise("n_b").cast(pl.Int32).alias("step"),
+        pl.when(pick).then("s_per_it").otherwise("s_per_it_b").alias("s_per_it"),
+        pl.when(pick).then("elapsed_s").otherwise("elapsed_s_b").alias("elapsed_s"),
+        pl.lit(True).alias("bar"),
+    )
+
+
+def _bar_numbering_holds(rows: pl.DataFrame) -> bool:
+    """The bar numbers the dicts when every dict got a count and no key is stated twice for one
+    step (a lagging bar would give two training dicts the same step)."""
+    return (
+        rows.height > 0
+        and rows["step"].null_count() == 0
+        and not rows.select(pl.struct("step", "key").is_duplicated().any()).item()
+    )
+
+
+def _bar_rows(numbered: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
+    """The bar's seconds per step (a timer when the dicts have no ``step_time`` of their own,
+    else a metric under another name) and its elapsed time, as rows like the dicts'."""
+    own_total = rows.filter(pl.col("key") == "step_time").height > 0
+    rate_key = "progress/bar_s_per_it" if own_total else BAR_RATE
+    long = numbered.filter(pl.col("step").is_not_null()).unpivot(
+        index=["line", "step"], on=["s_per_it", "elapsed_s"], variable_name="key"
+    ).filter(pl.col("value").is_not_null())
+    return long.select(
+        "step",
+        pl.col("key").replace_strict({"s_per_it": rate_key, "elapsed_s": "progress/elapsed_s"}),
+        "value",
+        pl.col("line").alias("record"),
+        "line",
+    ).cast(ROWS_SCHEMA)
 
 
 def _numbers_in_strings(text: str) -> dict[str, Any]:
