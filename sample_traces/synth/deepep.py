@@ -252,7 +252,7 @@ def generate(cfg: DeepEPConfig, out_dir: str | Path) -> dict[str, object]:
     doc = {
         "format": "rlperf-truth/1",
         "synthetic": True,
-        "generator": "sample_traces/synth/deepep",
+        "generator": "sample_traces/synth/deepep.py",
         "scenario": "deepep_dualpipe",
         "seed": cfg.seed,
         "config": asdict(cfg),
