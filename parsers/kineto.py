@@ -56,6 +56,7 @@ from .events import (
     nesting_depth,
 )
 from .jsonbound import decode_bounded, decode_each
+from .kineto_export import OWN_CATEGORIES, processes, single, with_processes
 from .limits import DECOMPRESSED_BYTES, EVENTS, STRING_BYTES
 from .nccl import canonical_coll, canonical_ranks, dtype_bytes, kernel_coll_expr
 from .reading import GZIP_ERRORS, gunzip
@@ -161,6 +162,7 @@ class _Trace(Struct, gc=False):
     hostname: Raw = Raw(b"")
     roctracer_version: Raw = Raw(b"")
     hip_runtime_version: Raw = Raw(b"")
+    rlperf: Raw = Raw(b"")
 
 
 def _raw_value(raw: Raw) -> Any:
@@ -373,6 +375,10 @@ def _metadata(path: Path, trace: _Trace, out: ParsedSource) -> dict[str, Any]:
         if rank is not None:
             meta["rank_from"] = "file name"
     meta["rank"] = rank if rank is not None else -1
+    table = processes(_raw_value(trace.rlperf), out)
+    if table:
+        meta["processes"] = table
+        meta["rank"] = single(table, "rank") if single(table, "rank") is not None else -1
     if dist:
         meta["world_size"] = _meta_int(
             dist.world_size, 1, rank_hi + 1, "distributedInfo.world_size", "world_size", out
@@ -400,7 +406,7 @@ def _metadata(path: Path, trace: _Trace, out: ParsedSource) -> dict[str, Any]:
         or (tb.group("host") if tb else None)
     )
     host = str(host) if host is not None else None
-    meta["host"] = host
+    meta["host"] = single(table, "host") if table else host
     meta["device_properties"] = _raw_value(trace.deviceProperties)
     meta["rocm"] = bool(trace.roctracer_version or trace.hip_runtime_version)
     meta["trace_name"] = _raw_value(trace.traceName)
@@ -616,8 +622,11 @@ _EXT = attrgetter("ext_id")
 _EXT_OLD = attrgetter("ext_id_old")
 _COLL = attrgetter("coll_name")
 _KIND_OF_ANY_CASE = {**_KIND_OF_CAT, **{k.capitalize(): v for k, v in _KIND_OF_CAT.items()}}
-_NOT_EVENTS = frozenset({"", "ac2g", "fwdbwd", "async_gpu", "async_cpu_to_gpu", "Trace"})
-"""Categories that are links or bookkeeping, not events (flows, the profiler's own span)."""
+_NOT_EVENTS = frozenset({"", "ac2g", "fwdbwd", "async_gpu", "async_cpu_to_gpu", "Trace"}) | (
+    OWN_CATEGORIES
+)
+"""Categories that are links or bookkeeping, not events (flows, the profiler's own span, the
+derived tracks of rlperf's export)."""
 
 
 def _sparse(
@@ -821,9 +830,14 @@ def _finish(
             pl.when(collective).then(pl.col(c)).otherwise(None).alias(c)
             for c in ("pg", "pg_desc", "pg_ranks", "group_size", "seq")
         ]
-    shaped, counts = bound(_with_depth(frame.select(columns), out))
+    shaped = frame.select(columns)
+    if meta.get("processes"):
+        shaped = with_processes(shaped, meta["processes"])
+    shaped, counts = bound(_with_depth(shaped, out))
     for problem, count in counts.items():
         out.tally(problem, count)
+    if meta.get("processes"):
+        return conform(shaped, source=source)
     return conform(shaped, source=source, rank=meta.get("rank", -1), host=meta.get("host"))
 
 

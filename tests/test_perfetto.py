@@ -1,5 +1,6 @@
 """``rlperf export --perfetto``: a Chrome-trace JSON for the Perfetto UI and chrome://tracing that
-rlperf's own Kineto parser reads back with the stage tracks intact."""
+rlperf's own Kineto parser reads back with every rank's events intact, its stage track the stage
+timeline (tests/test_perfetto_roundtrip.py: the whole analysis read back)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from report_truth import RUNS, cli, load_truth, synthetic
 import analyzer
 import parsers
 from analyzer.analyses.gpu_time import compute as gpu_time
-from analyzer.ops.perfetto import BUBBLE_CATEGORY, BUBBLE_TID, STAGE_TID, export
+from analyzer.ops.perfetto import BUBBLE_TID, STAGE_TID, export
 from parsers.events import validate
+from parsers.kineto_export import BUBBLE_CATEGORY, STAGE_CATEGORY
 
 GPU = ["kernel", "memcpy", "memset"]
 
@@ -29,23 +31,40 @@ def exported(tmp_path_factory: pytest.TempPathFactory):
     return run, out, written
 
 
-def test_stage_tracks_load_back_intact(exported):
+def stage_slices(out: Path) -> pl.DataFrame:
+    """The stage track as the file holds it: rank (from the header's process table), stage and
+    nanosecond bounds (``ts``/``dur`` are µs with three decimals)."""
+    document = json.loads(out.read_text())
+    base = document["baseTimeNanoseconds"]
+    rank_of = {e["pid"]: e["rank"] for e in document["rlperf"]["processes"]}
+    rows = [
+        {
+            "rank": rank_of[e["pid"]],
+            "stage": e["name"],
+            "start_ns": base + round(e["ts"] * 1000),
+            "end_ns": base + round((e["ts"] + e["dur"]) * 1000),
+        }
+        for e in document["traceEvents"]
+        if e.get("cat") == STAGE_CATEGORY
+    ]
+    return pl.DataFrame(rows).sort("rank", "start_ns")
+
+
+def test_stage_track_is_the_stage_timeline_and_no_event_when_read(exported):
+    """The stages track holds every stage segment to the nanosecond; rlperf's reader skips it
+    (the stages are derived again from the exported ranges) and counts no unknown category."""
     run, out, written = exported
+    got = stage_slices(out)
+    expected = run.stage_timeline.select(
+        pl.col("rank").cast(pl.Int64), pl.col("stage").cast(pl.String), "start_ns", "end_ns"
+    ).sort("rank", "start_ns")
+    assert got.height == written["stage_slices"] == run.stage_timeline.height
+    assert got.equals(expected)
     back = parsers.parse_file(out)
     assert back.format == "kineto" and back.warnings == []
     validate(back.events, where=str(out))
-    stages = back.events.filter((pl.col("kind") == "annotation") & (pl.col("tid") == STAGE_TID))
-    assert stages.height == written["stage_slices"] == run.stage_timeline.height
-    expected = run.stage_timeline.select(
-        pl.col("rank").cast(pl.Int64).alias("pid"),
-        pl.col("stage").cast(pl.String).alias("name"),
-        "start_ns",
-        "end_ns",
-    ).sort("pid", "start_ns")
-    got = stages.select("pid", pl.col("name").cast(pl.String), "start_ns", "end_ns").sort(
-        "pid", "start_ns"
-    )
-    assert got.equals(expected)
+    assert back.events.filter(pl.col("tid").is_in([STAGE_TID, BUBBLE_TID])).height == 0
+    assert "skipped_categories" not in back.meta
 
 
 def merged(stages: pl.DataFrame) -> pl.DataFrame:
@@ -65,13 +84,7 @@ def test_stage_tracks_are_the_truths_stages(exported):
     rank's stage intervals to the nanosecond (measured: exact), the slices split at sub-ranges
     joined again."""
     run, out, _ = exported
-    back = parsers.parse_file(out).events
-    got = back.filter((pl.col("kind") == "annotation") & (pl.col("tid") == STAGE_TID)).select(
-        pl.col("pid").cast(pl.Int64).alias("rank"),
-        pl.col("name").cast(pl.String).alias("stage"),
-        "start_ns",
-        "end_ns",
-    )
+    got = stage_slices(out)
     truth = load_truth(run.sources[0].path.parent)
     want = pl.DataFrame(truth["stages"]).filter(pl.col("rank") >= 0).select(
         pl.col("rank").cast(pl.Int64), "stage", "start_ns", "end_ns").sort("rank", "start_ns")
@@ -90,14 +103,16 @@ def test_device_work_loads_back_unchanged(exported):
         .agg(summary)
         .sort("who", "kind")
     )
-    b = after.group_by(pl.col("pid").alias("who"), "kind").agg(summary).sort("who", "kind")
+    b = after.group_by(pl.col("rank").cast(pl.Int64).alias("who"), "kind").agg(summary).sort(
+        "who", "kind"
+    )
     assert a.equals(b)
     busy_before = (
         gpu_time(run.events)
         .select(pl.col("rank").cast(pl.Int64), "busy_ns", "overlap_ns")
         .sort("rank")
     )
-    busy_after = gpu_time(back.with_columns(pl.col("pid").cast(pl.Int32).alias("rank"))).select(
+    busy_after = gpu_time(back).select(
         pl.col("rank").cast(pl.Int64), "busy_ns", "overlap_ns").sort("rank")
     assert busy_before.equals(busy_after)
     assert groups(before) == groups(after)
@@ -163,6 +178,7 @@ def test_cli_export_of_a_sample_run(tmp_path: Path):
     run = analyzer.load([source])
     back = parsers.parse_file(out).events
     kinds = ["cpu_op", "annotation", "python", "runtime", "marker"]
-    before = run.events.filter(pl.col("kind").is_in(kinds) & (pl.col("rank") >= 0))
-    after = back.filter(pl.col("kind").is_in(kinds) & (pl.col("tid") != STAGE_TID))
-    assert per_kind(before, "rank").equals(per_kind(after, "pid"))
+    before = run.events.filter(pl.col("kind").is_in(kinds))
+    after = back.filter(pl.col("kind").is_in(kinds))
+    assert sorted(set(before["rank"].to_list())) == [-1, 0, 1, 2]
+    assert per_kind(before, "rank").equals(per_kind(after, "rank"))

@@ -52,9 +52,12 @@ def assign_ranks(
             continue
         where = u["label"]
         by_file = RANK_IN_NAME_BOUNDED.search(u["file"]) if u["pid"] is None else None
-        if u["driver_file"] or (several and u["driverish"]):
+        if u["declared"] or u["driver_file"] or (several and u["driverish"]):
             u["role"] = DRIVER
-            why = "its file name" if u["driver_file"] else "driver timers and no device work"
+            why = (
+                "the process table of rlperf's export" if u["declared"]
+                else "its file name" if u["driver_file"] else "driver timers and no device work"
+            )
             notes.append(f"{where}: the single controller ({why}); role driver, not a device")
             continue
         if by_file and int(by_file.group(1)) not in taken:
@@ -125,6 +128,7 @@ def _units(
     )
     for i, (p, table) in enumerate(zip(parsed, tables, strict=True)):
         split = "processes" in p.meta and table.filter(pl.col("rank") < 0).height > 0
+        declared = {e.get("pid") for e in p.meta.get("processes") or [] if e.get("role") == DRIVER}
         stats = (
             table.with_columns(pl.col("pid") if split else pl.lit(None, pl.Int64).alias("pid"))
             .group_by("pid")
@@ -159,6 +163,7 @@ def _units(
                     and not row["coll"]
                     and n_driver > 0
                     and n_driver >= n_other,
+                    "declared": row["pid"] is not None and row["pid"] in declared,
                     "role": WORKER,
                 }
             )

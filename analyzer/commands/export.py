@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ..ops.perfetto import MERGE_BELOW_NS
 from ..ops.perfetto import export as write_trace
 from ..progress import Steps, load
 from .shared import Debug, Jobs, NoCache, Paths, Quiet, RunChoice, Strict, conclude, hold_strict
@@ -17,7 +18,9 @@ def export(
     perfetto: Annotated[
         Path,
         typer.Option(
-            "--perfetto", "-p", help="Write the trace JSON here (.json, or .json.gz to compress)."
+            "--output", "-o", "--perfetto", "-p",
+            help="Write the trace JSON here (.json, or .json.gz to compress).",
+            show_default=False,
         ),
     ],
     jobs: Jobs = None,
@@ -29,7 +32,8 @@ def export(
 ) -> None:
     """Export the run for the Perfetto UI (ui.perfetto.dev) and chrome://tracing: every rank a
     process with its events, a stages track, a bubbles track (idle time by cause, the largest
-    marked) and weight-sync flow arrows. rlperf reads the file back as a PyTorch profiler trace.
+    marked) and weight-sync flow arrows. `rlperf analyze` reads the file back as the same run
+    (ranks, streams, process groups, placement).
     """
     steps = Steps(quiet)
     run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[perfetto])
@@ -38,7 +42,8 @@ def export(
         written = write_trace(run, perfetto)
     steps.say(
         f"rlperf: wrote {written['events']:,} events, {written['stage_slices']:,} stage slices, "
-        f"{written['bubble_slices']:,} bubbles and "
+        f"{written['bubble_slices']:,} bubble slices ({written['idle_runs']:,} idle runs, "
+        f"consecutive ones under {MERGE_BELOW_NS // 1000} µs merged) and "
         f"{written['flows']:,} weight-sync flows to {perfetto} "
         "(open it at ui.perfetto.dev or chrome://tracing)"
     )

@@ -1,15 +1,20 @@
 """A run as one Chrome-trace JSON for the Perfetto UI and chrome://tracing: every rank a process,
 its events on their threads and streams, plus a *stages* track (the stage timeline), a *bubbles*
-track (idle time by cause, the largest marked) and flow arrows for weight sync.
+track (idle time by cause, the largest marked, tiny runs aggregated) and flow arrows for weight
+sync.
 
 The file is written in the shape of a PyTorch profiler (Kineto) trace, so rlperf's own Kineto
-parser reads it back: ``baseTimeNanoseconds`` plus relative ``ts`` in µs with three decimals
-(nanoseconds survive exactly), Kineto categories (``kernel``, ``cpu_op``, ``user_annotation``,
-…) and args (``correlation``, ``External id``, ``Collective name``, …). Rank r is process r;
-device work sits on thread = CUDA stream as in Kineto. Stage slices are ``user_annotation``
-events named by their stage on thread :data:`STAGE_TID` of the rank's process; bubbles use the
-category ``rlperf_bubble``, which trace readers that do not know it skip. Framework-log rows are
-not exported (their times may be synthesised from step order).
+parser reads it back as the same run: ``baseTimeNanoseconds`` plus relative ``ts`` in µs with
+three decimals (nanoseconds survive exactly), Kineto categories (``kernel``, ``cpu_op``,
+``user_annotation``, …) and args (``correlation``, ``External id``, ``Collective name``, process
+group name, description and ranks, …). Rank r is process r, the single controller process
+:data:`DRIVER_PID`; the header's process table (``rlperf.processes``, read by
+:mod:`parsers.kineto_export`) names each process's rank, host and device, which one Kineto file
+cannot say otherwise. Device work sits on thread = CUDA stream as in Kineto. Events are exported
+on the run's aligned clock. The derived tracks (stages on thread :data:`STAGE_TID`, bubbles on
+:data:`BUBBLE_TID`, flows) carry rlperf's own categories, which its reader and other trace
+readers skip: reading the export back derives the stages again from the exported ranges.
+Framework-log rows are not exported (their times may be synthesised from step order).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import Any
 
 import polars as pl
 
+from parsers.kineto_export import BUBBLE_CATEGORY, FLOW_CATEGORY, STAGE_CATEGORY
+
 from ..analyses.overview import frame_of
 from ..model.scalars import as_int
 from ..report.files import atomic_binary
@@ -28,8 +35,15 @@ from ..report.files import atomic_binary
 STAGE_TID = 10_000_001
 BUBBLE_TID = 10_000_002
 """Thread ids of the two added tracks (above any Linux thread id, far above CUDA stream ids)."""
-BUBBLE_CATEGORY = "rlperf_bubble"
-FLOW_CATEGORY = "weight_sync"
+DRIVER_PID = 10_000_000
+"""The single controller's process (rank -1 in the run; no rank can be this high in a Perfetto
+view one can read, and a Chrome-trace pid must be a number)."""
+MERGE_BELOW_NS = 10_000
+"""Idle runs shorter than this (10 µs) that follow each other on one rank, of one cause in one
+step, are exported as one bubble slice: a CPU-only run has thousands of 1–10 µs host gaps that
+would otherwise bury the bubbles worth looking at. The slice starts at the first run and lasts
+their total, so the bubble slices sum to the idle time exactly; its args say how many runs it
+holds (``merged``) and over what span (``span_us``)."""
 
 CATEGORY: dict[str, str] = {
     "kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "gpu_sync": "cuda_sync",
@@ -42,11 +56,10 @@ DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_sync", "gpu_annotation")
 
 def export(run, output: Path) -> dict[str, Any]:
     """Write ``run`` to ``output`` (gzip when it ends in ``.gz``); returns what was written."""
-    events = run.events.filter(
-        (pl.col("rank") >= 0) & pl.col("kind").cast(pl.String).is_in(list(CATEGORY))
-    )
+    events = _with_groups(_trace_events(run), run)
     stages = frame_of(run, "stage_timeline", "rank", "step", "stage", "name", "start_ns", "end_ns")
-    bubbles = _bubbles(run)
+    idle = _bubbles(run)
+    bubbles = None if idle is None else merge_bubbles(idle)
     starts = [
         as_int(f["start_ns"].min()) for f in (events, stages, bubbles) if f is not None and f.height
     ]
@@ -54,7 +67,8 @@ def export(run, output: Path) -> dict[str, Any]:
         raise ValueError("nothing to export: the run has no trace events")
     t0 = (min(starts) // 1000) * 1000
     parts = [_events(events, t0)]
-    counts = {"events": events.height, "stage_slices": 0, "bubble_slices": 0, "flows": 0}
+    counts = {"events": events.height, "stage_slices": 0, "bubble_slices": 0,
+              "idle_runs": 0 if idle is None else idle.height, "flows": 0}
     if stages is not None and stages.height:
         parts.append(_stage_slices(stages, t0))
         counts["stage_slices"] = stages.height
@@ -69,13 +83,18 @@ def export(run, output: Path) -> dict[str, Any]:
         if any(p.len() for p in parts)
         else pl.Series([], dtype=pl.String)
     )
-    meta = _metadata(run, events, stages, bubbles)
+    table = processes(run, events, stages)
     header = {
         "schemaVersion": 1,
         "baseTimeNanoseconds": t0,
         "traceName": "rlperf export",
-        "rlperf": {"stage_tid": STAGE_TID, "bubble_tid": BUBBLE_TID, "ranks": run.ranks, **counts},
+        **_distributed(run),
+        "rlperf": {
+            "stage_tid": STAGE_TID, "bubble_tid": BUBBLE_TID, "driver_pid": DRIVER_PID,
+            "ranks": run.ranks, "merge_below_ns": MERGE_BELOW_NS, **counts, "processes": table,
+        },
     }
+    meta = _metadata(run, events, stages, bubbles, table)
     text = (
         json.dumps(header)[:-1]
         + ',"traceEvents":[\n'
@@ -95,6 +114,79 @@ def _write(output: Path, data: bytes) -> None:
             return
         with gzip.GzipFile(filename=output.name, mode="wb", fileobj=fh, compresslevel=6) as packed:
             packed.write(data)
+
+
+def _pid(rank: pl.Expr) -> pl.Expr:
+    """Rank r is process r; the single controller (rank -1) is :data:`DRIVER_PID`."""
+    return pl.when(rank >= 0).then(rank.cast(pl.Int64)).otherwise(pl.lit(DRIVER_PID, pl.Int64))
+
+
+def _trace_events(run) -> pl.DataFrame:
+    """The trace events on the run's one clock (within ``--ranks``): every rank's and the single
+    controller's, not the framework logs'."""
+    events = run.product("aligned") if run.provides("aligned") else run.events
+    return events.filter(pl.col("kind").cast(pl.String).is_in(list(CATEGORY))).with_columns(
+        _pid(pl.col("rank")).alias("_pid")
+    )
+
+
+def _with_groups(events: pl.DataFrame, run) -> pl.DataFrame:
+    """Collectives that name only their group get its ranks and description from their source's
+    ``pg_config``: the export is one file, whose reader has no per-rank configuration."""
+    rows = [
+        {"source": s.index, "pg": str(g.get("pg_name")), "_desc": g.get("pg_desc"),
+         "_ranks": g.get("ranks")}
+        for s in run.sources
+        for g in s.meta.get("pg_config") or []
+    ]
+    if not rows:
+        return events
+    config = pl.DataFrame(
+        rows, schema={"source": pl.UInt32, "pg": pl.String, "_desc": pl.String, "_ranks": pl.String}
+    ).unique(["source", "pg"], keep="first")
+    keyed = events.with_columns(pl.col("pg").cast(pl.String).alias("_pg"))
+    return keyed.join(
+        config.rename({"pg": "_pg"}), on=["source", "_pg"], how="left", maintain_order="left"
+    ).with_columns(
+        pl.coalesce(pl.col("pg_ranks").cast(pl.String), "_ranks").alias("pg_ranks"),
+        pl.coalesce(pl.col("pg_desc").cast(pl.String), "_desc").alias("pg_desc"),
+    ).drop("_pg", "_desc", "_ranks")
+
+
+def processes(run, events: pl.DataFrame, stages: pl.DataFrame | None) -> list[dict[str, Any]]:
+    """The header's process table: per process its rank, host, device (the first device its GPU
+    work ran on) and role, so that the reader gives every event back its rank."""
+    ranks = set(events["rank"].to_list()) | set(
+        stages["rank"].to_list() if stages is not None else []
+    )
+    per_rank = events.group_by("rank").agg(
+        pl.col("host").cast(pl.String).drop_nulls().first().alias("host"),
+        pl.col("device")
+        .filter(pl.col("kind").cast(pl.String).is_in(DEVICE_KINDS) & (pl.col("device") >= 0))
+        .first()
+        .alias("device"),
+    )
+    facts = {r: (h, d) for r, h, d in per_rank.iter_rows()}
+    table = []
+    for rank in sorted(ranks):
+        host, device = facts.get(rank, (None, None))
+        table.append({
+            "pid": rank if rank >= 0 else DRIVER_PID, "rank": rank, "host": host,
+            "device": -1 if device is None else int(device),
+            "role": "worker" if rank >= 0 else "driver",
+        })
+    return table
+
+
+def _distributed(run) -> dict[str, Any]:
+    """A ``distributedInfo`` without a rank (the file holds all of them): backend and world size
+    as the sources state them."""
+    metas = [s.meta for s in run.sources]
+    backend = next((m["backend"] for m in metas if m.get("backend")), None)
+    sizes = [m["world_size"] for m in metas if isinstance(m.get("world_size"), int)]
+    info = {k: v for k, v in (("backend", backend), ("world_size", max(sizes, default=None)))
+            if v is not None}
+    return {"distributedInfo": info} if info else {}
 
 
 def _text(*parts: str | pl.Expr) -> pl.Expr:
@@ -167,8 +259,8 @@ def _events(events: pl.DataFrame, t0: int) -> pl.Series:
     instant = kind == "marker"
     out = events.select(
         pl.when(instant)
-        .then(_slice(cat, name, pl.col("rank"), tid, t0, args, ph="i"))
-        .otherwise(_slice(cat, name, pl.col("rank"), tid, t0, args))
+        .then(_slice(cat, name, pl.col("_pid"), tid, t0, args, ph="i"))
+        .otherwise(_slice(cat, name, pl.col("_pid"), tid, t0, args))
     )
     return out.to_series()
 
@@ -183,7 +275,9 @@ def _stage_slices(stages: pl.DataFrame, t0: int) -> pl.Series:
     ).struct.json_encode()
     name = _json_strings(pl.col("stage"), stages["stage"])
     return stages.select(
-        _slice(pl.lit("user_annotation"), name, pl.col("rank"), pl.lit(STAGE_TID), t0, args)
+        _slice(
+            pl.lit(STAGE_CATEGORY), name, _pid(pl.col("rank")), pl.lit(STAGE_TID), t0, args
+        )
     ).to_series()
 
 
@@ -212,16 +306,56 @@ def _bubbles(run) -> pl.DataFrame | None:
     return idle.with_columns(pl.col("_i").is_in(marked).alias("largest")).drop("_i")
 
 
+def merge_bubbles(idle: pl.DataFrame, below_ns: int = MERGE_BELOW_NS) -> pl.DataFrame:
+    """Idle runs with consecutive runs under ``below_ns`` of one rank, cause and step joined
+    (:data:`MERGE_BELOW_NS`): ``start_ns`` of the first, ``end_ns`` = start + their total idle,
+    ``span_end_ns`` where the last ends, ``merged`` how many."""
+    ordered = idle.sort("rank", "start_ns").with_columns(
+        ((pl.col("end_ns") - pl.col("start_ns")) < below_ns).alias("_small")
+    )
+    same = (
+        pl.col("_small")
+        & pl.col("_small").shift(1).over("rank")
+        & (pl.col("cause") == pl.col("cause").shift(1).over("rank"))
+        & (pl.col("step").eq_missing(pl.col("step").shift(1).over("rank")))
+    )
+    grouped = ordered.with_columns((~same.fill_null(False)).cum_sum().alias("_g"))
+    return (
+        grouped.group_by("_g", maintain_order=True)
+        .agg(
+            pl.col("rank").first(), pl.col("step").first(), pl.col("cause").first(),
+            pl.col("start_ns").first(),
+            (pl.col("start_ns").first() + (pl.col("end_ns") - pl.col("start_ns")).sum())
+            .alias("end_ns"),
+            pl.col("end_ns").last().alias("span_end_ns"),
+            pl.col("largest").any(),
+            pl.len().cast(pl.Int64).alias("merged"),
+        )
+        .drop("_g")
+    )
+
+
 def _bubble_slices(bubbles: pl.DataFrame, t0: int) -> pl.Series:
-    args = pl.struct("cause", "step", "largest").struct.json_encode()
+    span = _micros(pl.col("span_end_ns") - pl.col("start_ns"))
+    args = pl.when(pl.col("merged") > 1).then(
+        _text(
+            pl.struct("cause", "step", "largest", "merged").struct.json_encode().str.strip_suffix(
+                "}"
+            ),
+            ',"span_us":', span, "}",
+        )
+    ).otherwise(pl.struct("cause", "step", "largest").struct.json_encode())
+    label = pl.when(pl.col("merged") > 1).then(
+        _text("bubbles: ", pl.col("cause"), " (", pl.col("merged"), " under 10 µs)")
+    ).otherwise(_text("bubble: ", pl.col("cause")))
     name = (
         pl.when(pl.col("largest"))
-        .then(_text('"largest bubble: ', pl.col("cause"), '"'))
-        .otherwise(_text('"bubble: ', pl.col("cause"), '"'))
+        .then(_text('"largest ', label, '"'))
+        .otherwise(_text('"', label, '"'))
     )
     color = pl.when(pl.col("largest")).then(pl.lit("terrible")).otherwise(pl.lit("bad"))
     rows = bubbles.select(
-        _slice(pl.lit(BUBBLE_CATEGORY), name, pl.col("rank"), pl.lit(BUBBLE_TID), t0, args),
+        _slice(pl.lit(BUBBLE_CATEGORY), name, _pid(pl.col("rank")), pl.lit(BUBBLE_TID), t0, args),
         color.alias("c"),
     )
     return rows.select(
@@ -259,30 +393,25 @@ def _flows(run, stages: pl.DataFrame, t0: int) -> pl.Series:
         return pl.Series([], dtype=pl.String)
     head = f'"cat":"{FLOW_CATEGORY}","name":"weight sync","id":'
     start = _text(
-        '{"ph":"s",' + head,
-        pl.col("id"),
-        ',"pid":',
-        pl.col("src"),
-        f',"tid":{STAGE_TID},"ts":',
-        _ts("src_mid", t0),
-        "}",
+        '{"ph":"s",' + head, pl.col("id"), ',"pid":', pl.col("src"),
+        f',"tid":{STAGE_TID},"ts":', _ts("src_mid", t0), "}",
     )
     finish = _text(
-        '{"ph":"f","bp":"e",' + head,
-        pl.col("id"),
-        ',"pid":',
-        pl.col("rank"),
-        f',"tid":{STAGE_TID},"ts":',
-        _ts("mid", t0),
-        "}",
+        '{"ph":"f","bp":"e",' + head, pl.col("id"), ',"pid":', pl.col("rank"),
+        f',"tid":{STAGE_TID},"ts":', _ts("mid", t0), "}",
     )
     return pl.concat([pairs.select(start).to_series(), pairs.select(finish).to_series()])
 
 
 def _metadata(
-    run, events: pl.DataFrame, stages: pl.DataFrame | None, bubbles: pl.DataFrame | None
+    run,
+    events: pl.DataFrame,
+    stages: pl.DataFrame | None,
+    bubbles: pl.DataFrame | None,
+    table: list[dict[str, Any]],
 ) -> list[str]:
-    """Process and thread names and orders: rank r is "rank r (pool, host)", stages on top."""
+    """Process and thread names and orders: rank r is "rank r (pool, host)", the single
+    controller "driver" above them, stages on top of each process."""
     pools = frame_of(run, "pools", "rank", "pool")
     pool_of = (
         {}
@@ -291,31 +420,23 @@ def _metadata(
             zip(pools["rank"].to_list(), pools["pool"].cast(pl.String).to_list(), strict=True)
         )
     )
-    hosts = events.group_by("rank").agg(pl.col("host").cast(pl.String).drop_nulls().first())
-    host_of = dict(zip(hosts["rank"].to_list(), hosts["host"].to_list(), strict=True))
     out = []
-    ranks = sorted(
-        set(events["rank"].to_list()) | set(stages["rank"].to_list() if stages is not None else [])
-    )
-    for rank in ranks:
-        label = ", ".join(str(x) for x in (pool_of.get(rank), host_of.get(rank)) if x)
+    for entry in table:
+        rank, pid = entry["rank"], entry["pid"]
+        label = ", ".join(str(x) for x in (pool_of.get(rank), entry["host"]) if x)
+        title = f"rank {rank}" if rank >= 0 else "driver (single controller)"
         out.append(
-            _meta(
-                "process_name",
-                rank,
-                None,
-                {"name": f"rank {rank}" + (f" ({label})" if label else "")},
-            )
+            _meta("process_name", pid, None, {"name": title + (f" ({label})" if label else "")})
         )
-        out.append(_meta("process_sort_index", rank, None, {"sort_index": rank}))
+        out.append(_meta("process_sort_index", pid, None, {"sort_index": rank}))
+    gpu = pl.col("kind").cast(pl.String).is_in(DEVICE_KINDS)
     tracks = events.select(
-        "rank", pl.col("kind").cast(pl.String).is_in(DEVICE_KINDS).alias("gpu"),
-        pl.when(pl.col("kind").cast(pl.String).is_in(DEVICE_KINDS)).then(pl.col("stream").cast(pl.Int64)).otherwise(pl.col("tid")).alias("tid"),
-    ).unique().sort("rank", "gpu", "tid", descending=[False, True, False])
-    for rank, gpu, tid in tracks.iter_rows():
-        out.append(
-            _meta("thread_name", rank, tid, {"name": f"stream {tid}" if gpu else f"thread {tid}"})
-        )
+        "_pid", gpu.alias("gpu"),
+        pl.when(gpu).then(pl.col("stream").cast(pl.Int64)).otherwise(pl.col("tid")).alias("tid"),
+    ).unique().sort("_pid", "gpu", "tid", descending=[False, True, False])
+    for pid, on_gpu, tid in tracks.iter_rows():
+        name = f"stream {tid}" if on_gpu else f"thread {tid}"
+        out.append(_meta("thread_name", pid, tid, {"name": name}))
     for frame, tid, title, order in (
         (stages, STAGE_TID, "stages", -2),
         (bubbles, BUBBLE_TID, "bubbles (idle by cause)", -1),
@@ -323,8 +444,9 @@ def _metadata(
         if frame is None or frame.height == 0:
             continue
         for rank in sorted(frame["rank"].unique().to_list()):
-            out.append(_meta("thread_name", rank, tid, {"name": title}))
-            out.append(_meta("thread_sort_index", rank, tid, {"sort_index": order}))
+            pid = rank if rank >= 0 else DRIVER_PID
+            out.append(_meta("thread_name", pid, tid, {"name": title}))
+            out.append(_meta("thread_sort_index", pid, tid, {"sort_index": order}))
     return out
 
 
