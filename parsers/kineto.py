@@ -106,6 +106,8 @@ _KIND_OF_CAT: dict[str, str] = {
 }
 _DEVICE_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_sync", "gpu_annotation"})
 
+PROCESS_NAMES = 16
+"""Process names kept per file (a trace has one per process; more is not a worker's)."""
 _US_TO_NS = 1000.0
 _EPOCH_US_FLOOR = 1e14
 """``ts`` values above this (≈ 1973 in epoch µs) are epoch µs; below, relative to a base."""
@@ -126,6 +128,7 @@ class _Args(Struct, gc=False, frozen=True):
     dtype: Raw = Raw(b"")
     in_nelems: Raw = field(default=Raw(b""), name="In msg nelems")
     out_nelems: Raw = field(default=Raw(b""), name="Out msg nelems")
+    label: Raw = field(default=Raw(b""), name="name")
     group_size: Raw = field(default=Raw(b""), name="Group size")
     pg_name: Raw = field(default=Raw(b""), name="Process Group Name")
     pg_desc: Raw = field(default=Raw(b""), name="Process Group Description")
@@ -487,6 +490,8 @@ def _events(
         events = _decode_chunk(path, raws, offset, out)
         cats = list(map(_CAT, events))
         unknown.update(c for c in set(cats) if c not in _KIND_OF_ANY_CASE and c not in _NOT_EVENTS)
+        if "" in cats:
+            _process_names(events, cats, meta)
         if "Trace" in cats:
             span = events[cats.index("Trace")]
             meta["profiler_window_us"] = (span.ts, span.ts + span.dur)
@@ -509,6 +514,23 @@ def _events(
     table = _finish(_in_range(frame, base, out), base, meta, source, out)
     warn_quality(out, _WARNED)
     return table
+
+
+def _process_names(events: list[_Event], cats: list[str], meta: dict[str, Any]) -> None:
+    """What the processes called themselves (``process_name`` rows, which have no category):
+    ``ray::WorkerDict.actor_rollout_compute_log_prob``, ``VLLM::Worker_TP0``. The role a trace's
+    content states, next to the one its folder names."""
+    names = meta.setdefault("process_names", [])
+    at = cats.index("")
+    while len(names) < PROCESS_NAMES:
+        event = events[at]
+        value = _raw_value(event.args.label) if event.name == "process_name" else None
+        if isinstance(value, str) and value not in names:
+            names.append(value)
+        try:
+            at = cats.index("", at + 1)
+        except ValueError:
+            return
 
 
 def _typical_ts(ts: pl.Series) -> float:
