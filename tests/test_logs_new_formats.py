@@ -273,6 +273,19 @@ def test_trl_console_lagging_bar_falls_back_to_order(tmp_path):
     assert any("do not number the console dicts one to one" in w for w in out.warnings)
 
 
+def test_trl_console_other_bars_never_number_the_dicts(tmp_path):
+    body = (
+        "Loading weights: 100%|██████████| 21/21 [00:00<00:00, 900.10it/s]\n"
+        f"{trl_dict(1)}\n{trl_dict(2)}\n"
+    )
+    out = parsers.parse_file(write(tmp_path, "nobar.log", body))
+    assert out.meta["step_numbering"].startswith("ordinal") and out.events.height == 0
+    assert out.warnings == [
+        "nobar.log: console dicts carry no step number: logging steps are numbered 1, 2, … in order"
+    ]
+    assert metrics(out)[(2, "completions/mean_length")] == 202.0
+
+
 def test_tqdm_rates_in_both_units():
     drawn = progress.bars(lines_frame(
         " 50%|█████     | 5/10 [00:02<00:02,  2.50it/s]\n"

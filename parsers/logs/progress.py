@@ -78,7 +78,7 @@ def bars(lines: pl.DataFrame) -> pl.DataFrame:
         .when((pl.col("unit") == "it/s") & (rate > 0))
         .then(1.0 / rate)
         .alias("s_per_it"),
-    ).cast({**BAR_SCHEMA, **{c: lines.schema[c] for c in keep}})
+    ).cast(pl.Schema({**dict(BAR_SCHEMA), **{c: lines.schema[c] for c in keep}}))
 
 
 def clock_seconds(text: pl.Expr) -> pl.Expr:

@@ -175,11 +175,11 @@ def _console_rows(out: ParsedSource, text: str) -> pl.DataFrame:
 
 def _bar_steps(logged: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
     """``logged`` with the training bar's count ``n`` as ``step`` and its ``s_per_it`` and
-    ``elapsed_s`` beside each dict (column ``bar`` says a bar was used), else numbered 1, 2, …"""
+    ``elapsed_s`` beside each dict (column ``bar`` says a bar was used), else numbered 1, 2, …
+    The Trainer's bar is the one without a label (``Loading weights:``, ``Map:`` … are others)."""
     ordinal = logged.with_row_index("step", offset=1).with_columns(pl.col("step").cast(pl.Int32))
     drawn = bars(lines)
-    unlabelled = drawn.filter(pl.col("label").is_null() | (pl.col("label") == ""))
-    loop = bars_of_loop(unlabelled if unlabelled.height else drawn)
+    loop = bars_of_loop(drawn.filter(pl.col("label").is_null() | (pl.col("label") == "")))
     if loop.height == 0 or logged.height == 0:
         return ordinal
     cols = ["pos", "n", "s_per_it", "elapsed_s"]
@@ -229,7 +229,7 @@ def _bar_rows(numbered: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
         "value",
         pl.col("line").alias("record"),
         "line",
-    ).cast(ROWS_SCHEMA)
+    ).cast(pl.Schema(ROWS_SCHEMA))
 
 
 def _numbers_in_strings(text: str) -> dict[str, Any]:
