@@ -30,6 +30,17 @@ EXTENSIONS: tuple[str, ...] = (".nsys-rep", ".qdrep")
 
 REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"
 REPORT_VERSION = re.compile(rb"^NVIDIA Tegra Profiler Report (\d+)@(\d+)@(\d+)@(\d+)")
+LEGACY_FORMAT = re.compile(rb"^NVIDIA Tegra Profiler Report (\d+)\.?\n")
+"""Reports before 2022.4 state a format number, not the writer's version (``Report 1.``)."""
+WRITER = re.compile(rb"(20\d\d\.\d+\.\d+\.\d+)-[0-9a-f]{7}")
+"""The writer's ``nsys --version`` build string (``2022.1.3.3-1c7b5f7``) in the report's body."""
+WRITER_PATH = re.compile(rb"nsight-systems/(20\d\d\.\d+\.\d+)/")
+UNSUPPORTED_DRIVER = re.compile(
+    rb"Installed CUDA driver version \((\d+(?:\.\d+)*)\) is not supported by this build"
+)
+HEADER_SCAN_BYTES = 4 << 20
+"""How much of a report's start and end is searched for the writer's version and diagnostics
+(the whole of a report up to twice this)."""
 EXPORT_TIMEOUT_S = 600.0
 """Default bound on one ``nsys export``; ``$RLPERF_NSYS_TIMEOUT`` (seconds) overrides it."""
 VERSION_TIMEOUT_S = 60.0
@@ -47,6 +58,41 @@ def report_version(head: bytes) -> str | None:
     return ".".join(g.decode() for g in m.groups()) if m else None
 
 
+def legacy_format(head: bytes) -> str | None:
+    """``1`` from an older report's header (``NVIDIA Tegra Profiler Report 1.``)."""
+    m = LEGACY_FORMAT.match(head)
+    return m.group(1).decode() if m else None
+
+
+def writer_version(data: bytes) -> str | None:
+    """The Nsight Systems version that wrote a report, from its body (older headers lack it)."""
+    m = WRITER.search(data) or WRITER_PATH.search(data)
+    return m.group(1).decode() if m else None
+
+
+def scanned(path: Path) -> bytes:
+    """The report's first and last :data:`HEADER_SCAN_BYTES` (all of a small one)."""
+    with path.open("rb") as fh:
+        head = fh.read(HEADER_SCAN_BYTES)
+        size = path.stat().st_size
+        if size <= 2 * HEADER_SCAN_BYTES:
+            return head + fh.read()
+        fh.seek(size - HEADER_SCAN_BYTES)
+        return head + fh.read()
+
+
+def describe(path: Path) -> dict[str, str]:
+    """What a report says of itself: its format (header) and the nsys that wrote it."""
+    data = scanned(path)
+    version = report_version(data[:128])
+    facts = {"report_written_by": version or writer_version(data)}
+    if version is None:
+        facts["report_format"] = legacy_format(data[:128])
+    if (driver := UNSUPPORTED_DRIVER.search(data)) is not None:
+        facts["unsupported_cuda_driver"] = driver.group(1).decode()
+    return {k: v for k, v in facts.items() if v}
+
+
 def parse(path: Path, source: int = 0) -> ParsedSource:
     path = Path(path)
     if path.stat().st_size == 0:
@@ -57,6 +103,14 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     parsed.format = FORMAT
     parsed.warnings = [w.replace(exported.name, path.name) for w in parsed.warnings]
     parsed.meta["sqlite_export"] = str(exported)
+    facts = describe(path)
+    parsed.meta.update(facts)
+    if "unsupported_cuda_driver" in facts:
+        parsed.warn(
+            f"the report records that its Nsight Systems "
+            f"({facts.get('report_written_by', 'version unknown')}) did not support the CUDA "
+            f"driver ({facts['unsupported_cuda_driver']}): CUDA kernels may be missing from it"
+        )
     return parsed
 
 
@@ -149,16 +203,19 @@ def _export_problem(path: Path, exe: str, output: str, hand: str) -> str:
     lines = [ln.strip() for ln in re.split(r"[\r\n]+", output) if ln.strip()]
     errors = [ln for ln in lines if "error" in ln.lower()] or lines or ["no output"]
     if any("Version number is invalid" in ln for ln in errors):
-        with path.open("rb") as fh:
-            wrote = report_version(fh.read(128))
+        facts = describe(path)
+        wrote = facts.get("report_written_by")
         if wrote is None:
             return (
                 "nsys export failed: the report header names no version (a damaged or cut report)"
             )
+        if "report_format" in facts:
+            wrote += f" (report format {facts['report_format']})"
         have = nsys_version(exe) or "an older release"
         return (
             f"written by Nsight Systems {wrote}, which the nsys on PATH ({have}) cannot read: "
-            f"export it with nsys {wrote} or newer (`{hand}`) and pass the .sqlite"
+            f"export it with nsys {facts['report_written_by']} or newer (`{hand}`) and pass the "
+            ".sqlite"
         )
     return f"nsys export failed: {errors[-1]}"
 

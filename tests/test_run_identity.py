@@ -86,12 +86,11 @@ def test_rl_insight_holds_two_profiler_sessions_and_a_copy() -> None:
     assert run.ranks == [0, 1] and len(run.sources) == 2
     copies = [w for w in run.warnings if "a copy of" in w]
     assert sorted(copies) == [
-        "actor_update__prof_rank-0_031904.json.gz: a copy of "
-        "actor_compute_log_prob__prof_rank-0_031847.json.gz "
-        "(same ranks, events and time window); read once",
-        "actor_update__prof_rank-1_031904.json.gz: a copy of "
-        "actor_compute_log_prob__prof_rank-1_031847.json.gz "
-        "(same ranks, events and time window); read once",
+        f"actor_update__prof_rank-{r}_031904.json.gz: a copy of "
+        f"actor_compute_log_prob__prof_rank-{r}_031847.json.gz "
+        "(same ranks, events and time window, although its folder names actor_update "
+        "(actor_update) and the other's actor_compute_log_prob (old_logprob)); read once"
+        for r in (0, 1)
     ]
 
 

@@ -13,7 +13,12 @@ be trusted. Three kinds of rows (product ``data_quality``, schema ``frames.DATA_
 * **run level** — clock offsets applied and clocks that could not be aligned, times not on the
   epoch clock, names and log timers no profile rule maps, files cut short (what was kept,
   where the cut is) and the steps left out because a trace does not cover them
-  (``incomplete_steps``).
+  (``incomplete_steps``);
+* **contradictions** a file states about itself — ``distributedInfo.world_size`` against the
+  size of the default process group it lists, and the role its folder (or ``<role>__`` file-name
+  prefix, as verl's per-role profiler folders are flattened) names against the role its
+  process names (``ray::WorkerDict.actor_rollout_compute_log_prob``), each read with the
+  framework profiles' stage rules. Each is also a warning naming both values.
 
 Zero-length host rows are not counted: profilers round sub-microsecond operators to 0 and
 instants are zero-length by design. A clean run has no rows; the section then says so.
@@ -30,7 +35,10 @@ import polars as pl
 from parsers.discover import format_traits
 from parsers.events import GPU_ACTIVITY_KINDS, nesting_depth
 from parsers.source import CORRELATION_PER_PROCESS
+from taxonomy import profiles as tp
+from taxonomy.pipeline_phases import phase_of
 
+from ..assemble.runs import folder_role
 from ..classify.steps import exclusion, name_classes, trace_ends
 from ..model import frames
 from ..model.products import provides
@@ -55,6 +63,8 @@ class Inputs:
     log_unclassified: pl.DataFrame
 
 
+CONTRADICTIONS = ("world_size_mismatch", "role_mismatch")
+"""Checks whose finding is also a warning: what a file says about itself does not agree."""
 TOTAL = "(all files)"
 """The ``file`` of the total rows."""
 HOST_KINDS = ("cpu_op", "annotation", "runtime", "python")
@@ -80,6 +90,8 @@ TITLES: dict[str, str] = {
     "clock_time_base": "times not on the epoch clock",
     "unmapped_names": "annotation names no profile rule maps",
     "unmapped_timers": "log timers no profile rule maps",
+    "world_size_mismatch": "contradiction: world_size is not the default group's size",
+    "role_mismatch": "contradiction: the folder names one role, the trace's process another",
     "salvaged": "file cut short: complete events kept",
     "excluded_steps": "incomplete steps excluded from per-step analyses",
 }
@@ -326,14 +338,18 @@ def skipped_categories(q: Inputs) -> Per:
 
 
 def unmapped_names(q: Inputs) -> tuple[Per, int]:
-    """Annotation names (collective ranges aside) that no rule of the run's profile maps."""
+    """Annotation names (collective ranges aside) that no rule of the run's profile maps and that
+    are no pipeline chunk (``taxonomy/pipeline_phases.toml`` knows those)."""
     ann = q.events.filter(
         pl.col("kind").is_in(["annotation", "gpu_annotation"]) & pl.col("coll").is_null()
     ).select("source", pl.col("name").cast(pl.String))
     if ann.height == 0:
         return _empty(), 0
     classes = name_classes(q.profile, ann["name"].unique(), "trace")
-    unknown = classes.filter(pl.col("relation") == "unknown").select("name")
+    chunks = phase_of(ann["name"]).filter(pl.col("phase").is_not_null()).select("name")
+    unknown = classes.filter(pl.col("relation") == "unknown").select("name").join(
+        chunks, on="name", how="anti"
+    )
     rows = ann.join(unknown, on="name")
     return _names(rows), rows["name"].n_unique()
 
@@ -347,6 +363,82 @@ def unmapped_timers(q: Inputs) -> tuple[Per, int]:
         .join(names, on="name")
     )
     return _names(rows), rows["name"].n_unique()
+
+
+def world_size_mismatch(q: Inputs) -> Per:
+    """Files whose ``world_size`` differs from the size of the default group they list: one of
+    the two is wrong, so neither is used as the run's size without saying so."""
+    rows = [
+        (s.index, 1, f"distributedInfo world_size {s.meta['world_size']}, default group "
+         f"{group['pg_desc'] or group['pg_name']!r} has {size} ranks ({group['ranks']})")
+        for s in q.sources
+        if isinstance(s.meta.get("world_size"), int)
+        and (group := default_group(s.meta)) is not None
+        and (size := group_size(group)) is not None
+        and size != s.meta["world_size"]
+    ]
+    return _frame(rows)
+
+
+def default_group(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``pg_config`` entry of the default (world) group: described ``default_pg``, else
+    named ``0``."""
+    groups = [g for g in meta.get("pg_config") or [] if isinstance(g, dict)]
+    return next((g for g in groups if g.get("pg_desc") == "default_pg"),
+                next((g for g in groups if str(g.get("pg_name")) == "0"), None))
+
+
+def group_size(group: dict[str, Any]) -> int | None:
+    """The group's stated size, else how many ranks it lists."""
+    if isinstance(group.get("pg_size"), int) and group["pg_size"] > 0:
+        return int(group["pg_size"])
+    ranks = [r for r in str(group.get("ranks") or "").split(",") if r.strip()]
+    return len(ranks) or None
+
+
+def role_mismatch(q: Inputs) -> Per:
+    """Files whose folder names one stage and whose process names another (a file copied into
+    the wrong role's folder: every stage time read from it lands on the wrong stage)."""
+    rows = []
+    for s in q.sources:
+        processes = [str(n) for n in s.meta.get("process_names") or []]
+        label = folder_role(s.path)
+        stages = _stages([label, *processes], q.profile) if processes and label else None
+        if stages is None:
+            continue
+        said = {p: stages[p] for p in processes if p in stages}
+        if label in stages and said and stages[label] not in said.values():
+            names = ", ".join(f"{p} (stage {st})" for p, st in said.items())
+            rows.append((s.index, 1, f"folder names {label} (stage {stages[label]}), the process "
+                         f"names {names}"))
+    return _frame(rows)
+
+
+def _stages(names: list[str], profile: dict[str, Any]) -> dict[str, str] | None:
+    """``name`` → stage under the first profile (the run's, then the others) that gives the
+    first name and another a stage; None when none does."""
+    profiles = profile["profiles"]
+    order = [profile["profile"], *(p for n, p in profiles.items() if n != profile["name"])]
+    for candidate in order:
+        classes = tp.classify(names, "trace", candidate, profiles=profiles).filter(
+            pl.col("relation") == "stage"
+        )
+        stage = dict(zip(classes["name"].to_list(), classes["stage"].cast(pl.String).to_list(),
+                         strict=True))
+        if names[0] in stage and len(stage) > 1:
+            return stage
+    return None
+
+
+def contradiction_warnings(checks: dict[str, tuple[Per, int | None]],
+                           sources: list[SourceInfo]) -> list[str]:
+    """One warning per contradiction found, naming the file and both values."""
+    return [
+        f"{sources[int(source)].path.name}: {TITLES[key].removeprefix('contradiction: ')}: "
+        f"{detail}"
+        for key in CONTRADICTIONS
+        for source, detail in checks[key][0].select("source", "detail").iter_rows()
+    ]
 
 
 def _names(rows: pl.DataFrame) -> Per:
@@ -512,6 +604,8 @@ def _checks(q: Inputs) -> dict[str, tuple[Per, int | None]]:
         "clock_unaligned": lambda: clock_unaligned(q),
         "clock_time_base": lambda: time_bases(q),
         "salvaged": lambda: salvaged(q),
+        "world_size_mismatch": lambda: world_size_mismatch(q),
+        "role_mismatch": lambda: role_mismatch(q),
     }
     out: dict[str, tuple[Per, int | None]] = {k: (f(), None) for k, f in plain.items()}
     out["unmapped_names"] = unmapped_names(q)
@@ -520,10 +614,12 @@ def _checks(q: Inputs) -> dict[str, tuple[Per, int | None]]:
     return {k: out[k] for k in TITLES}
 
 
-def compute(q: Inputs) -> pl.DataFrame:
+def compute(q: Inputs, warnings: list[str] | None = None) -> pl.DataFrame:
     """DATA_QUALITY: per file (in source order) the parser's tallies, then the checks; then one
-    total row per check found."""
+    total row per check found. The contradictions are also added to ``warnings``."""
     checks = _checks(q)
+    if warnings is not None:
+        warnings.extend(contradiction_warnings(checks, q.sources))
     computed = [per.with_columns(pl.lit(key).alias("check"), pl.lit(TITLES[key]).alias("title"))
                 for key, (per, _) in checks.items() if per.height]
     found = pl.concat(
@@ -571,6 +667,7 @@ def data_quality(
     step_table: pl.DataFrame,
     profile: dict[str, Any],
     log_unclassified: pl.DataFrame,
+    warnings: list[str],
 ) -> pl.DataFrame:
     return compute(
         Inputs(
@@ -583,7 +680,8 @@ def data_quality(
             step_table,
             profile,
             log_unclassified,
-        )
+        ),
+        warnings,
     )
 
 

@@ -27,6 +27,7 @@ import polars as pl
 
 from parsers import InputError, ParsedSource
 from parsers.errors import printable
+from taxonomy import profiles as tp
 
 from ..model.scalars import number_or_none
 
@@ -150,11 +151,35 @@ def _deduplicate(found: list[Facts]) -> list[Facts]:
     for f in found:
         first = kept.setdefault(_fingerprint(f), f)
         if first is not f:
+            roles = [folder_role(f.source.path), folder_role(first.source.path)]
+            stages = [role_stage(r) for r in roles]
+            differ = (
+                f", although its folder names {roles[0]} ({stages[0]}) and the other's "
+                f"{roles[1]} ({stages[1]})"
+                if None not in stages and stages[0] != stages[1]
+                else ""
+            )
             first.source.warnings.append(
                 f"{f.source.path.name}: a copy of {first.source.path.name} (same ranks, events "
-                "and time window); read once"
+                f"and time window{differ}); read once"
             )
     return list(kept.values())
+
+
+def folder_role(path: Path) -> str:
+    """The role a file's location names: the ``<role>__`` prefix of its name (verl's per-role
+    profiler folders, flattened), else its folder's name."""
+    return path.name.split("__", 1)[0] if "__" in path.name else path.parent.name
+
+
+def role_stage(label: str) -> str | None:
+    """The stage a folder's role names under the first framework profile that knows it."""
+    profiles = tp.load_profiles()
+    for profile in profiles.values():
+        found = tp.classify([label], "trace", profile, profiles=profiles)
+        if found["relation"].cast(pl.String).to_list() == ["stage"]:
+            return str(found["stage"][0])
+    return None
 
 
 # --- grouping ----------------------------------------------------------------------------------
