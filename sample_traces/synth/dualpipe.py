@@ -184,7 +184,7 @@ def rank_trace(rank: int, pp: int, sim: dict[str, Any]) -> dict[str, Any]:
     return {
         "schemaVersion": 1,
         "rlperf_synthetic": True,
-        "traceName": "synthetic DualPipe-style trace written by sample_traces/synth/dualpipe",
+        "traceName": "synthetic DualPipe-style trace written by sample_traces.synth.dualpipe",
         "deviceProperties": [{"id": 0, "name": "synthetic H100"}],
         "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": pp,
                             "pg_count": 2, "pg_config": [world, group]},
@@ -208,7 +208,7 @@ def generate(out_dir: str | Path, *, pp: int = 4, micro_batches: int = 6, steps:
     doc = {
         "format": FORMAT,
         "synthetic": True,
-        "generator": "sample_traces/synth/dualpipe",
+        "generator": "sample_traces.synth.dualpipe",
         "scenario": "dualpipe",
         "seed": seed,
         "config": {"pp": pp, "micro_batches": micro_batches, "steps": steps},
