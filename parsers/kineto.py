@@ -911,10 +911,11 @@ def _with_depth(frame: pl.DataFrame, out: ParsedSource) -> pl.DataFrame:
 # Replay: one cudaGraphLaunch/hipGraphLaunch runs every kernel of the graph, and none of those
 # kernels has a launch record of its own. CUPTI and roctracer give each of them the graph launch's
 # correlation id (every real trace we have does), so they link to it like any launched kernel. A
-# writer that leaves a replayed kernel without a correlation id, or with one no runtime call
-# carries, gets it attributed by time: to the last graph launch of the file that started at or
-# before the kernel started (exact when each replay reaches the device before the host launches
-# the next); each such repair is counted (graph_kernels_linked_by_time).
+# writer that leaves a replayed kernel without a correlation id (none, or 0) gets it attributed by
+# time: to the last graph launch of the file that started at or before the kernel started (exact
+# when a graph's kernels have all started before the next graph is launched); each such repair is
+# counted (graph_kernels_linked_by_time). A row whose id no runtime call carries lost its launch
+# record (a trimmed trace), which is no sign of a graph: it is left as it is.
 #
 # Capture: a trace recorded while the engine captures its graphs (StreamBeginCapture …
 # StreamEndCapture) lists launches whose kernels were recorded into a graph, not run; meta
@@ -933,15 +934,14 @@ def _runtime(table: pl.DataFrame, pattern: str) -> pl.DataFrame:
 
 
 def link_graph_replays(table: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
-    """``table`` with every GPU row that no runtime call launched given the correlation id of
-    the graph launch that replayed it (by time, see the module), and the facts: graph
-    ``launches``, ``kernels`` replayed by them, ``linked_by_time`` of those."""
+    """``table`` with every GPU row without a correlation id given the id of the graph launch
+    that replayed it (by time, see above), and the facts: graph ``launches``, ``kernels``
+    replayed by them, ``linked_by_time`` of those."""
     launches = _runtime(table, GRAPH_LAUNCH).filter(pl.col("corr").is_not_null())
     if launches.height == 0:
         return table, {}
     gpu = pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
-    known = table.filter(pl.col("kind") == "runtime")["corr"].drop_nulls().unique()
-    orphan = gpu & (pl.col("corr").is_null() | ~pl.col("corr").is_in(known.implode()))
+    orphan = gpu & (pl.col("corr").is_null() | (pl.col("corr") <= 0))
     rows = table.with_row_index("_row")
     found = (
         rows.filter(orphan)
