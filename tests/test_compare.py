@@ -98,14 +98,15 @@ def test_wins_and_display(result):
     directed = [r for r in result.table.iter_rows(named=True) if r["winner"] not in (None, "tie")]
     assert sum(len(w) for w in wins.values()) == len(directed)
     shown = display(result)
-    assert shown.columns[:4] == ["metric", "path", "colocated", "disaggregated"]
-    pool = shown.filter(shown["path"] == "idle.pool_wait").row(0, named=True)
-    assert pool["Δ disaggregated"].startswith("+") and pool["Δ disaggregated"].endswith(" pp")
+    assert shown.columns == ["metric", "colocated", "disaggregated", "better", "winner"]
+    pool = shown.filter(shown["metric"] == "idle (pool_wait)").row(0, named=True)
+    assert " (+" in pool["disaggregated"] and pool["disaggregated"].endswith(" pp)")
 
 
 def test_labels():
     assert default_labels([Path("/a/run1"), Path("/b/run2")]) == ["run1", "run2"]
     assert default_labels([Path("/a/x/run"), Path("/b/y/run")]) == ["x/run", "y/run"]
+    assert default_labels([Path("/a/run"), Path("/a/run")]) == ["run", "run #2"]
     with pytest.raises(ValueError):
         compare([], ["a"])
 

@@ -7,14 +7,18 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
+import polars as pl
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+
+from parsers.errors import printable
 
 from ..ops.compare import compare as compare_runs
 from ..ops.compare import default_labels
 from ..progress import Steps, load
-from ..report.comparison import TEXT_COLUMNS, display
+from ..report.comparison import NOTE, TEXT_COLUMNS, display, wins_line
 from ..report.files import console, emit_text
 from .shared import Debug, Jobs, NoCache, Output, Quiet, RunChoice, Strict, conclude, hold_strict
 
@@ -54,13 +58,7 @@ def compare(
     or before/after a configuration change)."""
     if len(runs) < 2:
         raise typer.BadParameter("give at least two runs to compare")
-    labels = list(label or []) or default_labels(runs)
-    if len(labels) != len(runs):
-        raise typer.BadParameter(
-            f"{len(labels)} --label for {len(runs)} runs: give one label per run"
-        )
-    if len(set(labels)) != len(labels):
-        raise typer.BadParameter("labels must differ from each other")
+    labels = checked_labels(list(label or []), runs)
     steps = Steps(quiet)
     loaded = [
         load(
@@ -73,6 +71,23 @@ def compare(
     hold_strict(loaded)
     emit(comparison, fmt.value, output, steps, runs=loaded)
     conclude(loaded)
+
+
+def checked_labels(given: list[str], runs: list[Path]) -> list[str]:
+    """The user's ``--label`` values, one per run and all different; without any, labels made
+    from the paths (the same path twice is numbered, so a run compares with itself)."""
+    if not given:
+        return default_labels(runs)
+    if len(given) != len(runs):
+        raise typer.BadParameter(
+            f"{len(given)} --label for {len(runs)} runs: give one label per run"
+        )
+    repeated = sorted({x for x in given if given.count(x) > 1})
+    if repeated:
+        raise typer.BadParameter(
+            f"--label {printable(repeated[0])!r} is given twice: each run needs its own label"
+        )
+    return given
 
 
 def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None:
@@ -95,18 +110,49 @@ def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None
 
 
 def render_text(comparison, console: Console) -> None:
+    """The table, stacked into several when it is wider than the console (each repeats the
+    metric column; no header is cut), then who wins where and the footnote."""
     shown = display(comparison)
-    table = Table(
-        title=f"rlperf compare — deltas against {comparison.labels[0]}",
-        title_justify="left",
-        show_edge=False,
-    )
-    for column in shown.columns:
-        table.add_column(column, justify="left" if column in TEXT_COLUMNS else "right")
-    for row in shown.iter_rows():
-        table.add_row(*row)
-    console.print(table)
-    for name, won in comparison.wins().items():
-        console.print(
-            f"[bold]{name}[/bold] wins {len(won)}: {', '.join(won) or '–'}", highlight=False
+    parts = stacked(shown, console.width)
+    for i, columns in enumerate(parts, start=1):
+        part = f" ({i}/{len(parts)})" if len(parts) > 1 else ""
+        table = Table(
+            title=f"rlperf compare — changes against {comparison.labels[0]}{part}",
+            title_justify="left",
+            show_edge=False,
         )
+        for column in columns:
+            table.add_column(
+                column,
+                justify="left" if column in TEXT_COLUMNS else "right",
+                no_wrap=column != "metric",
+            )
+        for row in shown.select(columns).iter_rows():
+            table.add_row(*row)
+        console.print(table)
+    for name, won in comparison.wins().items():
+        console.print(wins_line(name, won), highlight=False, markup=False)
+    console.print(NOTE, highlight=False, markup=False)
+
+
+PADDING = 3
+"""What one column of a rich table adds to its widest cell (padding and the rule)."""
+
+
+def stacked(shown: pl.DataFrame, width: int) -> list[list[str]]:
+    """The columns split into tables of at most ``width`` characters, each led by ``metric``
+    (which wraps if it must); one table when everything fits."""
+    natural = {
+        c: max([cell_len(c), *(cell_len(v) for v in shown[c].to_list())]) + PADDING
+        for c in shown.columns
+    }
+    lead = min(natural["metric"], max(width // 3, 12))
+    parts: list[list[str]] = [["metric"]]
+    used = lead
+    for column in shown.columns[1:]:
+        if used + natural[column] > width and len(parts[-1]) > 1:
+            parts.append(["metric"])
+            used = lead
+        parts[-1].append(column)
+        used += natural[column]
+    return parts

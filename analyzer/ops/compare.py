@@ -82,7 +82,7 @@ def metrics(run) -> pl.DataFrame:
         else pl.DataFrame(schema=METRICS_SCHEMA)
     )
     rows = [
-        (f"overview.{m}", t, u, METRIC_BY_NAME[m].better if m in METRIC_BY_NAME else "", v)
+        (f"overview.{m}", scoped(t), u, METRIC_BY_NAME[m].better if m in METRIC_BY_NAME else "", v)
         for m, t, u, v in overview.select("metric", "title", "unit", "value").iter_rows()
     ]
     parts = [
@@ -92,6 +92,17 @@ def metrics(run) -> pl.DataFrame:
         _exposed(run),
     ]
     return pl.concat([p for p in parts if p is not None], how="vertical")
+
+
+def scoped(title: str) -> str:
+    """A metric's name with its scope in parentheses ("idle, train pool" → "idle (train pool)",
+    "guideline violations: warn" → "guideline violations (warn)"), so that a list of metric names
+    joined by commas reads one way."""
+    for mark in (", ", ": "):
+        head, found, scope = title.partition(mark)
+        if found and "(" not in title:
+            return f"{head} ({scope})"
+    return title
 
 
 def _stages(run) -> pl.DataFrame | None:
@@ -112,7 +123,7 @@ def _stages(run) -> pl.DataFrame | None:
     )
     return stage.select(
         pl.format("stage.{}", "stage").alias("metric"),
-        pl.format("stage time: {}", "stage").alias("title"),
+        pl.format("stage time ({})", "stage").alias("title"),
         pl.lit("ns").alias("unit"),
         pl.lit("lower").alias("better"),
         pl.col("value").cast(pl.Float64),
@@ -133,7 +144,7 @@ def _idle(run) -> pl.DataFrame | None:
     )
     return causes.select(
         pl.format("idle.{}", "cause").alias("metric"),
-        pl.format("idle: {}", "cause").alias("title"),
+        pl.format("idle ({})", "cause").alias("title"),
         pl.lit("fraction").alias("unit"),
         pl.lit("lower").alias("better"),
         (pl.col("idle_ns") / window).cast(pl.Float64).alias("value"),
@@ -151,7 +162,7 @@ def _exposed(run) -> pl.DataFrame | None:
     )
     return dims.select(
         pl.format("exposed.{}", "dim").alias("metric"),
-        pl.format("exposed comm: {}", "dim").alias("title"),
+        pl.format("exposed comm ({})", "dim").alias("title"),
         pl.lit("ns").alias("unit"),
         pl.lit("lower").alias("better"),
         pl.col("exposed_ns").cast(pl.Float64).alias("value"),
@@ -242,12 +253,27 @@ def _winner(row: dict[str, object], labels: list[str]) -> str | None:
 
 
 def default_labels(paths: Sequence) -> list[str]:
-    """A label per run from its path: the last component, made unique by its parents if needed."""
+    """A label per run from its path: the last component, made unique by its parents if needed;
+    the same path given again is numbered (``run``, ``run #2``: a run against itself shows the
+    noise between two loads, every metric a tie)."""
     parts = [Path(p).resolve().parts for p in paths]
+    distinct = len(set(parts))
     depth = 1
     while depth < max(len(p) for p in parts):
         labels = ["/".join(p[-depth:]) for p in parts]
-        if len(set(labels)) == len(labels):
-            return labels
+        if len(set(labels)) == distinct:
+            break
         depth += 1
-    return [str(p) for p in paths]
+    else:
+        labels = [str(p) for p in paths]
+    return _numbered(labels)
+
+
+def _numbered(labels: list[str]) -> list[str]:
+    """Repeated labels made distinct: the second ``x`` is ``x #2``."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
+    return out

@@ -16,13 +16,15 @@ from ..model.units import cell, unit_format
 from .section import Column
 
 NOTE = (
-    "stage time: per step, on the ranks that run the stage; idle: share of all devices' step "
-    "windows; exposed comm: collective time no computation hides, summed over ranks "
-    "(docs/reports.md)."
+    "Each run after the first shows its change against the first in parentheses: percentage "
+    "points (pp) for shares, relative change otherwise. stage time: per step, on the ranks that "
+    "run the stage; idle: share of all devices' step windows; exposed comm: collective time no "
+    "computation hides, summed over ranks. The JSON format gives every metric's path, delta and "
+    "change (docs/reports.md)."
 )
-"""The footnote under every comparison table: what its metrics measure."""
+"""The footnote under every comparison table: how to read it and what its metrics measure."""
 
-TEXT_COLUMNS = ("metric", "path", "better", "winner")
+TEXT_COLUMNS = ("metric", "better", "winner")
 """Columns of :func:`display` that are words (left-aligned); the others are numbers."""
 
 
@@ -36,26 +38,38 @@ class Compared(Protocol):
 
 
 def display(comparison: Compared) -> pl.DataFrame:
-    """The table as report cells (strings): values in their unit, signed deltas and changes."""
+    """The table as report cells (strings): one column per run, each later run's value with its
+    change against the first (``62.1% (+36.9 pp)``, ``12.3 ms (+10.8%)``), then the direction and
+    the winner. One column per run, not three, keeps four runs within a 1,400 px page and a
+    two-run table within 80 terminal columns (at most two tables, stacked)."""
     labels = comparison.labels
     rows = []
     for row in comparison.table.iter_rows(named=True):
         fmt = unit_format(row["unit"])
-        out = {"metric": row["title"], "path": row["metric"]}
-        out |= {label: cell(row[label], fmt) for label in labels}
+        out = {"metric": row["title"], labels[0]: cell(row[labels[0]], fmt)}
         for label in labels[1:]:
-            delta, change = row[f"delta {label}"], row[f"change {label}"]
-            shown = cell(delta, fmt)
-            if fmt == "percent":
-                shown = shown.replace("%", " pp")
-            out[f"Δ {label}"] = _signed(shown, delta)
-            out[f"Δ% {label}"] = _signed(cell(change, "percent"), change)
+            out[label] = _with_change(
+                cell(row[label], fmt), row[f"delta {label}"], row[f"change {label}"], fmt
+            )
         out["better"] = row["better"] if row["better"] in ("lower", "higher") else ""
         out["winner"] = row["winner"] or ""
         rows.append(out)
-    deltas = [c for label in labels[1:] for c in (f"Δ {label}", f"Δ% {label}")]
-    columns = ["metric", "path", *labels, *deltas, "better", "winner"]
+    columns = ["metric", *labels, "better", "winner"]
     return pl.DataFrame(rows, schema=dict.fromkeys(columns, pl.String))
+
+
+def _with_change(value: str, delta: float | None, change: float | None, fmt: str) -> str:
+    """``value (change)``: points for a share, the relative change otherwise (the absolute delta
+    when the first run's value is 0)."""
+    if delta is None:
+        return value
+    if fmt == "percent":
+        shown = _signed(cell(delta, fmt).replace("%", " pp"), delta)
+    elif change is not None:
+        shown = _signed(cell(change, "percent"), change)
+    else:
+        shown = _signed(cell(delta, fmt), delta)
+    return f"{value} ({shown})"
 
 
 def _signed(text: str, value: float | None) -> str:
@@ -65,3 +79,9 @@ def _signed(text: str, value: float | None) -> str:
 def display_columns(shown: pl.DataFrame) -> list[Column]:
     """Columns of :func:`display`'s table: text on the left, pre-formatted numbers on the right."""
     return [Column(c, c, "text" if c in TEXT_COLUMNS else "preformatted") for c in shown.columns]
+
+
+def wins_line(label: str, won: list[str]) -> str:
+    """``label wins 3: idle (all devices), idle (train pool), stage time (rollout)``: each metric
+    named with its scope in parentheses, so commas separate metrics only."""
+    return f"{label} wins {len(won)}: {', '.join(won) or '–'}"
