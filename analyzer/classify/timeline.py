@@ -17,6 +17,7 @@ from taxonomy.vocab import ROLE, STAGE
 from ..model import frames, intervals
 from ..model.options import Options
 from ..model.products import provides
+from . import innermost
 from .steps import select_steps
 
 
@@ -75,7 +76,13 @@ def timeline(ranges: pl.DataFrame, keep: Sequence[str] = ()) -> pl.DataFrame:
         )
         if own.height:
             pieces.append(own.join(level.drop("rank", "start_ns", "end_ns"), on="_id").select(cols))
-    return pl.concat(pieces).sort("rank", "start_ns").cast(frames.STAGE_TIMELINE)
+    out = pl.concat(pieces)
+    crossing = innermost.overlapping_ranks(out)
+    if crossing:
+        mine = keyed.filter(pl.col("rank").is_in(crossing))
+        owned = innermost.owners(mine).join(mine.drop("rank", "start_ns", "end_ns"), on="_id")
+        out = pl.concat([out.filter(~pl.col("rank").is_in(crossing)), owned.select(cols)])
+    return out.sort("rank", "start_ns").cast(frames.STAGE_TIMELINE)
 
 
 def stage_at(points: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
