@@ -5,6 +5,8 @@ A rank from the trace (``distributedInfo``, nsys environment), else from the fil
 runs is not a device: a source (or, in an Nsight report of the whole job, a process) without
 device work whose ranges are the driver's timers (``step``, ``gen``, …), or whose file is named
 so (``driver``, ``controller``), gets rank ``-1`` and the ``driver`` role. Log rows keep ``-1``.
+A report has one controller: processes of one report that all look like it are ranks (verl's
+multi-process nsys layout, docs/assembly.md "One report, many processes").
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def assign_ranks(
         int(r) for t in tables for r in t["rank"].unique().to_list() if r is not None and r >= 0
     }
     units = _units(parsed, tables, options or Options())
+    notes += one_controller_per_report(units)
     several = sum(u["trace"] for u in units) > 1
     fixes: dict[tuple[int, int | None], int] = {}
     next_free = 0
@@ -168,6 +171,28 @@ def _units(
                 }
             )
     return units
+
+
+def one_controller_per_report(units: list[dict[str, Any]]) -> list[str]:
+    """A report holds at most one single controller: when several of its processes record
+    the driver's timers and no device work, none of them can be told for the controller (every
+    process ran the same timers), so each is a rank. Notes say so."""
+    notes = []
+    by_source: dict[int, list[dict[str, Any]]] = {}
+    for u in units:
+        if u["pid"] is not None and u["driverish"] and u["rank"] < 0:
+            by_source.setdefault(u["source"], []).append(u)
+    for alike in by_source.values():
+        if len(alike) < 2:
+            continue
+        for u in alike:
+            u["driverish"] = False
+        pids = ", ".join(str(u["pid"]) for u in alike)
+        notes.append(
+            f"{alike[0]['file']}: processes {pids} all record the driver's timers; a run has one "
+            "controller, so none is taken for it: each is a rank"
+        )
+    return notes
 
 
 @provides("ranks")

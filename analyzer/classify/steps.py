@@ -18,6 +18,7 @@ Products (schemas in ``analyzer/model/frames.py``):
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import polars as pl
@@ -34,6 +35,8 @@ from .engine import is_engine, launched_until
 MATCH_TOLERANCE = 0.10
 """Trace steps take a log's numbering when their stage durations agree within this (mean
 relative error; log rounding and the untimed driver work between timers stay well inside)."""
+STEP_NUMBER = r"(?i)^step[ _#:]*(\d{1,9})$"
+"""A step range that states its number (``step 3``): each process's own, numbered so."""
 CLEAR_MARGIN = 1.5
 """…and the next-best numbering errs at least this many times more."""
 
@@ -75,12 +78,16 @@ def step_markers(ranges: pl.DataFrame) -> tuple[pl.DataFrame, str]:
         ), "ProfilerStep"
     if steps.height:
         outer = _outermost_ranges(steps)
+        names = sorted(outer["name"].cast(pl.String).unique().to_list())
+        numbered = outer["name"].cast(pl.String).str.extract(STEP_NUMBER, 1).is_not_null()
+        if numbered.any():
+            return _numbered(outer), "step ranges: " + ", ".join(_shown(names))
         return outer.sort("rank", "start_ns").select(
             "rank",
             (pl.int_range(pl.len()).over("rank") + 1).cast(pl.Int32).alias("step"),
             "start_ns",
             "end_ns",
-        ), "step ranges: " + ", ".join(sorted(outer["name"].unique().to_list()))
+        ), "step ranges: " + ", ".join(names)
     rollout = ranges.filter((pl.col("stage") == "rollout") & ~pl.col("inferred").fill_null(False))
     if rollout.height == 0:
         rollout = ranges.filter(pl.col("stage") == "rollout")
@@ -91,6 +98,39 @@ def step_markers(ranges: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     return pl.DataFrame(
         schema={"rank": pl.Int32, "step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64}
     ), "none"
+
+
+def _numbered(outer: pl.DataFrame) -> pl.DataFrame:
+    """Step ranges that carry their number (each process's ``step N``: verl's nsys layout)
+    numbered so; an unnumbered one (the controller's ``step`` beside its workers' ``step N``)
+    takes the number of the numbered step its range overlaps most."""
+    number = pl.col("name").cast(pl.String).str.extract(STEP_NUMBER, 1).cast(pl.Int32)
+    rows = outer.select("rank", number.alias("step"), "start_ns", "end_ns")
+    known = rows.filter(pl.col("step").is_not_null())
+    loose = rows.filter(pl.col("step").is_null()).with_row_index("_m")
+    if loose.height == 0:
+        return known
+    windows = known.group_by("step").agg(
+        pl.col("start_ns").min().alias("_ws"), pl.col("end_ns").max().alias("_we")
+    )
+    overlap = pl.min_horizontal("end_ns", "_we") - pl.max_horizontal("start_ns", "_ws")
+    best = (
+        loose.drop("step")
+        .join(windows, how="cross")
+        .with_columns(overlap.alias("_o"))
+        .filter(pl.col("_o") > 0)
+        .sort("_m", "_o", "step", descending=[False, True, False])
+        .unique("_m", keep="first")
+    )
+    return pl.concat([known, best.select(list(known.columns))])
+
+
+def _shown(names: list[str]) -> list[str]:
+    """Numbered step range names once, as ``step N`` (not ``step 1, step 2, …``)."""
+    found = {n: re.search(STEP_NUMBER, n) for n in names}
+    plain = [n for n, m in found.items() if m is None]
+    prefixes = sorted({n[: m.start(1)] for n, m in found.items() if m is not None})
+    return plain + [f"{p}N" for p in prefixes]
 
 
 def _outermost_ranges(rows: pl.DataFrame) -> pl.DataFrame:
