@@ -132,6 +132,13 @@ class Controller:
             self.prof.export_chrome_trace(str(self.trace_path(-1)))
             self.prof = None
 
+    def mark_workers(self, method: str, step: int) -> None:
+        """verl's nsys layout: each worker opens its ``step N`` as the step begins, closes it
+        after the step's checkpoint (which runs outside the controller's ``step`` timer)."""
+        if self.sc.worker_steps:
+            for r in range(self.sc.world_size):
+                self.post(r, method, want=False, step=step)
+
     # driver ranges
     def drange(self, action: str, step: int) -> AbstractContextManager[None]:
         name = self.style.driver.get(action)
@@ -239,6 +246,7 @@ class Controller:
             t0 = time.time_ns()
             pairs = self.prompts(step)
             with self.composite("step", step):
+                self.mark_workers("begin_step", step)
                 if sc.execution == "one_step_off":
                     with self.drange("generate", step):
                         ro = self.collect_rollout(step)
@@ -256,6 +264,7 @@ class Controller:
                 if sc.execution != "one_step_off":
                     self.sync_weights(step)
             self.checkpoint(step)
+            self.mark_workers("end_step", step)
             self.stop_profiles(step)
             self.write_log(step, ro, exp, metrics, t0, t_made0, t_made1)
 

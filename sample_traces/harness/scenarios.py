@@ -26,6 +26,8 @@ class Scenario:
     """``torch`` (one Kineto JSON per process) or ``nsys`` (one report of the whole job)."""
     log: str = "verl"
     """``verl``, ``verl_ray`` (with the Ray ``(TaskRunner pid=N)`` prefix) or ``openrlhf``."""
+    worker_steps: bool = False
+    """Every worker process marks its own NVTX ``step N`` (verl's multi-process nsys layout)."""
     seed: int = 7
     ppo_mini_batches: int = 2
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -69,6 +71,7 @@ class Scenario:
             "profiler": self.profiler,
             "ppo_mini_batches": self.ppo_mini_batches,
             "weight_sync_ranks": list(self.sync_ranks),
+            **({"worker_steps": True} if self.worker_steps else {}),
         }
 
 
@@ -104,6 +107,13 @@ SCENARIOS: dict[str, Scenario] = {
             execution="sync", rollout_ranks=(0, 1), train_ranks=(0, 1), group_size=2,
             prompts_per_step=4, max_new_tokens=48, steps=3, profiled_steps=(1, 2, 3),
             checkpoint_every=2, profiler="nsys", log="verl",
+        ),
+        Scenario(
+            name="verl_ppo_multiprocess_nsys", algorithm="ppo", style="verl",
+            placement="colocated", execution="sync", rollout_ranks=(0, 1, 2),
+            train_ranks=(0, 1, 2), group_size=2, prompts_per_step=3, max_new_tokens=32, steps=4,
+            profiled_steps=(1, 2, 3, 4), checkpoint_every=2, profiler="nsys", log="verl",
+            worker_steps=True,
         ),
     )
 }

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
-from . import algo
+from . import algo, step_marks
 from .model import TinyLM, init_scale
 from .recorder import Recorder, group_barrier, warm_profiler
 from .scenarios import Scenario
@@ -110,6 +110,13 @@ class Worker:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.prof.export_chrome_trace(path)
         self.prof = None
+
+    # verl's nsys layout: every worker process marks its own step N (DistProfiler start/stop)
+    def begin_step(self, step: int) -> None:
+        self.step_mark = step_marks.begin(step)
+
+    def end_step(self, step: int) -> None:
+        self.rec.spans.append(step_marks.end(self.rank, step, self.step_mark))
 
     def generate(
         self, step: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
