@@ -11,9 +11,15 @@ the failed part marked). ``--debug`` adds the traceback, ``--strict`` makes warn
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Callable
+from enum import Enum
+from importlib import metadata
+from pathlib import Path
+from typing import Annotated, Any, get_args
 
 import typer
+from typer.core import TyperArgument, TyperOption
 
 from .commands import analyze, audit, compare, crosscheck, demo, export, taxonomy
 from .commands.shared import BAD_INPUT, CONTRACT, INTERNAL_ERROR, internal_line, say, say_block
@@ -21,11 +27,6 @@ from .model.failures import describe, traceback_text, user_errors
 
 app = typer.Typer(
     name="rlperf",
-    help=(
-        "Trace-driven performance analysis of RL post-training runs (PPO, GRPO, …).\n\n"
-        "Reads PyTorch profiler traces, Nsight Systems exports and framework logs, maps every "
-        "event onto RL stages and parallelism, and reports where the GPUs waited."
-    ),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -44,8 +45,104 @@ COMMANDS: tuple[Callable[..., None], ...] = (
 """The commands, in the order ``rlperf --help`` lists them: each named after its function, its
 help the function's docstring. Add one line (and its module's import) per command."""
 
+
+def epilog(command: Callable[..., None]) -> str:
+    """The examples a command's module lists (``EXAMPLES``), kept as written (``\b``: Click
+    does not rewrap the paragraph)."""
+    examples = getattr(sys.modules[command.__module__], "EXAMPLES", ())
+    return "\b\nExamples:\n" + "\n".join(f"  {e}" for e in examples) if examples else ""
+
+
 for _command in COMMANDS:
-    app.command()(_command)
+    app.command(epilog=epilog(_command))(_command)
+
+
+def version() -> str:
+    """rlperf's version as the installed package states it."""
+    try:
+        return metadata.version("rlperf")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed as a package)"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"rlperf {version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    show: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print rlperf's version and exit.", callback=_show_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Trace-driven performance analysis of RL post-training runs (PPO, GRPO, …).
+
+    Reads PyTorch profiler traces, Nsight Systems exports and framework logs, maps every event
+    onto RL stages and parallelism, and reports where the GPUs waited.
+
+    \b
+    Examples:
+      rlperf analyze runs/job-42/                  the report in the terminal
+      rlperf analyze runs/job-42/ -f html -o report.html
+      rlperf compare runs/before/ runs/after/      who wins where
+      rlperf audit runs/job-42/ --budget b.toml    CI budgets (exit 1: broken)
+      rlperf COMMAND --help                        its options and examples
+    """
+
+
+class _PlainArgument(TyperArgument):
+    """An argument shown by its metavar alone: ``PATH...``, not ``{paths}...`` and
+    ``<list[Path]>`` (Typer's notation for a required list)."""
+
+    def _usage_display_name(self) -> str:
+        return self.display_name_raw
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+CHOICES_INLINE = 30
+"""Choices longer than this together are listed in the option's help, not beside its name (an
+option line stays within 80 columns)."""
+
+
+def _value_name(param: TyperOption) -> str:
+    """What an option's value is called in help: its choices, N, FILE, or its name."""
+    annotation = param.type_descriptor.annotation
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        choices = [str(m.value) for m in annotation]
+        if len("|".join(choices)) <= CHOICES_INLINE:
+            return "|".join(choices)
+        param.help = f"{param.help or ''} One of: {', '.join(choices)}.".strip()
+        return max(param.opts, key=len).lstrip("-").upper()
+    inner = (get_args(annotation) or (annotation,))[0]
+    if inner is int:
+        return "N"
+    if inner is Path:
+        return "FILE"
+    return max(param.opts, key=len).lstrip("-").upper()
+
+
+def plain_help(command: Any) -> Any:
+    """Every value in ``command``'s help named in words (``--jobs N``, ``--output FILE``,
+    ``--format text|json|md``, ``PATH...``) instead of Typer's type notation."""
+    for sub in getattr(command, "commands", {}).values():
+        for param in sub.params:
+            if isinstance(param, TyperArgument):
+                name = param.name or "value"
+                plural = param.nargs != 1
+                singular = name[:-1] if plural and name.endswith("s") else name
+                param.metavar = singular.upper() + ("..." if plural else "")
+                param.__class__ = _PlainArgument
+            elif isinstance(param, TyperOption) and not param.is_flag and param.metavar is None:
+                param.metavar = _value_name(param)
+    return command
 
 
 def _shown(exc: typer.TyperException) -> str:
@@ -62,7 +159,8 @@ def main() -> None:
     """Console entry point: bad input is one line and exit status 2, an unexpected error one
     line naming where it happened and exit status 3; ``--debug`` adds the traceback."""
     try:
-        status = app(standalone_mode=False)
+        command = plain_help(typer.main.get_command(app))
+        status = command(standalone_mode=False, prog_name="rlperf")
     except typer.TyperException as exc:
         say_block(_shown(exc))
         raise SystemExit(exc.exit_code) from None

@@ -2,7 +2,9 @@
 
 A bar (or a spinner when the amount of work is not known ahead) appears only while a step runs
 and is cleared when it ends, so reports written to stdout stay clean. Off when ``quiet`` or when
-stderr is not a terminal (CI logs get no control characters).
+stderr is not a terminal (CI logs get no control characters). Reading a run of several files
+shows how many are done of how many (``3/8``): the files are counted first, only when the
+display is on.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from parsers.errors import printable
+from parsers import discover
+from parsers.errors import InputError, printable
 
 from . import load as load_run
 from .assemble.ingest import writing
@@ -81,18 +84,32 @@ def load(
     writes = [w for w in writes if w is not None]
     for output in writes:
         check_output(output, folder=folder)
+    paths = list(paths)
+    total = files_to_read(paths) if steps.enabled else None
     with (
         writing(writes),
-        steps.step(f"Reading {label}".strip() if label else "Reading sources") as advance,
+        steps.step(
+            f"Reading {label}".strip() if label else "Reading sources",
+            total=total if total and total > 1 else None,
+        ) as advance,
     ):
         return load_run(
-            list(paths),
+            paths,
             jobs=jobs,
             use_cache=not no_cache,
             progress=lambda p: advance(what=shown(p.name)),
             run=run,
             options=options,
         )
+
+
+def files_to_read(paths: list[Path]) -> int | None:
+    """How many sources ``paths`` hold, for the count beside the bar; None when discovery
+    fails (reading then says why, in its one line)."""
+    try:
+        return len(discover(paths).sources)
+    except (InputError, OSError):
+        return None
 
 
 def shown(name: object) -> str:

@@ -46,6 +46,14 @@ class Format(str, Enum):
     png = "png"
 
 
+EXAMPLES = (
+    'rlperf analyze runs/job-42/',
+    'rlperf analyze runs/job-42/ --format html -o report.html',
+    'rlperf analyze runs/job-42/ --steps 3-5 --ranks 0-7 --format json',
+    'rlperf analyze trace.json --framework verl --rules my_rules.toml',
+)
+"""Shown under ``rlperf analyze --help`` (analyzer/cli.py)."""
+
 def analyze(
     paths: Paths,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.text,

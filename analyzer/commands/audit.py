@@ -29,6 +29,12 @@ from .shared import (
     internal_line,
 )
 
+EXAMPLES = (
+    'rlperf audit runs/job-42/ --budget budget.toml --junit audit.xml',
+    'rlperf analyze runs/base/ --format json -o base.json',
+    'rlperf audit runs/job-42/ --baseline base.json',
+)
+"""Shown under ``rlperf audit --help`` (analyzer/cli.py)."""
 
 def audit(
     paths: Paths,

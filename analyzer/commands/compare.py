@@ -30,6 +30,13 @@ class CompareFormat(str, Enum):
     html = "html"
 
 
+EXAMPLES = (
+    'rlperf compare runs/colocated/ runs/disaggregated/',
+    'rlperf compare runs/a/ runs/b/ -l before -l after --format html -o cmp.html',
+    'rlperf compare runs/a/ runs/a/        (a run against itself: the noise)',
+)
+"""Shown under ``rlperf compare --help`` (analyzer/cli.py)."""
+
 def compare(
     runs: Annotated[
         list[Path],
@@ -53,8 +60,8 @@ def compare(
     strict: Strict = False,
     debug: Debug = False,
 ) -> None:
-    """Compare runs on the same metrics: values side by side, deltas against the first run, and
-    which run wins each metric (e.g. verl colocated vs OpenRLHF disaggregated on the same job,
+    """Compare runs on the same metrics: values side by side, each run's change against the first,
+    and which run wins each metric (e.g. verl colocated vs OpenRLHF disaggregated on the same job,
     or before/after a configuration change)."""
     if len(runs) < 2:
         raise typer.BadParameter("give at least two runs to compare")
@@ -62,9 +69,10 @@ def compare(
     steps = Steps(quiet)
     loaded = [
         load(
-            [path], steps, jobs=jobs, no_cache=no_cache, label=name, run=run_choice, writes=[output]
+            [path], steps, jobs=jobs, no_cache=no_cache, label=f"{name} (run {i}/{len(runs)})",
+            run=run_choice, writes=[output],
         )
-        for path, name in zip(runs, labels, strict=True)
+        for i, (path, name) in enumerate(zip(runs, labels, strict=True), start=1)
     ]
     with steps.step("Analyzing"):
         comparison = compare_runs(loaded, labels)

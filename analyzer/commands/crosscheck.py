@@ -34,6 +34,12 @@ class CrossFormat(str, Enum):
     json = "json"
 
 
+EXAMPLES = (
+    'rlperf crosscheck runs/job-42/profile/',
+    'rlperf crosscheck runs/job-42/ --format json -o hta.json',
+)
+"""Shown under ``rlperf crosscheck --help`` (analyzer/cli.py)."""
+
 def crosscheck(
     paths: Paths,
     fmt: Annotated[

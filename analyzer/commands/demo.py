@@ -29,6 +29,12 @@ HIGHLIGHTS = (
 """The few numbers the terminal shows per sample run; the HTML report has everything."""
 
 
+EXAMPLES = (
+    'rlperf demo',
+    'rlperf demo -o demo.html --quiet',
+)
+"""Shown under ``rlperf demo --help`` (analyzer/cli.py)."""
+
 def demo(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Where to write the HTML report.")

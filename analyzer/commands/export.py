@@ -12,6 +12,11 @@ from ..ops.perfetto import export as write_trace
 from ..progress import Steps, load
 from .shared import Debug, Jobs, NoCache, Paths, Quiet, RunChoice, Strict, conclude, hold_strict
 
+EXAMPLES = (
+    'rlperf export runs/job-42/ -o job-42.json.gz   (open at ui.perfetto.dev)',
+    'rlperf analyze job-42.json.gz                 (reads back as the same run)',
+)
+"""Shown under ``rlperf export --help`` (analyzer/cli.py)."""
 
 def export(
     paths: Paths,

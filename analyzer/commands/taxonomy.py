@@ -82,6 +82,12 @@ def parts(
     return out
 
 
+EXAMPLES = (
+    'rlperf taxonomy --part stages',
+    'rlperf taxonomy --part profiles --profile verl --rules my_rules.toml',
+)
+"""Shown under ``rlperf taxonomy --help`` (analyzer/cli.py)."""
+
 def taxonomy(
     part: Annotated[Part, typer.Option("--part", "-p", help="Print only this part.")] = Part.all,
     profile: Annotated[
