@@ -327,6 +327,7 @@ LOGS: dict[str, str] = {
     "sample_traces/runs/verl_grpo_colocated/logs/verl_console.log": "verl-log",
     "sample_traces/runs/verl_grpo_one_step_off/logs/verl_console.log": "verl-log",
     "sample_traces/runs/verl_ppo_colocated_nsys/logs/verl_console.log": "verl-log",
+    "sample_traces/runs/verl_ppo_multiprocess_nsys/logs/verl_console.log": "verl-log",
     "sample_traces/runs/verl_ppo_disaggregated/logs/verl_console.log": "verl-log",
     "../shared/corpus/VERL-Maze/verl_demo.log": "verl-log",
     "../shared/corpus/logs/deepspeed-chat/"

@@ -423,6 +423,19 @@ def test_g1_rollout_share_from_the_union_of_rollout_ranges_over_ranks():
     assert got["step"] == 2 and "worst step 2: 60%" in got["evidence"]
 
 
+def test_g1_does_not_apply_to_a_rollout_only_run():
+    """An inference engine's trace: its step is all rollout, with GPU work running past the host
+    ranges, so a share of the step would be 100% or, read off the host ranges, far less —
+    neither says anything about an RL step."""
+    serving = make_run(
+        steps=steps((0, 100)),
+        stage_timeline=timeline((0, 1, "rollout", 0, 9)),
+        placement=("rollout_only", None),
+    )
+    got = passed(serving, "G1", None)
+    assert got["evidence"].startswith("does not apply: rollout-only run")
+
+
 def test_g1_g5_g11_from_real_logs_equal_the_runs_truth():
     disaggregated = logs_run(RUNS / "verl_ppo_disaggregated" / "logs" / "verl_console.log")
     passed(

@@ -226,7 +226,8 @@ def test_unknown_keys_are_reported_and_never_summed():
     )
     assert result.unclassified.rows() == [(
         "timing_s/fork_filter", 2, 5.0, 2.5, "rollout",
-        '{match = \'^timing_s/fork_filter$\', source = "log", stage = "rollout", relation = "stage"}',
+        "{match = '^timing_s/fork_filter$', source = \"log\", stage = \"rollout\", "
+        'relation = "stage"}',
     )]
     assert step_stages(result, 1) == pytest.approx({"rollout": 5.0, "other": 4.0})
     assert result.weight_sync["status"].to_list() == ["not_logged"]

@@ -48,19 +48,21 @@ def refusal(*paths: Path) -> RunsError:
 
 def test_a_deepspeed_chat_log_and_a_verl_log_are_two_runs() -> None:
     """The corpus logs folder: DeepSpeed-Chat (2023) and verl (2025) — merged, their steps were
-    laid over each other (a median step of 66 million seconds). The verl-TPU log, which stops
-    before its first step and states no time, joins the one run of its framework."""
+    laid over each other (a median step of 66 million seconds). The verl-TPU log stops before
+    its first step and states no time, but its printed config says a world of 1 (one TPU host)
+    where the verl GPU run's says 16: a third run, not a part of the verl one."""
     found = runs_of(CORPUS / "logs")
     assert found == [
         ["step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log"],
-        [
-            "dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log",
-            "chrisytz-verl_ppo_xla-tpu_verl_demo.log",
-        ],
+        ["dstack-configs_ppo-gae_qwen2.5-7b_verl_demo.log"],
+        ["chrisytz-verl_ppo_xla-tpu_verl_demo.log"],
     ]
     error = refusal(CORPUS / "logs")
-    assert "logs of different frameworks" in str(error).splitlines()[0]
-    assert [r.number for r in error.runs] == [1, 2]
+    assert str(error).splitlines()[0].endswith(
+        "3 separate runs found (logs of different frameworks; world sizes that disagree); "
+        "rlperf analyses one run at a time"
+    )
+    assert [r.number for r in error.runs] == [1, 2, 3]
 
 
 def test_rl_insight_holds_two_profiler_sessions_and_a_copy() -> None:
@@ -217,7 +219,8 @@ def test_the_cli_lists_the_runs_and_analyses_the_one_chosen(tmp_path: Path) -> N
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     lines = refused.stderr.strip().splitlines()
     assert lines[0].startswith(
-        f"rlperf: error: {logs}: 2 separate runs found (logs of different frameworks)"
+        f"rlperf: error: {logs}: 3 separate runs found (logs of different frameworks; world "
+        "sizes that disagree)"
     )
     assert (
         lines[1].startswith("  run 1: deepspeed-chat/step3_actor_opt-1.3b")
@@ -226,15 +229,19 @@ def test_the_cli_lists_the_runs_and_analyses_the_one_chosen(tmp_path: Path) -> N
     assert "~2023-04-18 08:48:01 UTC" in lines[1]
     assert (
         lines[2].startswith("  run 2: verl/dstack-configs")
-        and "2 verl-log; verl log; ~2025-05-22" in lines[2]
+        and "verl-log; verl log; ~2025-05-22" in lines[2]
     )
-    assert lines[3].startswith("choose one with --run K") and len(lines) == 4
+    assert lines[3] == (
+        "  run 3: verl-tpu/chrisytz-verl_ppo_xla-tpu_verl_demo.log: verl-log; verl log; "
+        "no wall-clock time"
+    )
+    assert lines[4].startswith("choose one with --run K") and len(lines) == 5
     chosen = rlperf("analyze", str(logs), "-q", "-f", "json", "--run", "2", cache=tmp_path)
     assert chosen.returncode == 0, chosen.stderr
     report = json.loads(chosen.stdout)
-    assert [Path(s["path"]).parent.name for s in report["sources"]] == ["verl", "verl-tpu"]
+    assert [Path(s["path"]).parent.name for s in report["sources"]] == ["verl"]
     assert (
-        "run 2 of 2 separate runs in the input (--run 2); the others are not analysed"
+        "run 2 of 3 separate runs in the input (--run 2); the others are not analysed"
         in report["notes"]
     )
     by_prefix = rlperf(
@@ -247,5 +254,5 @@ def test_the_cli_lists_the_runs_and_analyses_the_one_chosen(tmp_path: Path) -> N
     wrong = rlperf("analyze", str(logs), "-q", "--run", "5", cache=tmp_path)
     assert (
         wrong.returncode == 2
-        and wrong.stderr.strip() == "rlperf: error: --run: no run 5 (the input holds 2: 1-2)"
+        and wrong.stderr.strip() == "rlperf: error: --run: no run 5 (the input holds 3: 1-3)"
     )

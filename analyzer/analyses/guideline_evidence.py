@@ -172,9 +172,10 @@ class Evidence:
     @cached_property
     def disaggregated(self) -> bool | None:
         """False when the placement is colocated (every rank runs every stage), True when it is
-        disaggregated or split, None when neither the trace nor the config says."""
+        disaggregated or split, None when neither the trace nor the config says, or when the run
+        is rollout-only (no training ranks to be placed apart from)."""
         placement = self.placement[0]
-        return None if placement is None else placement != "colocated"
+        return None if placement in (None, "rollout_only") else placement != "colocated"
 
     # --- stage time -----------------------------------------------------------------------
 

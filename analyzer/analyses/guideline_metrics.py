@@ -52,6 +52,14 @@ def _share(*stages: str, absent_is_zero: bool = False) -> Metric:
     return metric
 
 
+def rollout_share(ev: Evidence, check: Check) -> Result:
+    """f_gen; a rollout-only run (an inference engine's trace) has no training step for the
+    rollout to be a share of: its engine steps hold host ranges whose GPU work runs past them."""
+    if ev.placement[0] == "rollout_only":
+        return Inapplicable("rollout-only run: no training stages to weigh the rollout against")
+    return ev.stage_time(["rollout"])
+
+
 def weight_sync_share(ev: Evidence, check: Check) -> Result:
     """f_sync from the ``weight_sync`` product (trace), else the log's weight-sync timer."""
     synced = ev.frame("weight_sync")
@@ -730,7 +738,7 @@ def dispatch_gap_share(ev: Evidence, check: Check) -> Result:
 
 
 METRICS: dict[str, Metric] = {
-    "rollout_share": _share("rollout"),
+    "rollout_share": rollout_share,
     "tail_share": tail_share,
     "length_ratio": length_ratio,
     "clip_ratio": _logged("clip_ratio"),
