@@ -40,6 +40,12 @@ def test_json_holds_every_rule() -> None:
         rules.patterns
     )
     assert {r["dim"] for r in doc["dimensions"]["rows"]} == set(vocab.DIMENSIONS)
+    assert [r["cause"] for r in doc["idle_causes"]["rows"]] == list(vocab.IDLE_RULE_ORDER)
+    assert [r["family"] for r in doc["communication"]["rows"]] == [
+        f.name for f in collectives.load_families()
+    ]
+    deepep = next(r for r in doc["communication"]["rows"] if r["family"] == "deepep")
+    assert (deepep["library"], deepep["dim"]) == ("DeepEP", "ep")
 
 
 def test_one_part_one_profile_markdown() -> None:

@@ -2,7 +2,8 @@
 
 The HTA-compatible view of a trace (docs/analyses.md §6): busy is the union of kernels, copies
 and memsets over all streams; the window runs from the rank's first to its last GPU activity;
-communication kernels are NCCL kernels, computation kernels every other kernel.
+communication kernels are those of a communication family (NCCL, RCCL, DeepEP, custom
+all-reduce, …: taxonomy/comm_families.toml), computation kernels every other kernel.
 
 All GPU activity in the trace counts, including work whose launch record is missing (HTA drops
 such work from its temporal breakdown; it did run on the GPU inside the window).

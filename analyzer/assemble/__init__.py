@@ -15,8 +15,9 @@ is, its collective calls, one clock for all ranks (modules :mod:`.ranks`, :mod:`
   when it exceeds its own uncertainty (``SIGNIFICANCE`` × MAD); ranks on one host clock stay put.
 * **Aligned events** (product ``aligned``): the event table with offsets subtracted, restricted
   to the ``--ranks`` selection (the driver and logs always stay).
-* **Collective calls** (product ``collective_calls``): one row per rank and call — NCCL kernels
-  on ranks with device work, the outermost host collective ranges otherwise — with its process
+* **Collective calls** (product ``collective_calls``): one row per rank and call — kernels of a
+  communication family on ranks with device work, the outermost host collective ranges
+  otherwise — with its process
   group filled from the source's ``pg_config`` and matched across members into instances by
   (group, ``seq``) or, without ``seq``, by order within the group.
 The steps (``ProfilerStep#N``, step ranges, rollout waves, log steps) are

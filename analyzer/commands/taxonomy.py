@@ -24,8 +24,10 @@ class Part(str, Enum):
     roles = "roles"
     dimensions = "dimensions"
     placements = "placements"
+    idle_causes = "idle_causes"
     profiles = "profiles"
     collectives = "collectives"
+    communication = "communication"
     guidelines = "guidelines"
 
 
@@ -62,6 +64,15 @@ def parts(
                 + [{"kind": "pool", "value": v} for v in vocab.POOLS]
             ),
         ),
+        "idle_causes": (
+            "Idle causes of a device, in rule precedence (docs/analyses.md §4)",
+            pl.DataFrame(
+                [
+                    {"rule": c.rule, "cause": c.name, "when": c.description}
+                    for c in sorted(vocab.IDLE_CAUSE_TABLE, key=lambda c: c.rule)
+                ]
+            ),
+        ),
     }
     table = profiles.profiles_frame(profiles.load_profiles(rules))
     if profile:
@@ -77,6 +88,11 @@ def parts(
     out["collectives"] = (
         "Collective → dimension rules (description, then pools, layout, kernel name, pattern)",
         collectives.rules_frame(collectives.load_rules(collective_rules)),
+    )
+    out["communication"] = (
+        "Communication families: kernels that are communication, first match wins "
+        "(taxonomy/comm_families.toml)",
+        collectives.families_frame(collectives.load_families(collective_rules)),
     )
     out["guidelines"] = ("Guideline catalogue (docs/guidelines.md)", guidelines.catalogue_frame())
     return out
@@ -108,8 +124,9 @@ def taxonomy(
     output: Output = None,
     debug: Debug = False,
 ) -> None:
-    """Print the taxonomy: stages, roles, dimensions, placements and execution modes, the
-    framework profiles with their rules, the collective rules and the guideline catalogue."""
+    """Print the taxonomy: stages, roles, dimensions, placements and execution modes, idle
+    causes, the framework profiles with their rules, the collective rules, the communication
+    families and the guideline catalogue."""
     check_output(output)
     chosen = parts(
         profile, rules, collective_rules
