@@ -715,6 +715,20 @@ def test_g8_engine_memory_kept_through_training():
     passed(logs_run(VERL_LOG), "G8", 0.0)
 
 
+@pytest.mark.parametrize(
+    ("device", "remark"), [(None, True), ("cuda", True), ("tpu", False), ("npu", False)]
+)
+def test_g8_names_resident_cuda_graphs_only_on_cuda(device: str | None, remark: bool):
+    """enforce_eager off keeps captured CUDA graphs resident, on CUDA GPUs; a TPU (XLA) or
+    Ascend run has no CUDA graphs to name."""
+    meta = engine_config(False)
+    meta["config"]["actor_rollout_ref"]["rollout"]["enforce_eager"] = False
+    if device:
+        meta["device"] = device
+    got = fired(make_run(meta=meta), "G8", "warn", 0.4)
+    assert ("CUDA graphs are captured" in got["evidence"]) is remark
+
+
 def test_g18_pool_idle_from_pool_wait_or_logged_idle_ratios():
     split = pools(r0=("rollout", "h"), r1=("train", "h"))
     wait = bubbles(

@@ -295,7 +295,11 @@ def engine_memory_share(ev: Evidence, check: Check) -> Result:
     share = config_amount(ev, "gpu_memory_utilization")
     if freed is None:
         return Missing("whether the engine frees its KV cache before training (free_cache_engine)")
-    graphs = "" if eager else "; CUDA graphs are captured (enforce_eager off) and stay resident"
+    graphs = (
+        "; CUDA graphs are captured (enforce_eager off) and stay resident"
+        if not eager and _device(ev) in (None, "cuda")
+        else ""
+    )
     if freed:
         return Measured(
             per_step(pl.DataFrame({"value": [0.0]})),
@@ -307,6 +311,14 @@ def engine_memory_share(ev: Evidence, check: Check) -> Result:
         per_step(pl.DataFrame({"value": [share]})),
         f"config: free_cache_engine = false, the engine keeps gpu_memory_utilization = {share} "
         f"through training{graphs}",
+    )
+
+
+def _device(ev: Evidence) -> str | None:
+    """The accelerator a log states (``cuda``, ``npu``, ``tpu``); None when none says."""
+    return next(
+        (str(s.meta["device"]) for s in ev.products["sources"] if (s.meta or {}).get("device")),
+        None,
     )
 
 
