@@ -566,6 +566,34 @@ def test_g10_k_is_the_most_optimizer_steps_any_rank_takes():
     assert "K = 2 optimizer steps per rollout" in passed(run, "G10", None)["evidence"]
 
 
+def test_g10_an_optimizer_step_at_the_updates_first_instant_is_inside_it():
+    """The update range is [70, 100) ms; rank 1's two optimizer steps start at 70 ms exactly and
+    at 90 ms: both are inside (the range's start is), so K = 2."""
+    marks = conform(
+        pl.DataFrame(
+            {
+                "rank": [0, 1, 1],
+                "kind": ["annotation"] * 3,
+                "name": ["Optimizer.step#Adam.step"] * 3,
+                "start_ns": [75 * MS, 70 * MS, 90 * MS],
+                "end_ns": [75 * MS + 1000, 70 * MS + 1000, 90 * MS + 1000],
+            }
+        )
+    )
+    segs = [
+        (r, 1, stage, a, b)
+        for r in (0, 1)
+        for stage, a, b in (("rollout", 0, 50), ("old_logprob", 50, 60), ("actor_update", 70, 100))
+    ]
+    run = make_run(
+        events=marks,
+        steps=steps((0, 100)),
+        stage_timeline=timeline(*segs),
+        stage_ranges=stage_ranges(*segs),
+    )
+    assert "K = 2 optimizer steps per rollout" in passed(run, "G10", None)["evidence"]
+
+
 def test_g10_takes_k_from_the_config_of_a_real_log():
     got = passed(logs_run(VERL_LOG), "G10", None)
     assert (
@@ -713,6 +741,12 @@ def test_g8_engine_memory_kept_through_training():
     passed(make_run(meta=engine_config(True)), "G8", 0.0)
     passed(make_run(meta=engine_config(False, "disaggregated")), "G8", None)
     passed(logs_run(VERL_LOG), "G8", 0.0)
+
+
+def test_g8_without_the_engines_memory_share_says_it_needs_it():
+    meta = engine_config(False)
+    del meta["config"]["actor_rollout_ref"]["rollout"]["gpu_memory_utilization"]
+    not_evaluated(make_run(meta=meta), "G8", "the engine's gpu_memory_utilization")
 
 
 @pytest.mark.parametrize(
