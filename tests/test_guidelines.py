@@ -538,17 +538,18 @@ def test_g10_old_logprobs_are_judged_only_with_one_update_per_rollout(optimizer_
     passed(run(2), "G10", 0.02)  # small enough whatever K is
 
 
-def test_g10_k_is_the_most_optimizer_steps_any_rank_takes():
-    """Rank 0 steps its optimizer once in the update, rank 1 twice (uneven mini-batches): K = 2,
-    so old log-probs are needed (the fewest, 1, would judge them)."""
+def optimizer_run(rank1_steps_ms: tuple[int, int]) -> Run:
+    """Two ranks, each rollout [0, 50), old log-probs [50, 60), actor update [70, 100) ms; rank 0
+    steps its optimizer at 75 ms, rank 1 at the two times given."""
+    starts = [75 * MS, *(t * MS for t in rank1_steps_ms)]
     marks = conform(
         pl.DataFrame(
             {
                 "rank": [0, 1, 1],
                 "kind": ["annotation"] * 3,
                 "name": ["Optimizer.step#Adam.step"] * 3,
-                "start_ns": [75 * MS, 75 * MS, 90 * MS],
-                "end_ns": [75 * MS + 1000, 75 * MS + 1000, 90 * MS + 1000],
+                "start_ns": starts,
+                "end_ns": [t + 1000 for t in starts],
             }
         )
     )
@@ -557,40 +558,25 @@ def test_g10_k_is_the_most_optimizer_steps_any_rank_takes():
         for r in (0, 1)
         for stage, a, b in (("rollout", 0, 50), ("old_logprob", 50, 60), ("actor_update", 70, 100))
     ]
-    run = make_run(
+    return make_run(
         events=marks,
         steps=steps((0, 100)),
         stage_timeline=timeline(*segs),
         stage_ranges=stage_ranges(*segs),
     )
+
+
+def test_g10_k_is_the_most_optimizer_steps_any_rank_takes():
+    """Rank 0 steps its optimizer once in the update, rank 1 twice (uneven mini-batches): K = 2,
+    so old log-probs are needed (the fewest, 1, would judge them)."""
+    run = optimizer_run((75, 90))
     assert "K = 2 optimizer steps per rollout" in passed(run, "G10", None)["evidence"]
 
 
 def test_g10_an_optimizer_step_at_the_updates_first_instant_is_inside_it():
-    """The update range is [70, 100) ms; rank 1's two optimizer steps start at 70 ms exactly and
-    at 90 ms: both are inside (the range's start is), so K = 2."""
-    marks = conform(
-        pl.DataFrame(
-            {
-                "rank": [0, 1, 1],
-                "kind": ["annotation"] * 3,
-                "name": ["Optimizer.step#Adam.step"] * 3,
-                "start_ns": [75 * MS, 70 * MS, 90 * MS],
-                "end_ns": [75 * MS + 1000, 70 * MS + 1000, 90 * MS + 1000],
-            }
-        )
-    )
-    segs = [
-        (r, 1, stage, a, b)
-        for r in (0, 1)
-        for stage, a, b in (("rollout", 0, 50), ("old_logprob", 50, 60), ("actor_update", 70, 100))
-    ]
-    run = make_run(
-        events=marks,
-        steps=steps((0, 100)),
-        stage_timeline=timeline(*segs),
-        stage_ranges=stage_ranges(*segs),
-    )
+    """Rank 1's two optimizer steps start at 70 ms, the update's first instant, and at 90 ms:
+    both are inside (the range's start is), so K = 2."""
+    run = optimizer_run((70, 90))
     assert "K = 2 optimizer steps per rollout" in passed(run, "G10", None)["evidence"]
 
 
