@@ -100,7 +100,8 @@ class Db:
         self, table: str, present: Mapping[str, pl.DataType], checked: Sequence[str]
     ) -> None:
         """Count, in one pass of SQLite, the cells that :func:`_typed` turns into NULL (and the
-        wrong-typed cells of ``checked`` integer columns a WHERE clause filters on)."""
+        wrong-typed cells of ``checked`` integer columns a WHERE clause filters on). The count is
+        over the whole table whatever ``where`` keeps, so a table read twice is counted once."""
         tests = {name: _wrong_type(name, dtype) for name, dtype in present.items()}
         tests.update({c: _wrong_type(c, pl.Int64()) for c in checked if c in self.columns(table)})
         tests = {name: test for name, test in tests.items() if test}
@@ -111,7 +112,7 @@ class Db:
         for name, bad in zip(tests, row, strict=True):
             if bad:
                 key = f"{table}.{name}"
-                self.wrong_types[key] = self.wrong_types.get(key, 0) + int(bad)
+                self.wrong_types[key] = int(bad)
 
     def query(self, sql: str, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
         """Rows of ``sql`` as columns, fetched in batches so that only one batch of Python rows

@@ -4,6 +4,7 @@ built here whose right answer is worked out by hand."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from analyzer.assemble.collectives import fill_groups
 from analyzer.assemble.runs import RunsError, _overlap, _spans, _window, choose
 from parsers import ParsedSource, kineto
 from parsers.events import conform
+from parsers.nsys_db import Db
 from taxonomy.collectives import CollectiveRulesError, load_rules
 
 VERL_LOG = (
@@ -126,3 +128,19 @@ def test_a_name_rule_without_a_regex_is_one_error_naming_the_file(tmp_path: Path
     with pytest.raises(CollectiveRulesError) as caught:
         load_rules(user)
     assert str(caught.value) == f"{user}: {kind} rule 1: needs a match regex"
+
+
+def test_a_table_read_twice_counts_its_wrong_cells_once(tmp_path: Path) -> None:
+    """Two of three ``deviceId`` cells are text; the count is over the table whatever the
+    WHERE clause keeps, so a second read (another filter) gives the same two, not four."""
+    path = tmp_path / "export.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE T (id INTEGER, deviceId INTEGER)")
+    con.executemany("INSERT INTO T VALUES (?, ?)", [(1, 0), (2, "x"), (3, "y")])
+    con.commit()
+    con.close()
+    db = Db(path)
+    schema = {"id": pl.Int64(), "deviceId": pl.Int64()}
+    assert db.frame("T", schema)["deviceId"].to_list() == [0, None, None]
+    assert db.frame("T", schema, where="WHERE id > 1").height == 2
+    assert db.wrong_types == {"T.deviceId": 2}
