@@ -15,7 +15,8 @@ from test_logs_steps import verl_run
 import analyzer
 from analyzer.analyses import log_steps
 from analyzer.assemble.collectives import fill_groups
-from analyzer.assemble.runs import RunsError, _overlap, _spans, _window, choose
+from analyzer.assemble.runs import RunsError, _overlap, _window, choose
+from analyzer.model.units import spans as _spans
 from parsers import ParsedSource, kineto
 from parsers.events import conform
 from parsers.nsys_db import Db

@@ -30,6 +30,7 @@ from parsers.errors import printable
 from taxonomy import profiles as tp
 
 from ..model.scalars import number_or_none
+from ..model.units import spans
 
 WINDOW_SLACK_NS = 2_000_000_000
 """Trace windows closer than this overlap: hosts' clocks and profilers' start differ by less."""
@@ -395,17 +396,7 @@ def _ranks(g: Group) -> str:
         return ""
     if not ranks:
         return "no rank stated"
-    return ("rank " if len(ranks) == 1 else "ranks ") + _spans(ranks)
-
-
-def _spans(values: list[int]) -> str:
-    out: list[str] = []
-    start: int | None = values[0]
-    for prev, cur in zip(values, [*values[1:], None], strict=True):
-        if cur != prev + 1 if cur is not None else True:
-            out.append(str(start) if start == prev else f"{start}-{prev}")
-            start = cur
-    return ",".join(out)
+    return ("rank " if len(ranks) == 1 else "ranks ") + spans(ranks)
 
 
 def _frameworks(g: Group) -> str:

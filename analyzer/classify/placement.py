@@ -26,7 +26,6 @@ placement and execution mode, steps, and how well the clocks could be aligned.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -35,6 +34,7 @@ from taxonomy.vocab import PREPARATION_STAGES, TRAINER_STAGES
 
 from ..model import intervals
 from ..model.products import provides
+from ..model.units import spans
 
 if TYPE_CHECKING:
     pass
@@ -45,20 +45,9 @@ FUSED_MIN = 0.05
 """Forward-only stages overlapping others' generation for this share of their time is fusion."""
 
 
-def consecutive_runs(numbers: Iterable[int]) -> list[tuple[int, int]]:
-    """Distinct numbers as (first, last) runs of consecutive ones, ascending."""
-    runs: list[tuple[int, int]] = []
-    for n in sorted(set(numbers)):
-        if runs and n == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], n)
-        else:
-            runs.append((n, n))
-    return runs
-
-
 def _ranks_text(ranks: list[int]) -> str:
     """``[0, 1, 2, 5]`` → ``"0-2,5"`` for the evidence sentences."""
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in consecutive_runs(ranks)) or "none"
+    return spans(ranks) or "none"
 
 
 def _length(frame: pl.DataFrame) -> int:

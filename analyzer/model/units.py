@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 def duration(ns: float | int | None) -> str:
     if ns is None:
@@ -72,3 +74,19 @@ def cell(value: object, fmt: str) -> str:
         case "number":
             return number(value)  # type: ignore[arg-type]  # a column of this format holds numbers
     return str(value)
+
+
+def consecutive_runs(numbers: Iterable[int]) -> list[tuple[int, int]]:
+    """Distinct numbers as (first, last) runs of consecutive ones, ascending."""
+    runs: list[tuple[int, int]] = []
+    for n in sorted(set(numbers)):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], n)
+        else:
+            runs.append((n, n))
+    return runs
+
+
+def spans(numbers: Iterable[int], sep: str = ",", dash: str = "-") -> str:
+    """``[0, 1, 2, 5]`` → ``"0-2,5"``: rank lists as runs of consecutive numbers."""
+    return sep.join(str(a) if a == b else f"{a}{dash}{b}" for a, b in consecutive_runs(numbers))

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import polars as pl
 
-from ...classify.placement import consecutive_runs
 from ...model.run import Run
 from ...model.scalars import as_int
+from ...model.units import spans
 from ..section import Column, Section
 
 
 def number_ranges(numbers: list[int]) -> str:
     """``[1, 2, 3, 7, 9, 10]`` → ``"1–3, 7, 9–10 (6)"``: step lists stay one line."""
     count = len(set(numbers))
-    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in consecutive_runs(numbers)) + (
+    return spans(numbers, ", ", "–") + (
         f" ({count})" if count > 2 else ""
     )
 
