@@ -155,17 +155,20 @@ def test_v06_testing_and_checkpoint_outside_the_step():
     assert result.weight_sync["status"].to_list() == ["hidden"]
 
 
+EXCLUDED_EVAL = {
+    1: {"timing_s/gen": 5.0, "timing_s/step": 5.2},
+    2: {
+        "timing_s/gen": 5.0,
+        "timing_s/testing": 4.0,
+        "timing_s/save_checkpoint": 2.0,
+        "timing_s/step": 5.2,
+    },
+}
+"""Two steps of a log whose step timer leaves step 2's evaluation and checkpoint out."""
+
+
 def test_numbers_overrule_a_wrong_version_assumption():
-    steps = {
-        1: {"timing_s/gen": 5.0, "timing_s/step": 5.2},
-        2: {
-            "timing_s/gen": 5.0,
-            "timing_s/testing": 4.0,
-            "timing_s/save_checkpoint": 2.0,
-            "timing_s/step": 5.2,
-        },
-    }
-    assumed_inside = verl_run(steps, "0.5")
+    assumed_inside = verl_run(EXCLUDED_EVAL, "0.5")
     assert any("excludes evaluation and checkpoint" in n for n in assumed_inside.notes)
     assert assumed_inside.steps.filter(pl.col("step") == 2)["wall_s"].item() == pytest.approx(11.2)
     inside = {

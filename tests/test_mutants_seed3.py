@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from test_logs_steps import verl_run
+from test_logs_steps import EXCLUDED_EVAL, verl_run
 
 import analyzer
 from analyzer.analyses import log_steps, overview
@@ -45,18 +45,7 @@ def test_the_evidence_boundary_of_a_total_that_excludes_the_checkpoint(monkeypat
 def test_a_flip_keeps_the_other_stages_inside_the_step() -> None:
     """After the evaluation and checkpoint are moved out of step 2, its generation (5 s) still
     counts inside: the stage sum is 5 s, the residual 0.2 s of the 5.2 s total."""
-    result = verl_run(
-        {
-            1: {"timing_s/gen": 5.0, "timing_s/step": 5.2},
-            2: {
-                "timing_s/gen": 5.0,
-                "timing_s/testing": 4.0,
-                "timing_s/save_checkpoint": 2.0,
-                "timing_s/step": 5.2,
-            },
-        },
-        "0.5",
-    )
+    result = verl_run(EXCLUDED_EVAL, "0.5")
     step = result.steps.filter(pl.col("step") == 2).row(0, named=True)
     assert step["stages_s"] == pytest.approx(5.0)
     assert step["residual_s"] == pytest.approx(0.2)
