@@ -297,7 +297,7 @@ def engine_memory_share(ev: Evidence, check: Check) -> Result:
         return Missing("whether the engine frees its KV cache before training (free_cache_engine)")
     graphs = (
         "; CUDA graphs are captured (enforce_eager off) and stay resident"
-        if not eager and _device(ev) in (None, "cuda")
+        if not eager and ev.config("device") in (None, "cuda")
         else ""
     )
     if freed:
@@ -311,14 +311,6 @@ def engine_memory_share(ev: Evidence, check: Check) -> Result:
         per_step(pl.DataFrame({"value": [share]})),
         f"config: free_cache_engine = false, the engine keeps gpu_memory_utilization = {share} "
         f"through training{graphs}",
-    )
-
-
-def _device(ev: Evidence) -> str | None:
-    """The accelerator a log states (``cuda``, ``npu``, ``tpu``); None when none says."""
-    return next(
-        (str(s.meta["device"]) for s in ev.products["sources"] if (s.meta or {}).get("device")),
-        None,
     )
 
 
