@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from .schedule import one_f_one_b
+
 FORMAT = "rlperf-truth/1"
 BASE_NS = 1_767_225_600_000_000_000
 """2026-01-01 00:00 UTC: ``baseTimeNanoseconds``; ``ts`` are µs after it."""
@@ -53,18 +55,11 @@ class Chunk:
 
 
 def stage_order(stage: int, pp: int, micro: int) -> list[tuple[str, int]]:
-    """1F1B on ``stage``: warm-up forwards, then forward/backward pairs, then the remaining
-    backwards; each backward's weight chunk right after it."""
-    warm = min(pp - 1 - stage, micro)
-    order = [("F", i) for i in range(warm)]
-    forwards, backwards = warm, 0
-    while backwards < micro:
-        if forwards < micro:
-            order.append(("F", forwards))
-            forwards += 1
-        order += [("B", backwards), ("W", backwards)]
-        backwards += 1
-    return order
+    """1F1B on ``stage`` with each backward's weight chunk right after it (B split into B, W)."""
+    return [
+        op for kind, k in one_f_one_b(stage, pp, micro)
+        for op in ([(kind, k)] if kind == "F" else [("B", k), ("W", k)])
+    ]
 
 
 def _parts(kind: str, start: int, rng: np.random.Generator) -> tuple[tuple[str, int, int], ...]:

@@ -317,16 +317,7 @@ class Schedule:
             if not backward:
                 order.append([("F", k) for k in range(m)])
                 continue
-            warm = min(lay.pp - i - 1, m)
-            ops = [("F", k) for k in range(warm)]
-            f, b = warm, 0
-            while b < m:
-                if f < m:
-                    ops.append(("F", f))
-                    f += 1
-                ops.append(("B", b))
-                b += 1
-            order.append(ops)
+            order.append(one_f_one_b(i, lay.pp, m))
         done: dict[tuple[str, int, int], np.ndarray] = {}
         ptr = [0] * lay.pp
         pairs = {i: grid[:, i] for i in range(lay.pp)}
@@ -354,3 +345,17 @@ class Schedule:
                 progressed = True
             if not progressed:
                 raise RuntimeError("1F1B schedule deadlocked")
+
+
+def one_f_one_b(stage: int, pp: int, micro: int) -> list[tuple[str, int]]:
+    """1F1B on ``stage`` of ``pp``: warm-up forwards, then one forward / one backward, then the
+    remaining backwards, as (``"F"`` or ``"B"``, micro-batch)."""
+    warm = min(pp - stage - 1, micro)
+    ops = [("F", k) for k in range(warm)]
+    forwards = warm
+    for backward in range(micro):
+        if forwards < micro:
+            ops.append(("F", forwards))
+            forwards += 1
+        ops.append(("B", backward))
+    return ops
