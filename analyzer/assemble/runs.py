@@ -21,6 +21,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from functools import cache
 from pathlib import Path
 
 import polars as pl
@@ -173,8 +174,10 @@ def folder_role(path: Path) -> str:
     return path.name.split("__", 1)[0] if "__" in path.name else path.parent.name
 
 
+@cache
 def role_stage(label: str) -> str | None:
-    """The stage a folder's role names under the first framework profile that knows it."""
+    """The stage a folder's role names under the first framework profile that knows it (the
+    built-in profiles, read once for all the copies a run has)."""
     profiles = tp.load_profiles()
     for profile in profiles.values():
         found = tp.classify([label], "trace", profile, profiles=profiles)
