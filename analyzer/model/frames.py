@@ -262,6 +262,38 @@ VIOLATIONS = pl.Schema({
 (then ``evidence`` says what is missing: "needs …"); ``severity`` is ``info``/``warn``/``error``
 for violations."""
 
+FINDING_CANDIDATES = pl.Schema({
+    "id": pl.String(),
+    "kind": pl.String(),
+    "title": pl.String(),
+    "severity": pl.String(),
+    "ranks": pl.String(),
+    "steps": pl.String(),
+    "stage": pl.String(),
+    "evidence": pl.String(),
+    "saving_ns": pl.Int64(),
+    "saving_basis": pl.String(),
+    "recommendation": pl.String(),
+    "confidence": pl.String(),
+})
+"""One row per problem an analysis found, before ranking: ``id`` is stable (``G3``,
+``gpu.host_bound``, ``bubble.rollout_tail``, …) and ``kind`` says which family found it
+(``guideline``, ``gpu``, ``bubble``, ``step``, …); ``ranks``/``steps`` are spans as
+``model.units.spans`` writes them (empty: all); ``stage`` is a taxonomy stage or empty;
+``evidence`` gives the numbers with their definition; ``saving_ns`` is the estimated wall time
+saved per step if the problem were fixed (null when it cannot be estimated) and
+``saving_basis`` says which bound it comes from; ``severity`` is ``info``/``warn``/``error``,
+``confidence`` ``high``/``medium``/``low``."""
+
+FINDINGS = pl.Schema({
+    "position": pl.Int32(),
+    **FINDING_CANDIDATES,
+    "saving_fraction": pl.Float64(),
+})
+"""The ranked findings every report leads with: the candidates, deduplicated and ordered by
+saving (largest first; those without a saving after, by severity), ``position`` from 1;
+``saving_fraction`` is ``saving_ns`` over the median step time."""
+
 DATA_QUALITY = pl.Schema({
     "file": pl.String(),
     "check": pl.String(),
