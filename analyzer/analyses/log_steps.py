@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from taxonomy.steps import StepRules, builtin_rules
 from taxonomy.vocab import STAGE
 
 from ..model.scalars import as_float
@@ -47,13 +48,15 @@ OUTPUTS = {
     "stages": "per step × stage: seconds, share of the step's "
               "wall time, inside the step or not, the keys",
     "steps": "per step: total, its origin, stage sum, residual (other), outside time, wall, "
-             "dominant stage, outlier",
-    "stats": "step wall-time statistics: median, p95, mean, "
-             "min, max, MAD, the outlier rule and count",
-    "stage_summary": "per stage over the run: seconds, share "
-                     "of all wall time, median and p95 per step",
-    "dominant": "the stage with the largest share of the run (other excluded), and other's share",
-    "weight_sync": "weight-sync seconds and share, or where the version hides it",
+             "dominant stage, outlier (slow), warm-up",
+    "stats": "step wall-time statistics over the steps after warm-up: median, p95, mean, "
+             "min, max, MAD, the outlier rule and count, the warm-up steps left out",
+    "stage_summary": "per stage over the steps after warm-up: seconds, share "
+                     "of their wall time, median and p95 per step",
+    "dominant": "the stage with the largest share of the steps after warm-up (other excluded), "
+                "other's share, and the same without the slow steps (a typical step)",
+    "weight_sync": "weight-sync seconds and share of the steps after warm-up, or where the "
+                   "version hides it",
     "long_tail": "per step: response length mean/max/min, max ÷ mean, clip ratio",
     "long_tail_summary": "over the run: median/p95/max of max ÷ mean, mean/max clip ratio",
     "unclassified": "timer keys no profile rule claims: steps seen, seconds",
@@ -61,12 +64,8 @@ OUTPUTS = {
 }
 OUTPUT_NAMES: tuple[str, ...] = tuple(OUTPUTS)
 
-OUTLIER_K = 3.0
-"""A step is an outlier when its wall time exceeds median + OUTLIER_K × MAD."""
-MAD_SCALE = 1.4826
-"""Scales the median absolute deviation to a standard deviation for normal data."""
-MAD_FLOOR = 0.01
-"""MAD is floored at this fraction of the median, so identical steps do not flag noise."""
+STEP_RULES: StepRules = builtin_rules()
+"""Which steps are slow (outliers) and which are warm-up: ``taxonomy/steps.toml``."""
 TOLERANCE_S = 0.01
 TOLERANCE_SHARE = 0.005
 """Reconciliation tolerance: TOLERANCE_S + TOLERANCE_SHARE × total (3-decimal rounding of ~10
@@ -108,6 +107,7 @@ STEPS_SCHEMA = pl.Schema(
         "dominant": STAGE,
         "outlier": pl.Boolean(),
         "outlier_cause": pl.String(),
+        "warmup": pl.Boolean(),
     }
 )
 STATS_SCHEMA = pl.Schema(
@@ -124,6 +124,10 @@ STATS_SCHEMA = pl.Schema(
         "outlier_threshold_s": pl.Float64(),
         "n_outliers": pl.Int64(),
         "outlier_rule": pl.String(),
+        "n_warmup": pl.Int64(),
+        "warmup_steps": pl.String(),
+        "warmup_ratio": pl.Float64(),
+        "warmup_rule": pl.String(),
     }
 )
 STAGE_SUMMARY_SCHEMA = pl.Schema({
@@ -132,7 +136,11 @@ STAGE_SUMMARY_SCHEMA = pl.Schema({
 })
 DOMINANT_SCHEMA = pl.Schema({
     "stage": STAGE, "label": pl.String(), "share": pl.Float64(), "other_share": pl.Float64(),
+    "typical_stage": STAGE, "typical_label": pl.String(), "typical_share": pl.Float64(),
+    "slow_steps": pl.String(),
 })
+"""``stage``/``share``: over the steps after warm-up; ``typical_*``: the same over those steps
+that are not slow either (``slow_steps`` lists the slow ones left out)."""
 WEIGHT_SYNC_SCHEMA = pl.Schema({
     "status": pl.String(), "seconds": pl.Float64(), "share": pl.Float64(), "median_s": pl.Float64(),
     "where": pl.String(), "note": pl.String(),
@@ -213,9 +221,16 @@ def compute(
     notes += flip_notes
     stages, steps = _shares(stage_rows, steps, notes)
     steps, stats = _outliers(stages, steps)
-    summary = _summary(stages, steps)
-    dominant = _dominant(summary)
-    weight_sync, ws_note = _weight_sync(stages, steps, rows)
+    counted = steps.filter(~pl.col("warmup").fill_null(False))
+    counted_stages = stages.join(counted.select("step"), on="step", how="semi")
+    summary = _summary(counted_stages, counted)
+    typical = counted.filter(~pl.col("outlier").fill_null(False))
+    dominant = _dominant(
+        summary,
+        _summary(stages.join(typical.select("step"), on="step", how="semi"), typical),
+        counted.filter(pl.col("outlier").fill_null(False))["step"].to_list(),
+    )
+    weight_sync, ws_note = _weight_sync(counted_stages, counted, rows)
     long_tail, tail_summary = _long_tail(metrics, metric_keys or {})
     unclassified = _unclassified(rows)
     needs = list(NEEDS_TRACE)
@@ -471,32 +486,41 @@ def _shares(
     return stages, steps
 
 
-def _outliers(stages: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    wall = steps["wall_s"]
-    if wall.len() == 0:
+def _outliers(
+    stages: pl.DataFrame, steps: pl.DataFrame, rules: StepRules = STEP_RULES
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Flag warm-up and slow steps; statistics over the steps after warm-up."""
+    if steps.height == 0:
         empty_steps = steps.with_columns(
             pl.lit(None, dtype=pl.Boolean).alias("outlier"),
             pl.lit(None, dtype=pl.String).alias("outlier_cause"),
+            pl.lit(None, dtype=pl.Boolean).alias("warmup"),
         )
         return empty_steps.select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA), pl.DataFrame(
             schema=STATS_SCHEMA
         )
-    median = as_float(wall.median())
-    mad = float((wall - median).abs().median()) * MAD_SCALE
-    threshold = median + OUTLIER_K * max(mad, MAD_FLOOR * median)
+    steps = steps.sort("step").with_columns(
+        warmup_flags(steps.sort("step")["wall_s"], rules).alias("warmup")
+    )
+    wall = steps.filter(~pl.col("warmup"))["wall_s"]
+    median, mad = robust_centre(wall)
+    threshold = rules.threshold(median, mad)
     steps = steps.with_columns((pl.col("wall_s") > threshold).alias("outlier"))
+    steady = steps.filter(~pl.col("warmup")).select("step")
     per_stage = stages.pivot(on="label", index="step", values="seconds", aggregate_function="sum")
     labels = [c for c in per_stage.columns if c != "step"]
     per_stage = per_stage.with_columns(pl.col(labels).fill_null(0.0))
+    medians = per_stage.join(steady, on="step", how="semi").select(pl.col(labels).median())
     excess = per_stage.select(
-        "step", *[(pl.col(c) - pl.col(c).median()).alias(c) for c in labels]
+        "step", *[(pl.col(c) - medians[c][0]).alias(c) for c in labels]
     ).unpivot(index="step", variable_name="label", value_name="excess")
-    cause = excess.sort("excess", descending=True).group_by("step", maintain_order=True).agg(
-        pl.col("label").first().alias("_cause")
-    )
+    cause = excess.sort(["excess", "label"], descending=[True, False]).group_by(
+        "step", maintain_order=True
+    ).agg(pl.col("label").first().alias("_cause"))
     steps = steps.join(cause, on="step", how="left").with_columns(
         pl.when(pl.col("outlier")).then(pl.col("_cause")).otherwise(None).alias("outlier_cause")
     ).drop("_cause").sort("step")
+    warm = steps.filter(pl.col("warmup"))
     stats = pl.DataFrame(
         [
             {
@@ -508,16 +532,39 @@ def _outliers(stages: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, 
                 "mean_s": as_float(wall.mean()),
                 "min_s": as_float(wall.min()),
                 "max_s": as_float(wall.max()),
-                "mad_s": mad,
+                "mad_s": mad * rules.mad_scale,
                 "outlier_threshold_s": threshold,
-                "n_outliers": int(steps["outlier"].sum()),
-                "outlier_rule": f"wall time > median + {OUTLIER_K:g} × MAD (MAD scaled by "
-                                f"{MAD_SCALE}, at least {MAD_FLOOR:.0%} of the median)",
+                "n_outliers": int(steps.filter(~pl.col("warmup"))["outlier"].sum()),
+                "outlier_rule": rules.describe(),
+                "n_warmup": warm.height,
+                "warmup_steps": ", ".join(str(s) for s in warm["step"].to_list()),
+                "warmup_ratio": as_float(warm["wall_s"].max()) / median
+                if warm.height and median > 0 else None,
+                "warmup_rule": rules.describe_warmup(),
             }
         ],
         schema=STATS_SCHEMA,
     )
     return steps.select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA), stats
+
+
+def robust_centre(values: pl.Series) -> tuple[float, float]:
+    """Median and (unscaled) median absolute deviation of ``values``."""
+    median = as_float(values.median()) or 0.0
+    return median, float((values - median).abs().median() or 0.0)
+
+
+def warmup_flags(wall: pl.Series, rules: StepRules = STEP_RULES) -> pl.Series:
+    """Per step (in step order): is it warm-up? The first ``rules.always`` steps are; of the
+    first ``rules.leading``, those slow against the whole run. Never every step."""
+    median, mad = robust_centre(wall)
+    slow = (wall > rules.threshold(median, mad)).to_list()
+    flags = [
+        i < rules.always or (i < rules.leading and bool(slow[i])) for i in range(wall.len())
+    ]
+    if all(flags):
+        flags = [False] * len(flags)
+    return pl.Series("warmup", flags, dtype=pl.Boolean)
 
 
 def _summary(stages: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -544,13 +591,18 @@ def _summary(stages: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _dominant(summary: pl.DataFrame) -> pl.DataFrame:
+def _dominant(summary: pl.DataFrame, typical: pl.DataFrame, slow: list[int]) -> pl.DataFrame:
     other = summary.filter(pl.col("label") == "other")["share"].sum()
     top = summary.filter(pl.col("stage") != "other").head(1)
     if top.height == 0:
         return pl.DataFrame(schema=DOMINANT_SCHEMA)
+    usual = (typical if typical.height else summary).filter(pl.col("stage") != "other").head(1)
     return top.select(
-        "stage", "label", "share", pl.lit(other, dtype=pl.Float64).alias("other_share")
+        "stage", "label", "share", pl.lit(other, dtype=pl.Float64).alias("other_share"),
+        pl.lit(usual["stage"][0], dtype=STAGE).alias("typical_stage"),
+        pl.lit(usual["label"][0]).alias("typical_label"),
+        pl.lit(usual["share"][0], dtype=pl.Float64).alias("typical_share"),
+        pl.lit(", ".join(str(s) for s in slow)).alias("slow_steps"),
     ).cast(DOMINANT_SCHEMA)
 
 
