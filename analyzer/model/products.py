@@ -207,6 +207,10 @@ class Products:
     stragglers = Product[Frame]()
     workdepth = Product[Frame]()
     violations = Product[Frame]()
+    efficiency_steps = Product[Frame]()
+    efficiency = Product[Frame]()
+    efficiency_notes = Product[list[str]]()
+    efficiency_findings = Product[Frame]()
 
 
 def declared() -> dict[str, Product[Any]]:
