@@ -38,6 +38,7 @@ PLACEMENT: dict[str, str] = {
     # One package per step: its name is its layer.
     "analyzer.model": "analyzer.model",
     "analyzer.assemble": "analyzer.assemble",
+    "analyzer.dataset": "analyzer.assemble",
     "analyzer.classify": "analyzer.classify",
     "analyzer.analyses": "analyzer.analyses",
     "analyzer.report": "analyzer.report",

@@ -10,25 +10,24 @@ so one stray file does not stop a whole folder.
 from __future__ import annotations
 
 import hashlib
-import json
 import multiprocessing
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from functools import cache
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 import polars as pl
 
-import parsers
 from parsers import InputError, ParsedSource, discover, parse_file
 from parsers.cachedir import cache_dir
-from parsers.discover import PARSER_MODULES, Discovery, parser_for, parser_modules, skipped_note
+from parsers.discover import Discovery, parser_modules, skipped_note
+
+from .. import dataset
 
 PARALLEL_MIN_BYTES = 32 * 1024 * 1024
 """Below this much input, a process pool costs more than it saves."""
@@ -66,6 +65,8 @@ def ingest(
     given = [Path(p) for p in paths]
     if not given:
         raise InputError(".", "no input paths given")
+    if any(dataset.is_dataset(p) for p in given):
+        return _from_dataset(given)
     found = discover(given)
     _in_path_order(found)
     _explain_explicit_unknowns(given, found.unknown)
@@ -98,6 +99,21 @@ def ingest(
     notes = [*found.notes, *([note] if note else [])]
     return Ingested(
         sources=[results[i] for i in sorted(results)], unknown=found.unknown, notes=notes
+    )
+
+
+def _from_dataset(given: list[Path]) -> Ingested:
+    """A dataset (``rlperf ingest``) read in place of its sources: a source changed since, or
+    parsed by another parser version, keeps its tables with a warning saying so."""
+    root = next(p for p in given if dataset.is_dataset(p))
+    if len(given) > 1:
+        raise InputError(root, "is an rlperf dataset: give it as the only path of its run")
+    manifest = dataset.read_manifest(root)
+    sources = dataset.read_sources(root, manifest)
+    for index, why in dataset.stale(root, manifest).items():
+        sources[index].warnings.append(why)
+    return Ingested(
+        sources=sources, unknown=[Path(u) for u in manifest["unknown"]], notes=manifest["notes"]
     )
 
 
@@ -186,69 +202,46 @@ def _cache_enabled() -> bool:
     return os.environ.get("RLPERF_NO_CACHE", "") in ("", "0")
 
 
-@cache
-def _code_version(fmt: str) -> str:
-    """A hash of the parser's code and the event contract: a change invalidates the cache."""
-    digest = hashlib.sha1()
-    module = parser_for(fmt)
-    files = {_file_of(module)}
-    files |= {_file_of(m) for m in parser_modules() if m.__name__.startswith(module.__name__)}
-    root = Path(parsers.__file__).parent
-    files |= {root / "events.py", root / "source.py", root / "nccl.py"}
-    for f in sorted(files):
-        digest.update(f.read_bytes())
-    digest.update(",".join(m.__name__ for m in PARSER_MODULES).encode())
-    return digest.hexdigest()[:16]
-
-
-def _file_of(module: ModuleType) -> Path:
-    """The file a parser module's code is in (a module built without one cannot be hashed)."""
-    if module.__file__ is None:
-        raise ValueError(f"{module.__name__} has no source file")
-    return Path(module.__file__)
-
-
 def _cache_key(path: Path, fmt: str) -> str:
+    """The file's identity and its parser's version (the dataset layout's version too: an entry
+    of another layout is never read as this one)."""
     st = path.stat()
-    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{fmt}|{_code_version(fmt)}"
+    ident = (
+        f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{fmt}|{dataset.parser_version(fmt)}"
+        f"|{dataset.FORMAT}-{dataset.VERSION}"
+    )
     return hashlib.sha1(ident.encode()).hexdigest()
 
 
 def _cache_get(path: Path, fmt: str, index: int) -> ParsedSource | None:
+    """The cached parse of ``path`` as source ``index`` (a dataset of one source), or None when
+    there is none or it cannot be read (the file is parsed again)."""
     folder = cache_dir("parsed", create=False) / _cache_key(path, fmt)
     try:
-        info = json.loads((folder / "source.json").read_text())
-        events = pl.read_parquet(folder / "events.parquet")
-        metrics = pl.read_parquet(folder / "metrics.parquet")
-    except (OSError, ValueError, pl.exceptions.PolarsError):
+        manifest = dataset.read_manifest(folder)
+        (hit,) = dataset.read_sources(folder, manifest)
+    except (InputError, OSError, ValueError, pl.exceptions.PolarsError):
         return None
-    index_col = pl.lit(index, dtype=pl.UInt32)
-    return ParsedSource(
+    column = pl.lit(index, dtype=pl.UInt32).alias("source")
+    return replace(
+        hit,
         path=path,
-        format=fmt,
-        events=events.with_columns(index_col.alias("source")),
-        meta=info["meta"],
-        metrics=metrics.with_columns(index_col.alias("source")),
-        warnings=info["warnings"],
+        events=hit.events.with_columns(column),
+        metrics=hit.metrics.with_columns(column),
     )
 
 
 def _cache_put(parsed: ParsedSource) -> None:
+    """Written beside its place and renamed into it, so a reader never sees half an entry."""
     try:
         folder = cache_dir("parsed") / _cache_key(parsed.path, parsed.format)
-        tmp = folder.with_suffix(".tmp")
-        tmp.mkdir(parents=True, exist_ok=True)
-        parsed.events.write_parquet(tmp / "events.parquet", compression="lz4")
-        parsed.metrics.write_parquet(tmp / "metrics.parquet")
-        info: dict[str, Any] = {"meta": parsed.meta, "warnings": parsed.warnings}
-        (tmp / "source.json").write_text(json.dumps(info, default=_jsonable))
         if folder.exists():
             return
-        tmp.rename(folder)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            dataset.write_dataset([parsed], tmp, hashed=False)
+            tmp.rename(folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     except OSError:
         return
-
-
-def _jsonable(value: object) -> object:
-    """Sets as lists; anything else JSON lacks (paths, …) as its text."""
-    return list(value) if isinstance(value, set) else str(value)

@@ -1,0 +1,30 @@
+"""The rlperf dataset: a run's parsed tables kept as Parquet, partitioned by rank, with a
+manifest naming every source (its identity and parser version) and the run
+(docs/architecture.md, "The dataset", is the contract).
+
+``rlperf ingest PATH... -o DIR`` writes one; every command reads one in place of its sources;
+the per-file parse cache keeps each file as a dataset of one source. Parsing engines write a
+source with :func:`write_source` (one call per parsed file, from any worker) and finish with
+:func:`write_manifest`.
+"""
+
+from __future__ import annotations
+
+from .store import (
+    FORMAT,
+    MANIFEST,
+    VERSION,
+    is_dataset,
+    parser_version,
+    read_manifest,
+    read_sources,
+    stale,
+    write_dataset,
+    write_manifest,
+    write_source,
+)
+
+__all__ = [
+    "FORMAT", "MANIFEST", "VERSION", "is_dataset", "parser_version", "read_manifest",
+    "read_sources", "stale", "write_dataset", "write_manifest", "write_source",
+]

@@ -1,0 +1,361 @@
+"""Writing and reading an rlperf dataset: a run's parsed tables as Parquet, partitioned by rank,
+with a manifest (the format is a contract: docs/architecture.md, "The dataset").
+
+One source is written by :func:`write_source` alone (no other file is touched), so that parsing
+workers (a process pool, Ray tasks) can each write their own sources into one folder; the
+manifest, written last by :func:`write_manifest`, is what makes the folder a dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import polars as pl
+
+import parsers
+from parsers import InputError, ParsedSource
+from parsers.discover import PARSER_MODULES, parser_for, parser_modules
+
+FORMAT = "rlperf-dataset"
+VERSION = 1
+"""The layout version: a dataset of another version is refused (exit 2), never misread."""
+MANIFEST = "manifest.json"
+ROW = "_row"
+"""The event's position in its source's table: partitions are put back in the parser's order."""
+HASH_CHUNK = 1 << 22
+
+
+# --- identity ----------------------------------------------------------------------------------
+
+
+@cache
+def parser_version(fmt: str) -> str:
+    """A hash of the parser's code and the event contract: tables another version wrote are
+    stale (the per-file cache misses them, a dataset warns)."""
+    digest = hashlib.sha1()
+    module = parser_for(fmt)
+    files = {_file_of(module)}
+    files |= {_file_of(m) for m in parser_modules() if m.__name__.startswith(module.__name__)}
+    root = Path(parsers.__file__).parent
+    files |= {root / "events.py", root / "source.py", root / "nccl.py"}
+    for f in sorted(files):
+        digest.update(f.read_bytes())
+    digest.update(",".join(m.__name__ for m in PARSER_MODULES).encode())
+    return digest.hexdigest()[:16]
+
+
+def _file_of(module: ModuleType) -> Path:
+    """The file a parser module's code is in (a module built without one cannot be hashed)."""
+    if module.__file__ is None:
+        raise ValueError(f"{module.__name__} has no source file")
+    return Path(module.__file__)
+
+
+def content_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def identity(path: Path, fmt: str, *, hashed: bool = True) -> dict[str, Any]:
+    """What names a source's bytes: where it was (as given and resolved), size, modification
+    time, content hash (None when not ``hashed``: the per-file cache keys on the rest), and the
+    parser that read it."""
+    st = path.stat()
+    return {
+        "path": str(path),
+        "resolved": str(path.resolve()),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "sha256": content_hash(path) if hashed else None,
+        "format": fmt,
+        "parser_version": parser_version(fmt),
+    }
+
+
+def rlperf_version() -> str:
+    try:
+        return metadata.version("rlperf")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+
+def write_source(
+    parsed: ParsedSource, root: Path, index: int | None = None, *, hashed: bool = True
+) -> dict[str, Any]:
+    """Write one source's tables into the dataset folder ``root`` as source ``index`` (default:
+    the ``source`` its events carry): ``events/rank=R/part-NNNNN.parquet`` per rank the parser
+    stated (-1: none), ``metrics/part-NNNNN.parquet`` and ``sources/part-NNNNN.json`` (identity,
+    meta, warnings, rows per partition). Returns the source's manifest record. Touches no file
+    of another source, so parallel workers can call it on one folder."""
+    if index is None:
+        index = int(parsed.events["source"][0]) if parsed.events.height else 0
+    part = f"part-{index:05d}"
+    events = parsed.events.with_row_index(ROW)
+    pieces = events.partition_by("rank", as_dict=True) if events.height else {(-1,): events}
+    partitions: dict[str, int] = {}
+    for (rank,), piece in sorted(pieces.items(), key=lambda kv: kv[0]):
+        folder = root / "events" / f"rank={rank}"
+        folder.mkdir(parents=True, exist_ok=True)
+        piece.write_parquet(folder / f"{part}.parquet", compression="lz4")
+        partitions[str(rank)] = piece.height
+    (root / "metrics").mkdir(parents=True, exist_ok=True)
+    parsed.metrics.write_parquet(root / "metrics" / f"{part}.parquet")
+    record = {
+        "index": index,
+        **identity(parsed.path, parsed.format, hashed=hashed),
+        "events": partitions,
+        "metrics": parsed.metrics.height,
+    }
+    (root / "sources").mkdir(parents=True, exist_ok=True)
+    info = {**record, "meta": parsed.meta, "warnings": parsed.warnings}
+    (root / "sources" / f"{part}.json").write_text(json.dumps(to_json(info)))
+    return record
+
+
+def write_manifest(
+    root: Path,
+    records: list[dict[str, Any]],
+    *,
+    run: dict[str, Any] | None = None,
+    notes: Iterable[str] = (),
+    unknown: Iterable[Path] = (),
+) -> dict[str, Any]:
+    """The manifest over the sources already written (``records``, as :func:`write_source`
+    returned them): written last and atomically, it is what makes ``root`` a dataset."""
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "rlperf": rlperf_version(),
+        "run": run or {},
+        "notes": list(notes),
+        "unknown": [str(p) for p in unknown],
+        "sources": sorted(records, key=lambda r: r["index"]),
+    }
+    tmp = root / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, root / MANIFEST)
+    return manifest
+
+
+def write_dataset(
+    sources: list[ParsedSource],
+    root: Path,
+    *,
+    hashed: bool = True,
+    run: dict[str, Any] | None = None,
+    notes: Iterable[str] = (),
+    unknown: Iterable[Path] = (),
+) -> dict[str, Any]:
+    """Every source (numbered in list order) and the manifest."""
+    root.mkdir(parents=True, exist_ok=True)
+    records = [write_source(s, root, i, hashed=hashed) for i, s in enumerate(sources)]
+    return write_manifest(root, records, run=run, notes=notes, unknown=unknown)
+
+
+TAGS = ("$tuple", "$set", "$path", "$items")
+"""How meta values JSON lacks are kept, so that a source's meta reads back equal to what its
+parser returned (a tuple stays a tuple, an int key an int)."""
+
+
+def to_json(value: Any) -> Any:
+    """``value`` with tuples, sets, paths and non-string keys tagged; anything else JSON lacks
+    as its text."""
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: to_json(v) for k, v in value.items()}
+        return {"$items": [[to_json(k), to_json(v)] for k, v in value.items()]}
+    if isinstance(value, list):
+        return [to_json(v) for v in value]
+    if isinstance(value, tuple):
+        return {"$tuple": [to_json(v) for v in value]}
+    if isinstance(value, (set, frozenset)):
+        return {"$set": [to_json(v) for v in sorted(value, key=repr)]}
+    if isinstance(value, Path):
+        return {"$path": str(value)}
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _from_json(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1:
+        (tag, inner), = obj.items()
+        if tag == "$tuple":
+            return tuple(inner)
+        if tag == "$set":
+            return set(inner)
+        if tag == "$path":
+            return Path(inner)
+        if tag == "$items":
+            return {_hashable(k): v for k, v in inner}
+    return obj
+
+
+def _hashable(key: Any) -> Any:
+    return tuple(key) if isinstance(key, list) else key
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+def is_dataset(path: Path) -> bool:
+    """A folder with a manifest (what it holds is checked when it is read)."""
+    return path.is_dir() and (path / MANIFEST).is_file()
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """The manifest, checked: not JSON, not an rlperf dataset, another layout version or a
+    source record without its fields is an InputError naming the manifest."""
+    where = root / MANIFEST
+    try:
+        manifest = json.loads(where.read_text())
+    except OSError as exc:
+        raise InputError(where, f"cannot be read: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(where, f"is not a dataset manifest (not JSON: {exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise InputError(where, f"is not an rlperf dataset manifest (no \"format\": \"{FORMAT}\")")
+    if manifest.get("version") != VERSION:
+        raise InputError(
+            where,
+            f"is dataset layout version {manifest.get('version')!r}; this rlperf reads version "
+            f"{VERSION}: run rlperf ingest again",
+        )
+    sources = manifest.get("sources")
+    if not isinstance(sources, list) or not all(_record_ok(r) for r in sources):
+        raise InputError(where, "has a damaged source list (a record lacks its fields)")
+    if [r["index"] for r in sources] != list(range(len(sources))):
+        raise InputError(where, "has a damaged source list (sources are not numbered 0..N-1)")
+    return manifest
+
+
+RECORD_FIELDS = {"index": int, "path": str, "resolved": str, "size": int, "mtime_ns": int,
+                 "format": str, "parser_version": str, "events": dict, "metrics": int}
+
+
+def _record_ok(record: object) -> bool:
+    return isinstance(record, dict) and all(
+        isinstance(record.get(k), t) for k, t in RECORD_FIELDS.items()
+    )
+
+
+def read_sources(root: Path, manifest: dict[str, Any]) -> list[ParsedSource]:
+    """Every source's tables as the parser returned them (row order and dtypes included)."""
+    return [_read_source(root, record) for record in manifest["sources"]]
+
+
+def _read_source(root: Path, record: dict[str, Any]) -> ParsedSource:
+    index = int(record["index"])
+    part = f"part-{index:05d}"
+    files = [(root / "events" / f"rank={r}" / f"{part}.parquet", n)
+             for r, n in record["events"].items()]
+    pieces = [_table(f, n) for f, n in files]
+    events = pieces[0] if len(pieces) == 1 else pl.concat(pieces).sort(ROW)
+    info = _info(root / "sources" / f"{part}.json")
+    source_col = pl.lit(index, dtype=pl.UInt32).alias("source")
+    return ParsedSource(
+        path=_path(record),
+        format=record["format"],
+        events=events.drop(ROW).with_columns(source_col),
+        meta=info["meta"],
+        metrics=_table(root / "metrics" / f"{part}.parquet", record["metrics"]).with_columns(
+            source_col
+        ),
+        warnings=list(info["warnings"]),
+    )
+
+
+def _table(path: Path, rows: int) -> pl.DataFrame:
+    """A partition file, its row count checked against the manifest's."""
+    try:
+        table = pl.read_parquet(path)
+    except FileNotFoundError:
+        missing = "is missing from the dataset (a partition the manifest lists)"
+        raise InputError(path, missing) from None
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise InputError(path, f"is a damaged dataset partition: {exc}") from None
+    if table.height != rows:
+        raise InputError(
+            path, f"holds {table.height} rows where the manifest says {rows}: the dataset is "
+            "damaged (run rlperf ingest again)"
+        )
+    return table
+
+
+def _info(path: Path) -> dict[str, Any]:
+    try:
+        info = json.loads(path.read_text(), object_hook=_from_json)
+    except FileNotFoundError:
+        missing = "is missing from the dataset (a source the manifest lists)"
+        raise InputError(path, missing) from None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"is a damaged dataset source record: {exc}") from None
+    if not isinstance(info, dict) or not isinstance(info.get("meta"), dict) \
+            or not isinstance(info.get("warnings"), list):
+        raise InputError(path, "is a damaged dataset source record (no meta or warnings)")
+    return info
+
+
+def _path(record: dict[str, Any]) -> Path:
+    """The path as it was given at ingest while it still names the same file from here (so a
+    report names it as the first analysis did), else the resolved one."""
+    given = Path(record["path"])
+    return given if str(given.resolve()) == record["resolved"] else Path(record["resolved"])
+
+
+# --- freshness ---------------------------------------------------------------------------------
+
+
+def stale(root: Path, manifest: dict[str, Any]) -> dict[int, str]:
+    """Source index → why its tables no longer say what the source would: the file changed
+    since ingest (size or time differ and so does its content, when a hash was kept) or this
+    rlperf parses its format differently. A source no longer there is not stale: a dataset is
+    kept so that it can outlive its sources."""
+    out: dict[int, str] = {}
+    for r in manifest["sources"]:
+        name = Path(r["path"]).name
+        if _changed(r):
+            out[r["index"]] = (
+                f"dataset {root}: {name} changed since it was ingested; the report reads the "
+                "tables ingested then (run rlperf ingest again to read it anew)"
+            )
+        elif _other_parser(r):
+            out[r["index"]] = (
+                f"dataset {root}: {name} was ingested by another version of the {r['format']} "
+                "parser; the report reads the tables it wrote (run rlperf ingest again)"
+            )
+    return out
+
+
+def _changed(record: dict[str, Any]) -> bool:
+    path = Path(record["resolved"])
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    if (st.st_size, st.st_mtime_ns) == (record["size"], record["mtime_ns"]):
+        return False
+    if st.st_size != record["size"] or not record.get("sha256"):
+        return True
+    return content_hash(path) != record["sha256"]
+
+
+def _other_parser(record: dict[str, Any]) -> bool:
+    try:
+        return parser_version(record["format"]) != record["parser_version"]
+    except (KeyError, ValueError):
+        return True
