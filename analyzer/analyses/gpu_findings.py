@@ -1,0 +1,607 @@
+"""Generic GPU findings: what any trace with GPU activity shows, stages known or not.
+
+A trace without RL stage annotations (a plain torchrun or nsys capture) still says where its
+time goes: the kernels that dominate, the gaps where the GPU waits for the host, the host
+blocked in synchronisation, copies nothing overlaps, collectives whose duration varies or that
+wait for a straggler, and idle gaps. Each check runs over the whole trace (``stage`` empty) and,
+when stages are known, inside each stage. Thresholds, names and wording are data
+(``taxonomy/gpu_findings.toml``); the numbers and their definitions are in docs/analyses.md
+("Generic GPU findings"). :func:`measure` returns the numbers (polars, one frame per check);
+:func:`compute` turns the rows that reach a threshold into :data:`frames.FINDING_CANDIDATES`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from parsers.events import GPU_ACTIVITY_KINDS
+from taxonomy.tomlfile import read_toml
+
+from ..model import frames, intervals
+from ..model.products import provides
+from ..model.units import duration, percent, size, spans
+
+RULES_FILE = Path(__file__).parents[2] / "taxonomy" / "gpu_findings.toml"
+WHOLE = ""
+"""The scope of a finding over the whole trace (its ``stage`` column)."""
+SPAN = ["start_ns", "end_ns"]
+
+
+def _rules_error(path: Path, problem: str) -> Exception:
+    return ValueError(f"{path}: {problem}")
+
+
+def rules(path: Path = RULES_FILE) -> dict[str, Any]:
+    return read_toml(path, _rules_error)
+
+
+# --- scopes and windows ------------------------------------------------------------------------
+
+
+def _scoped(frame: pl.DataFrame) -> pl.DataFrame:
+    """Every row once in the whole-trace scope and once more in its stage's, when it has one."""
+    whole = frame.with_columns(pl.lit(WHOLE).alias("scope"))
+    if "stage" not in frame.columns:
+        return whole
+    staged = frame.filter(pl.col("stage").is_not_null()).with_columns(
+        pl.col("stage").cast(pl.String).alias("scope")
+    )
+    return pl.concat([whole, staged])
+
+
+def _stage_spans(stage_timeline: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and stage, the union of the stage's ranges (rank, scope, start_ns, end_ns)."""
+    staged = stage_timeline.filter(pl.col("stage").is_not_null()).select(
+        "rank", pl.col("stage").cast(pl.String).alias("scope"), *SPAN
+    )
+    return intervals.union(staged, ["rank", "scope"])
+
+
+def windows(events: pl.DataFrame, stage_timeline: pl.DataFrame) -> pl.DataFrame:
+    """Per scope and rank: the wall window (all its events; in a stage, the stage's ranges) and
+    the GPU window (first to last GPU activity; in a stage, the stage's ranges again)."""
+    gpu = events.filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("stream") >= 0))
+    wall = events.filter(pl.col("rank") >= 0).group_by("rank").agg(
+        (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("wall_ns")
+    )
+    dev = gpu.group_by("rank").agg(
+        (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("gpu_window_ns")
+    )
+    whole = wall.join(dev, on="rank", how="inner").with_columns(pl.lit(WHOLE).alias("scope"))
+    spans_ = _stage_spans(stage_timeline)
+    staged = intervals.union_length(spans_, ["rank", "scope"], "wall_ns").with_columns(
+        pl.col("wall_ns").alias("gpu_window_ns")
+    )
+    cols = ["scope", "rank", "wall_ns", "gpu_window_ns"]
+    return pl.concat([whole.select(cols), staged.select(cols)]).filter(pl.col("wall_ns") > 0)
+
+
+def _clip_scoped(spans_: pl.DataFrame, stage_spans: pl.DataFrame) -> pl.DataFrame:
+    """Intervals (rank + start/end, one per row) in the whole scope, and their parts inside
+    each stage; each piece keeps ``_id``, the interval it came from."""
+    base = spans_.select("rank", *SPAN, "_id")
+    whole = base.with_columns(pl.lit(WHOLE).alias("scope"))
+    if stage_spans.height == 0 or base.height == 0:
+        return whole
+    hit = base.join(stage_spans, on="rank", suffix="_s").with_columns(
+        pl.max_horizontal("start_ns", "start_ns_s").alias("start_ns"),
+        pl.min_horizontal("end_ns", "end_ns_s").alias("end_ns"),
+    ).filter(pl.col("end_ns") > pl.col("start_ns"))
+    return pl.concat([whole, hit.select("rank", *SPAN, "_id", "scope")])
+
+
+# --- the numbers -------------------------------------------------------------------------------
+
+
+def _family(name: pl.Expr) -> pl.Expr:
+    """A kernel's short name: ``void ns::kern<…>(…)`` → ``kern``."""
+    head = name.cast(pl.String).str.replace(r"^void ", "").str.extract(r"^([^<(]*)", 1)
+    return head.str.split("::").list.last().str.strip_chars()
+
+
+def _dur() -> pl.Expr:
+    return pl.col("end_ns") - pl.col("start_ns")
+
+
+def top_kernels(kernels: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
+    """Per scope and kernel name: total time, launches, mean/max/min, share of the scope's
+    kernel time over all ranks, and its place by total time (1 = most)."""
+    per = kernels.group_by("scope", "name").agg(
+        _dur().sum().alias("total_ns"), pl.len().alias("count"),
+        _dur().mean().alias("mean_ns"), _dur().max().alias("max_ns"), _dur().min().alias("min_ns"),
+        pl.col("rank").unique().sort().alias("ranks"),
+    )
+    return per.with_columns(
+        (pl.col("total_ns") / pl.col("total_ns").sum().over("scope")).alias("share"),
+        pl.col("total_ns").rank("ordinal", descending=True).over("scope").alias("place"),
+        _family(pl.col("name")).alias("family"),
+        (pl.col("max_ns") / pl.col("mean_ns")).alias("ratio"),
+    ).sort("scope", "place")
+
+
+def small_kernels(kernels: pl.DataFrame, launches: pl.DataFrame, wall: pl.DataFrame,
+                  rule: dict[str, Any]) -> pl.DataFrame:
+    """Per scope: kernels shorter than ``max_ns``, their share of launches, their GPU time, the
+    host time of their launch calls and its share of the ranks' wall time."""
+    linked = kernels.join(launches, on=["rank", "corr"], how="left")
+    tiny = _dur() < rule["max_ns"]
+    per = linked.group_by("scope").agg(
+        pl.len().alias("launches"), tiny.sum().alias("count"),
+        _dur().filter(tiny).sum().alias("gpu_ns"),
+        pl.col("api_ns").filter(tiny).sum().alias("api_ns"),
+        pl.col("rank").filter(tiny).unique().sort().alias("ranks"),
+    )
+    fam = linked.filter(tiny).with_columns(_family(pl.col("name")).alias("family"))
+    top = fam.group_by("scope", "family").agg(
+        pl.len().alias("n"), _dur().mean().alias("mean"), pl.col("api_ns").sum().alias("api")
+    ).sort("n", "family", descending=[True, False]).group_by("scope", maintain_order=True).first()
+    walls = wall.group_by("scope").agg(pl.col("wall_ns").sum())
+    return per.join(top, on="scope", how="left").join(walls, on="scope", how="left").with_columns(
+        (pl.col("count") / pl.col("launches")).alias("launch_share"),
+        (pl.col("api_ns") / pl.col("wall_ns")).alias("api_share"),
+    )
+
+
+def _busy_gaps(busy: pl.DataFrame, min_gap_ns: int) -> pl.DataFrame:
+    """Per rank, the gaps of at least ``min_gap_ns`` between the union's pieces."""
+    merged = intervals.union(busy, ["rank"]).sort("rank", "start_ns")
+    gaps = merged.select(
+        "rank",
+        pl.col("end_ns").shift(1).over("rank").alias("start_ns"),
+        pl.col("start_ns").alias("end_ns"),
+    ).filter(pl.col("start_ns").is_not_null() & (_dur() >= min_gap_ns))
+    return gaps.with_row_index("_id")
+
+
+def idle_gaps(gpu: pl.DataFrame, stage_spans: pl.DataFrame, win: pl.DataFrame,
+              rule: dict[str, Any]) -> pl.DataFrame:
+    """Per scope and rank: gaps of at least ``min_gap_ns`` with no kernel running on any
+    stream, their count, total and longest, the part no copy or memset fills either, and the
+    total's share of the kernel window (in a stage: of the stage's time)."""
+    kernels = gpu.filter(pl.col("kind") == "kernel")
+    gaps = _busy_gaps(kernels, rule["min_gap_ns"])
+    uncovered = gaps.with_columns(
+        (_dur() - intervals.overlap_each(gaps, gpu, ["rank"])).alias("empty_ns")
+    )
+    pieces = _clip_scoped(gaps, stage_spans).join(
+        uncovered.select("_id", "empty_ns", _dur().alias("_whole")), on="_id"
+    )
+    per = pieces.group_by("scope", "rank").agg(
+        pl.len().alias("gaps"), _dur().sum().alias("idle_ns"), _dur().max().alias("longest_ns"),
+        (pl.col("empty_ns") * _dur() / pl.col("_whole")).sum().round().cast(pl.Int64)
+        .alias("empty_ns"),
+    )
+    kwin = kernels.group_by("rank").agg(
+        (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("kernel_window_ns")
+    )
+    out = per.join(win, on=["scope", "rank"]).join(kwin, on="rank", how="left").with_columns(
+        pl.when(pl.col("scope") == WHOLE).then("kernel_window_ns").otherwise("gpu_window_ns")
+        .alias("window_ns")
+    )
+    return out.with_columns((pl.col("idle_ns") / pl.col("window_ns")).alias("share"))
+
+
+def host_bound(gpu: pl.DataFrame, launches: pl.DataFrame, stage_spans: pl.DataFrame,
+               win: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
+    """Per scope and rank: gaps in all GPU activity (at least ``min_gap_ns``) whose closing
+    work was launched by a call that ended after the gap had begun — the GPU ran dry waiting
+    for the host; their count, total and share of the GPU window."""
+    gaps = _busy_gaps(gpu, rule["min_gap_ns"])
+    closing = gpu.join(launches, on=["rank", "corr"], how="inner").group_by(
+        "rank", pl.col("start_ns").alias("end_ns")
+    ).agg(pl.col("launch_end_ns").min())
+    starved = gaps.join(closing, on=["rank", "end_ns"], how="inner").filter(
+        pl.col("launch_end_ns") > pl.col("start_ns")
+    )
+    pieces = _clip_scoped(starved, stage_spans)
+    per = pieces.group_by("scope", "rank").agg(
+        pl.len().alias("gaps"), _dur().sum().alias("starved_ns")
+    )
+    return per.join(win, on=["scope", "rank"]).with_columns(
+        (pl.col("starved_ns") / pl.col("gpu_window_ns")).alias("share")
+    )
+
+
+def sync_blocking(events: pl.DataFrame, stage_spans: pl.DataFrame, win: pl.DataFrame,
+                  names: dict[str, Any]) -> pl.DataFrame:
+    """Per scope and rank: the union of the host's blocking waits (blocking runtime calls and
+    host-side CUDA sync records), its share of the wall window, and the call that waits most."""
+    name = pl.col("name").cast(pl.String)
+    blocking = (
+        (pl.col("kind") == "runtime") & name.str.contains(names["blocking"])
+        & ~name.str.contains(names["not_blocking"])
+    ) | ((pl.col("kind") == "gpu_sync") & name.is_in(names["host_waits"]))
+    waits = events.filter(blocking & (pl.col("rank") >= 0)).select(
+        "rank", "start_ns", "end_ns", name.alias("name")
+    )
+    merged = intervals.union(waits, ["rank"]).with_row_index("_id")
+    pieces = _clip_scoped(merged, stage_spans)
+    per = pieces.group_by("scope", "rank").agg(_dur().sum().alias("blocked_ns"))
+    top = waits.filter(pl.col("name").str.starts_with("cu") | pl.col("name").str.starts_with("hip"))
+    top = top.group_by("rank", "name").agg(_dur().sum().alias("call_ns"), pl.len().alias("calls"))
+    top = top.sort("call_ns", descending=True).group_by("rank", maintain_order=True).first()
+    return per.join(win, on=["scope", "rank"]).join(top, on="rank", how="left").with_columns(
+        (pl.col("blocked_ns") / pl.col("wall_ns")).alias("share")
+    )
+
+
+def copies(gpu: pl.DataFrame, win: pl.DataFrame, names: dict[str, Any],
+           rule: dict[str, Any]) -> pl.DataFrame:
+    """Per scope and copy direction: copies, bytes, time, those of at least ``large_bytes``,
+    the longest copy, the time no kernel overlaps (exposed) and shares of the GPU window."""
+    kernels = gpu.filter(pl.col("kind") == "kernel")
+    copy = gpu.filter(pl.col("kind") == "memcpy").with_columns(
+        pl.col("name").cast(pl.String).str.extract(names["copy_direction"], 1)
+        .fill_null("other").alias("direction")
+    )
+    if copy.height:
+        copy = copy.with_columns(
+            (_dur() - intervals.overlap_each(copy, kernels, ["rank"])).alias("exposed_ns")
+        )
+    else:
+        copy = copy.with_columns(pl.lit(0, pl.Int64).alias("exposed_ns"))
+    copy = _scoped(copy)
+    by_rank = copy.group_by("scope", "direction", "rank").agg(
+        pl.len().alias("count"), pl.col("bytes").sum().alias("bytes"),
+        _dur().sum().alias("time_ns"),
+        (pl.col("bytes") >= rule["large_bytes"]).sum().alias("large"),
+        pl.col("exposed_ns").sum().alias("exposed_ns"),
+        pl.col("bytes").sort_by(_dur()).last().alias("longest_bytes"),
+        _dur().max().alias("longest_ns"),
+    ).join(win, on=["scope", "rank"])
+    by_rank = by_rank.with_columns(
+        (pl.col("time_ns") / pl.col("gpu_window_ns")).alias("share"),
+        (pl.col("exposed_ns") / pl.col("gpu_window_ns")).alias("exposed_share"),
+    )
+    return by_rank.sort("scope", "direction", "rank")
+
+
+def nccl_variability(waits: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
+    """Per scope, rank and collective: instances, mean/max/min duration, max ÷ mean, the
+    share of the rank's communication time, and count × (mean − min)."""
+    calls = _scoped(waits)
+    per = calls.group_by("scope", "rank", "coll").agg(
+        pl.len().alias("count"), _dur().sum().alias("total_ns"), _dur().mean().alias("mean_ns"),
+        _dur().max().alias("max_ns"), _dur().min().alias("min_ns"),
+    )
+    return per.with_columns(
+        (pl.col("max_ns") / pl.col("mean_ns")).alias("ratio"),
+        (pl.col("total_ns") / pl.col("total_ns").sum().over("scope", "rank")).alias("share"),
+        (pl.col("count") * (pl.col("mean_ns") - pl.col("min_ns"))).round().cast(pl.Int64)
+        .alias("balanced_ns"),
+    )
+
+
+def stragglers(waits: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
+    """Per scope and rank: matched collective instances (two members or more) it reached last,
+    out of all it took part in, and the others' wait there (the longest wait per instance)."""
+    matched = _scoped(waits.filter(pl.col("instance") >= 0))
+    inst = matched.group_by("scope", "instance").agg(
+        pl.len().alias("_members"), pl.col("wait_ns").max().alias("delay_ns"),
+        pl.col("rank").sort_by("start_ns", "rank", descending=[True, False]).first().alias("rank"),
+    ).filter(pl.col("_members") >= 2)
+    took = matched.group_by("scope", "rank").agg(pl.col("instance").n_unique().alias("instances"))
+    per = inst.group_by("scope", "rank").agg(
+        pl.len().alias("last"), pl.col("delay_ns").sum().alias("delay_ns")
+    )
+    return per.join(took, on=["scope", "rank"]).join(win, on=["scope", "rank"]).with_columns(
+        (pl.col("delay_ns") / pl.col("wall_ns")).alias("share")
+    )
+
+
+def exposed_comm(waits: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
+    """Per scope and rank: collective time, the part no other device work overlaps (the
+    ``exposed_ns`` of ``collective_waits``), the overlapped fraction and the exposed share of
+    the GPU window."""
+    per = _scoped(waits).group_by("scope", "rank").agg(
+        _dur().sum().alias("comm_ns"), pl.col("exposed_ns").sum().alias("exposed_ns")
+    )
+    return per.join(win, on=["scope", "rank"]).with_columns(
+        (pl.col("exposed_ns") / pl.col("gpu_window_ns")).alias("share"),
+        (1 - pl.col("exposed_ns") / pl.col("comm_ns")).alias("overlap"),
+    )
+
+
+def measure(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
+            collective_waits: pl.DataFrame, table: dict[str, Any]) -> dict[str, pl.DataFrame]:
+    """Every check's numbers, one frame per check (see each function)."""
+    names = table["names"]
+    ev = classified.filter(pl.col("rank") >= 0)
+    gpu = ev.filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("stream") >= 0))
+    launch = ev.filter(
+        (pl.col("kind") == "runtime") & pl.col("name").cast(pl.String).str.contains(names["launch"])
+        & pl.col("corr").is_not_null()
+    ).group_by("rank", "corr").agg(
+        _dur().sum().alias("api_ns"), pl.col("end_ns").max().alias("launch_end_ns")
+    )
+    spans_ = _stage_spans(stage_timeline)
+    win = windows(ev, stage_timeline)
+    kernels = _scoped(gpu.filter(pl.col("kind") == "kernel"))
+    waits = collective_waits.filter(pl.col("rank") >= 0)
+    return {
+        "top_kernel": top_kernels(kernels, table["top_kernel"]),
+        "small_kernels": small_kernels(kernels, launch, win, table["small_kernels"]),
+        "idle_gaps": idle_gaps(gpu, spans_, win, table["idle_gaps"]),
+        "host_bound": host_bound(gpu, launch, spans_, win, table["host_bound"]),
+        "sync_blocking": sync_blocking(ev, spans_, win, names),
+        "copies": copies(gpu, win, names, table["copies"]),
+        "nccl_variability": nccl_variability(waits, table["nccl_variability"]),
+        "straggler": stragglers(waits, win),
+        "exposed_comm": exposed_comm(waits, win),
+    }
+
+
+# --- the findings ------------------------------------------------------------------------------
+# Each builder below reads the few rows per scope that reach a threshold (polars) and writes one
+# finding per scope (and direction or collective): the loops run over findings, not events.
+
+
+def _level(value: float, info: float, warn: float) -> str | None:
+    return "warn" if value >= warn else "info" if value >= info else None
+
+
+def _ranks(values: list[int]) -> str:
+    return spans(sorted(set(values)))
+
+
+def _finding(key: str, rule: dict[str, Any], scope: str, severity: str, ranks: str,
+             evidence: str, saving: int | None, confidence: str, suffix: str = "",
+             title: str = "") -> dict[str, Any]:
+    return {
+        "id": f"gpu.{key}" + (f".{suffix}" if suffix else ""),
+        "kind": "gpu",
+        "title": title or rule["title"],
+        "severity": severity,
+        "ranks": ranks,
+        "steps": "",
+        "stage": scope,
+        "evidence": evidence,
+        "saving_ns": saving,
+        "saving_basis": rule["saving"],
+        "recommendation": rule["recommendation"],
+        "confidence": confidence,
+    }
+
+
+def _top_kernel(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
+    out = []
+    for (scope,), rows in m.filter(pl.col("place") <= rule["listed"]).group_by(
+        "scope", maintain_order=True
+    ):
+        top = rows.row(0, named=True)
+        severity = _level(top["share"], rule["share_info"], rule["share_warn"])
+        if severity is None:
+            continue
+        listed = "; ".join(
+            f"{r['family']} {percent(r['share'])}" for r in rows.iter_rows(named=True)
+        )
+        evidence = (
+            f"{top['family']}: {duration(top['total_ns'])} in {top['count']} launches "
+            f"(mean {duration(top['mean_ns'])}) = {percent(top['share'])} of all kernel time "
+            f"(sum of kernel durations over ranks); top {rows.height}: {listed}"
+        )
+        out.append(_finding("top_kernel", rule, scope, severity, _ranks(top["ranks"]), evidence,
+                            None, "high", title=f"{rule['title']}: {top['family']}"))
+    return out
+
+
+def _kernel_variability(m: pl.DataFrame, rule: dict[str, Any], n_steps: int
+                        ) -> list[dict[str, Any]]:
+    hit = m.filter(
+        (pl.col("place") <= rule["among_top"]) & (pl.col("count") >= rule["min_count"])
+        & (pl.col("ratio") >= rule["ratio_info"])
+    ).sort("scope", "ratio", descending=[False, True])
+    out = []
+    for (scope,), rows in hit.group_by("scope", maintain_order=True):
+        r = rows.row(0, named=True)
+        severity = _level(r["ratio"], rule["ratio_info"], rule["ratio_warn"]) or "info"
+        evidence = (
+            f"{r['family']}: longest call {duration(r['max_ns'])} vs mean "
+            f"{duration(r['mean_ns'])} ({r['ratio']:.1f}× max ÷ mean over {r['count']} calls)"
+            + "".join(
+                f"; {o['family']} {o['ratio']:.1f}× ({duration(o['max_ns'])} vs "
+                f"{duration(o['mean_ns'])}, {o['count']} calls)"
+                for o in rows.slice(1, rule["listed"] - 1).iter_rows(named=True)
+            )
+        )
+        out.append(_finding("kernel_variability", rule, scope, severity, _ranks(r["ranks"]),
+                            evidence, None, "medium"))
+    return out
+
+
+def _small_kernels(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
+    hit = m.filter((pl.col("count") >= rule["min_count"])
+                   & (pl.col("launch_share") >= rule["launch_share_info"]))
+    out = []
+    for r in hit.sort("scope").iter_rows(named=True):
+        severity = "warn" if (r["api_share"] or 0) >= rule["api_share_warn"] else "info"
+        evidence = (
+            f"{r['count']} of {r['launches']} kernel launches ({percent(r['launch_share'])}) run "
+            f"under {duration(rule['max_ns'])}, {duration(r['gpu_ns'])} of GPU time in all; "
+            f"their launch calls took {duration(r['api_ns'])} of host time "
+            f"({percent(r['api_share'])} of the ranks' wall time); most: {r['family']} "
+            f"({r['n']} launches, mean {duration(r['mean'])}, launch calls {duration(r['api'])})"
+        )
+        out.append(_finding("small_kernels", rule, r["scope"], severity, _ranks(r["ranks"]),
+                            evidence, None, "medium"))
+    return out
+
+
+def _per_rank(m: pl.DataFrame, share: str, info: float) -> pl.DataFrame:
+    """The rows at or above ``info``, worst rank first in each scope, with the scope's ranks."""
+    hit = m.filter(pl.col(share) >= info)
+    return hit.sort("scope", share, "rank", descending=[False, True, False]).group_by(
+        "scope", maintain_order=True
+    ).agg(pl.all().first(), pl.col("rank").alias("_ranks"), pl.len().alias("_n"))
+
+
+def _idle_gaps(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
+    out = []
+    for r in _per_rank(m, "share", rule["share_info"]).iter_rows(named=True):
+        where = "the kernel window" if r["scope"] == WHOLE else "the stage's time"
+        evidence = (
+            f"rank {r['rank']}: no kernel runs for {duration(r['idle_ns'])} in {r['gaps']} gaps "
+            f"≥ {duration(rule['min_gap_ns'])} = {percent(r['share'])} of {where} "
+            f"({duration(r['window_ns'])}); longest {duration(r['longest_ns'])}; "
+            f"no copy either for {duration(r['empty_ns'])}"
+        )
+        severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
+        out.append(_finding("idle_gaps", rule, r["scope"], severity, _ranks(r["_ranks"]),
+                            evidence, r["empty_ns"] // n_steps, "medium"))
+    return out
+
+
+def _host_bound(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
+    out = []
+    for r in _per_rank(m, "share", rule["share_info"]).iter_rows(named=True):
+        evidence = (
+            f"rank {r['rank']}: the GPU ran dry waiting for the next launch for "
+            f"{duration(r['starved_ns'])} in {r['gaps']} gaps ≥ {duration(rule['min_gap_ns'])} "
+            f"= {percent(r['share'])} of its GPU window ({duration(r['gpu_window_ns'])}) "
+            "(a gap whose closing work was launched by a call that ended after the gap began)"
+        )
+        severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
+        out.append(_finding("host_bound", rule, r["scope"], severity, _ranks(r["_ranks"]),
+                            evidence, r["starved_ns"] // n_steps, "medium"))
+    return out
+
+
+def _sync_blocking(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
+    out = []
+    for r in _per_rank(m, "share", rule["share_info"]).iter_rows(named=True):
+        top = f"; most in {r['name']} ({r['calls']} calls, {duration(r['call_ns'])})" \
+            if r["name"] else ""
+        evidence = (
+            f"rank {r['rank']}: the host is blocked in synchronisation for "
+            f"{duration(r['blocked_ns'])} = {percent(r['share'])} of its wall time "
+            f"({duration(r['wall_ns'])}; union of blocking sync/memcpy calls and host-side "
+            f"CUDA sync records){top}"
+        )
+        severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
+        out.append(_finding("sync_blocking", rule, r["scope"], severity, _ranks(r["_ranks"]),
+                            evidence, None, "high"))
+    return out
+
+
+def _copies(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, host_device: list[str]
+            ) -> list[dict[str, Any]]:
+    keep = (pl.col("large") > 0) | (pl.col("share") >= rule["share_info"])
+    agg = m.filter(keep).group_by("scope", "direction").agg(
+        pl.col("count").sum(), pl.col("bytes").sum(), pl.col("time_ns").sum(),
+        pl.col("large").sum(), pl.col("exposed_ns").sum(),
+        pl.col("exposed_ns").max().alias("worst_exposed_ns"),
+        pl.col("exposed_share").max(), pl.col("share").max(),
+        pl.col("longest_bytes").sort_by("longest_ns").last(), pl.col("longest_ns").max(),
+        pl.col("rank").alias("_ranks"),
+    ).sort("scope", "direction")
+    out = []
+    for r in agg.iter_rows(named=True):
+        severity = "warn" if r["exposed_share"] >= rule["exposed_warn"] else "info"
+        gbps = r["longest_bytes"] / r["longest_ns"] if r["longest_ns"] else None
+        evidence = (
+            f"{r['count']} {r['direction']} copies, {size(r['bytes'])} in "
+            f"{duration(r['time_ns'])} ({r['large']} of ≥ {size(rule['large_bytes'])}; longest "
+            f"{size(r['longest_bytes'])} in {duration(r['longest_ns'])}"
+            + (f" = {gbps:.1f} GB/s" if gbps else "") + "); "
+            f"up to {percent(r['share'])} of a rank's GPU window; "
+            f"{duration(r['exposed_ns'])} with no kernel running "
+            f"(up to {percent(r['exposed_share'])} of a rank's GPU window)"
+        )
+        saving = r["worst_exposed_ns"] // n_steps if r["direction"] in host_device else None
+        out.append(_finding("copies", rule, r["scope"], severity, _ranks(r["_ranks"]), evidence,
+                            saving, "medium", suffix=r["direction"],
+                            title=f"{rule['title']}: {r['direction']}"))
+    return out
+
+
+def _nccl_variability(m: pl.DataFrame, rule: dict[str, Any], n_steps: int
+                      ) -> list[dict[str, Any]]:
+    hit = m.filter((pl.col("count") >= rule["min_count"]) & (pl.col("share") >= rule["min_share"])
+                   & (pl.col("ratio") >= rule["ratio_info"]))
+    worst = hit.sort("scope", "coll", "ratio", descending=[False, False, True]).group_by(
+        "scope", "coll", maintain_order=True
+    ).agg(pl.all().first(), pl.col("rank").alias("_ranks"))
+    out = []
+    for r in worst.iter_rows(named=True):
+        evidence = (
+            f"rank {r['rank']}: {r['coll']} kernels last {duration(r['mean_ns'])} on average but "
+            f"up to {duration(r['max_ns'])} ({r['ratio']:.1f}× max ÷ mean, {r['count']} "
+            f"instances, min {duration(r['min_ns'])}); {percent(r['share'])} of its "
+            f"collective time; all at the fastest: {duration(r['balanced_ns'])} less"
+            + "".join(
+                f"; rank {o['rank']}: {o['ratio']:.1f}× ({duration(o['max_ns'])} vs "
+                f"{duration(o['mean_ns'])}, {o['count']} instances)"
+                for o in hit.filter((pl.col("scope") == r["scope"]) & (pl.col("coll") == r["coll"])
+                                    & (pl.col("rank") != r["rank"]))
+                .sort("ratio", descending=True).head(rule["listed"] - 1).iter_rows(named=True)
+            )
+        )
+        severity = _level(r["ratio"], rule["ratio_info"], rule["ratio_warn"]) or "info"
+        out.append(_finding("nccl_variability", rule, r["scope"], severity, _ranks(r["_ranks"]),
+                            evidence, r["balanced_ns"] // n_steps, "low", suffix=r["coll"],
+                            title=f"{rule['title']}: {r['coll']}"))
+    return out
+
+
+def _straggler(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
+    out = []
+    for r in _per_rank(m, "share", rule["share_info"]).iter_rows(named=True):
+        evidence = (
+            f"rank {r['rank']} arrived last at {r['last']} of the {r['instances']} collective "
+            f"instances it took part in; the others waited {duration(r['delay_ns'])} there "
+            f"(longest wait per instance) = {percent(r['share'])} of its wall time"
+        )
+        severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
+        out.append(_finding("straggler", rule, r["scope"], severity, str(r["rank"]), evidence,
+                            r["delay_ns"] // n_steps, "medium"))
+    return out
+
+
+def _exposed_comm(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
+    out = []
+    for r in _per_rank(m, "share", rule["share_info"]).iter_rows(named=True):
+        evidence = (
+            f"rank {r['rank']}: {duration(r['exposed_ns'])} of {duration(r['comm_ns'])} of "
+            f"collective time runs with no other GPU work ({percent(r['overlap'])} overlapped) "
+            f"= {percent(r['share'])} of its GPU window ({duration(r['gpu_window_ns'])})"
+        )
+        severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
+        out.append(_finding("exposed_comm", rule, r["scope"], severity, _ranks(r["_ranks"]),
+                            evidence, r["exposed_ns"] // n_steps, "high"))
+    return out
+
+
+def compute(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
+            collective_waits: pl.DataFrame, steps: pl.DataFrame,
+            table: dict[str, Any] | None = None) -> pl.DataFrame:
+    """The generic GPU findings (:data:`frames.FINDING_CANDIDATES`), whole trace first, then
+    each stage; savings are per step (the whole trace is one step when none are known)."""
+    table = table or rules()
+    m = measure(classified, stage_timeline, collective_waits, table)
+    n = max(steps.height, 1)
+    rows = [
+        *_top_kernel(m["top_kernel"], table["top_kernel"], n),
+        *_kernel_variability(m["top_kernel"], table["kernel_variability"], n),
+        *_small_kernels(m["small_kernels"], table["small_kernels"], n),
+        *_host_bound(m["host_bound"], table["host_bound"], n),
+        *_sync_blocking(m["sync_blocking"], table["sync_blocking"], n),
+        *_copies(m["copies"], table["copies"], n, table["names"]["host_device"]),
+        *_nccl_variability(m["nccl_variability"], table["nccl_variability"], n),
+        *_straggler(m["straggler"], table["straggler"], n),
+        *_exposed_comm(m["exposed_comm"], table["exposed_comm"], n),
+        *_idle_gaps(m["idle_gaps"], table["idle_gaps"], n),
+    ]
+    out = pl.DataFrame(rows, schema=frames.FINDING_CANDIDATES)
+    scope_order = pl.col("stage") != WHOLE
+    return out.with_columns(scope_order.alias("_o")).sort("_o", "stage", maintain_order=True).drop(
+        "_o"
+    )
+
+
+@provides("gpu_findings", schema=frames.FINDING_CANDIDATES)
+def gpu_findings(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
+                 collective_waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    return compute(classified, stage_timeline, collective_waits, steps)
