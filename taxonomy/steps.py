@@ -27,6 +27,12 @@ class StepRules:
     """How many first steps may be warm-up (each only when slow)."""
     always: int
     """How many first steps are warm-up whatever their time."""
+    advice: tuple[tuple[str, str], ...] = ()
+    """Stage → what to look at when a slow step grew most there (``default`` for the rest)."""
+
+    def advise(self, stage: str) -> str:
+        table = dict(self.advice)
+        return table.get(stage) or table.get("default", "")
 
     def threshold(self, median: float, mad: float) -> float:
         """The wall time above which a step is slow (``mad`` unscaled)."""
@@ -67,7 +73,11 @@ def load_rules(path: Path = RULES_PATH) -> StepRules:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise _error(path, f"[warmup] {key} must be a whole number ≥ 0 (found {value!r})")
         counts[key] = value
+    advice = data.get("advice") or {}
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in advice.items()):
+        raise _error(path, "[advice] maps a stage to a string")
     return StepRules(
+        advice=tuple(sorted(advice.items())),
         k=_number(path, slow, "k", "slow", 0.0),
         mad_scale=_number(path, slow, "mad_scale", "slow", 0.0),
         mad_floor=_number(path, slow, "mad_floor", "slow", 0.0),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +47,14 @@ def draw_offsets(cfg: Config, rng: np.random.Generator) -> np.ndarray:
     return off.astype(np.int64)
 
 
-def simulate(cfg: Config) -> tuple[RunData, dict[str, Any], list[dict[str, object]]]:
-    """The timeline, its truth and the drawn response lengths (nothing written)."""
+def simulate(
+    cfg: Config, timeline: Callable[..., Timeline] = Timeline
+) -> tuple[RunData, dict[str, Any], list[dict[str, object]]]:
+    """The timeline, its truth and the drawn response lengths (nothing written); ``timeline``
+    makes the :class:`Timeline` (a subclass injects a shape, e.g. :mod:`.slowstep`)."""
     timeline_seed, offset_seed = np.random.SeedSequence(cfg.seed).spawn(2)
     groups = build_groups(cfg)
-    tl = Timeline(cfg, groups, np.random.default_rng(timeline_seed))
+    tl = timeline(cfg, groups, np.random.default_rng(timeline_seed))
     schedule = Schedule(cfg, tl)
     schedule.run()
     data = tl.finish()
@@ -80,7 +84,8 @@ def _rows_by_rank(rank: np.ndarray) -> dict[int, np.ndarray]:
 
 
 def generate(cfg: Config, out_dir: str | Path, *, jobs: int | None = None, gz: bool = True,
-             level: int = 2, nsys: bool = False) -> dict[str, Any]:
+             level: int = 2, nsys: bool = False,
+             timeline: Callable[..., Timeline] = Timeline) -> dict[str, Any]:
     """Write the run's traces and ``truth.json`` into ``out_dir``; return the truth.
 
     ``jobs`` > 1 writes ranks in that many fresh (spawned) processes, each sent only its own
@@ -88,7 +93,7 @@ def generate(cfg: Config, out_dir: str | Path, *, jobs: int | None = None, gz: b
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    run, truth, responses = simulate(cfg)
+    run, truth, responses = simulate(cfg, timeline)
     jobs = max(1, min(jobs or 1, cfg.ranks))
     tasks = ((r, run.only(r), out, gz, level, nsys) for r in range(cfg.ranks))
     if jobs == 1:
