@@ -70,6 +70,7 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "pg_ranks": pl.String(),
     "group_size": pl.Int32(),
     "bytes": pl.Int64(),
+    "flops": pl.Int64(),
     "seq": pl.Int64(),
     "step": pl.Int32(),
     "synthetic_time": pl.Boolean(),
@@ -109,6 +110,7 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "depth": (0, 2**15 - 1),
     "group_size": (0, 2**31 - 1),
     "bytes": (0, 2**63 - 1),
+    "flops": (0, 2**63 - 1),
     "step": (0, 2**31 - 1),
 }
 """Valid values of the integer columns narrower than a file's integers, or never negative.

@@ -124,6 +124,8 @@ class _Args(Struct, gc=False, frozen=True):
     ext_id_old: _Num = field(default=None, name="external id")
     nbytes: _Num = field(default=None, name="bytes")
     size: _Num = None
+    flops: _Num = None
+    input_dims: Raw = field(default=Raw(b""), name="Input Dims")
     coll_name: Raw = field(default=Raw(b""), name="Collective name")
     dtype: Raw = Raw(b"")
     in_nelems: Raw = field(default=Raw(b""), name="In msg nelems")
@@ -614,7 +616,8 @@ def _chunk_frame(picked: list[_Event], kinds: list[str], out: ParsedSource) -> p
         }
     )
     frame = frame.with_columns(
-        _sparse(frame, args, "bytes", ("memcpy", "memset"), _copy_bytes, out)
+        _sparse(frame, args, "bytes", ("memcpy", "memset"), _copy_bytes, out),
+        _flops_column(frame, args, out),
     )
     collectives = _collective_args(args, out)
     return frame.hstack(collectives) if collectives is not None else frame
@@ -669,6 +672,52 @@ def _sparse(
 
 def _copy_bytes(a: _Args) -> object:
     return a.nbytes if a.nbytes is not None else a.size
+
+
+_FLOPS = attrgetter("flops")
+MATMUL_DIMS: dict[str, tuple[int, int]] = {
+    "aten::mm": (0, 1),
+    "aten::addmm": (1, 2),
+    "aten::bmm": (0, 1),
+    "aten::baddbmm": (1, 2),
+}
+"""Matrix products whose FLOPs follow from their recorded shapes (``record_shapes``): the
+positions of the two factors in ``Input Dims``; PyTorch's own ``with_flops`` counts them the
+same way (2 × the product of the output's dims and the inner dim)."""
+_DIMS = msgspec.json.Decoder(list[list[int]])
+
+
+def _flops_column(frame: pl.DataFrame, args: list[_Args], out: ParsedSource) -> pl.Series:
+    """``args.flops`` as recorded (``with_flops``); else, for the matrix products of
+    :data:`MATMUL_DIMS`, computed from their ``Input Dims`` and counted in ``meta``."""
+    values: list[object] = list(map(_FLOPS, args))
+    ops = frame.with_row_index("i").filter(
+        (pl.col("kind") == "cpu_op")
+        & pl.col("name").cast(pl.String).is_in(list(MATMUL_DIMS))
+    ).select("i", pl.col("name").cast(pl.String))
+    computed = 0
+    for i, name in ops.iter_rows():
+        if values[i] is None and args[i].input_dims:
+            values[i] = _matmul_flops(args[i].input_dims, MATMUL_DIMS[name])
+            computed += values[i] is not None
+    if computed:
+        out.meta["flops_from_shapes"] = out.meta.get("flops_from_shapes", 0) + computed
+    return _opt_int(values, out).alias("flops")
+
+
+def _matmul_flops(raw: Raw, factors: tuple[int, int]) -> int | None:
+    """2·(batch)·M·K·N from the factors' dims; None when the shapes are not a matrix product."""
+    try:
+        dims = _DIMS.decode(raw)
+        left, right = dims[factors[0]], dims[factors[1]]
+    except (msgspec.DecodeError, IndexError):
+        return None
+    if len(left) != len(right) or len(left) not in (2, 3) or left[-1] != right[-2]:
+        return None
+    if min(left + right) < 0:
+        return None
+    batch = left[0] if len(left) == 3 else 1
+    return 2 * batch * left[-2] * left[-1] * right[-1]
 
 
 def _collective_args(args: list[_Args], out: ParsedSource) -> pl.DataFrame | None:
@@ -794,7 +843,7 @@ _WARNED = (
     "dropped_number_out_of_range", "dropped_time_out_of_range", "dropped_duration_out_of_range",
     "dropped_device_out_of_range", "negative_dur", "clamped_depth", "unreadable_arg",
     "out_of_range_pid", "out_of_range_tid", "out_of_range_stream", "out_of_range_group_size",
-    "out_of_range_bytes", "out_of_range_step",
+    "out_of_range_bytes", "out_of_range_flops", "out_of_range_step",
 )
 """Counts of the event table stated in one warning line; metadata values warn one by one."""
 
@@ -845,6 +894,7 @@ def _finish(
         .then(pl.col("coll_bytes") if has_args else None)
         .otherwise(pl.col("bytes"))
         .alias("bytes"),
+        pl.col("flops"),
         facts["step"].alias("step"),
     ]
     if has_args:
