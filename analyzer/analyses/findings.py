@@ -1,0 +1,527 @@
+"""Findings: every problem the analyses found, one list ranked by what fixing it would save.
+
+Product ``findings`` (:data:`frames.FINDINGS`, docs/analyses.md "Findings"). Candidates
+(:data:`frames.FINDING_CANDIDATES`) come from rlperf's own analyses — violated guidelines, idle
+causes, the work–depth what-if bounds, weight sync, stragglers, exposed communication — and from
+the candidate products named in ``taxonomy/findings.toml``. Candidates that are one problem seen
+by several analyses (the rollout-tail guideline, the rollout-tail idle cause and the no-tail
+bound) are merged by the file's ``[[problem]]`` tables. Savings are per step, from bounds the
+analyses already compute; ``saving_basis`` says which.
+
+Each family of candidates is read and built on its own: one that fails with an internal error
+is kept in ``failures`` (docs/errors.md) and the others still make the list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cache, partial
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from parsers.events import GPU_ACTIVITY_KINDS
+from taxonomy import tomlfile
+from taxonomy.guidelines import SEVERITIES
+
+from ..model import frames
+from ..model.failures import Failure, record, user_errors
+from ..model.products import Lazy, providers, provides
+from ..model.units import duration, percent, spans
+
+RULES_PATH = Path(tomlfile.__file__).with_name("findings.toml")
+CONFIDENCES = ("low", "medium", "high")
+UPDATE_DIMS = ("dp", "fsdp")
+"""Dimensions whose exposed communication is G16's (gradient and parameter traffic)."""
+SKIPPED_DIMS = ("weight_sync",)
+"""Dimensions whose time is another finding's (weight sync)."""
+IDLE_CAUSES = ("rollout_tail", "weight_sync", "sync_wait", "host_bound", "stage_gap")
+"""Idle causes that are candidates by their mean per device; pool wait is judged per pool."""
+HOST_SIDE = ("host_bound",)
+"""Idle causes judged on GPU ranks only (:func:`_gpu_ranks`)."""
+
+
+class FindingRulesError(ValueError):
+    """``taxonomy/findings.toml`` cannot be used (a bug in rlperf's data, not the user's)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    key: str
+    members: tuple[str, ...]
+    saving_from: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Rules:
+    products: tuple[str, ...]
+    min_saving_fraction: float
+    error: float
+    warn: float
+    problems: tuple[Problem, ...]
+    share_saving: frozenset[str]
+    finding: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def text(self, fid: str, key: str) -> str:
+        return self.finding.get(fid, {}).get(key, "")
+
+
+def _error(path: Path, problem: str) -> FindingRulesError:
+    return FindingRulesError(f"{path}: {problem}")
+
+
+@cache
+def rules(path: Path = RULES_PATH) -> Rules:
+    """The findings rules file, checked: every member of one problem only, known keys."""
+    data = tomlfile.read_toml(path, _error)
+    ranking = data.get("ranking", {})
+    problems = tuple(
+        Problem(p["key"], tuple(p["members"]), tuple(p.get("saving_from", p["members"])))
+        for p in data.get("problem", [])
+    )
+    seen = [m for p in problems for m in p.members]
+    twice = sorted({m for m in seen if seen.count(m) > 1})
+    if twice:
+        raise _error(path, f"candidates in more than one problem: {', '.join(twice)}")
+    stray = sorted({s for p in problems for s in p.saving_from if s not in p.members})
+    if stray:
+        raise _error(path, f"saving_from names non-members: {', '.join(stray)}")
+    for fid, entry in data.get("finding", {}).items():
+        if entry.get("confidence", "medium") not in CONFIDENCES:
+            raise _error(path, f"finding {fid}: confidence must be one of {CONFIDENCES}")
+    return Rules(
+        products=tuple(data.get("products", [])),
+        min_saving_fraction=float(ranking.get("min_saving_fraction", 0.01)),
+        error=float(ranking.get("error", 0.10)),
+        warn=float(ranking.get("warn", 0.03)),
+        problems=problems,
+        share_saving=frozenset(data.get("share_saving", {}).get("guidelines", [])),
+        finding=data.get("finding", {}),
+    )
+
+
+OWN = (
+    "violations",
+    "bubbles",
+    "pools",
+    "workdepth",
+    "weight_sync",
+    "stragglers",
+    "collective_waits",
+    "activity",
+    "steps",
+    "log_steps",
+)
+"""What rlperf's own candidates read, each on demand."""
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The step times savings are measured against."""
+
+    count: int
+    mean_ns: float | None
+    median_ns: float | None
+
+
+@dataclass
+class Context:
+    lazy: Lazy
+    steps: Steps
+    rules: Rules
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def severity(self, saving_ns: float | None) -> str:
+        """A non-guideline candidate's severity from its share of the median step."""
+        share = self.share(saving_ns)
+        if share is None:
+            return "info"
+        if share >= self.rules.error:
+            return "error"
+        return "warn" if share >= self.rules.warn else "info"
+
+    def share(self, saving_ns: float | None) -> float | None:
+        median = self.steps.median_ns
+        return None if saving_ns is None or not median else saving_ns / median
+
+    def worth(self, saving_ns: float | None) -> bool:
+        share = self.share(saving_ns)
+        return share is not None and share >= self.rules.min_saving_fraction
+
+    def add(self, fid: str, kind: str, evidence: str, saving_ns: float | None, *,
+            ranks: str = "", steps: str = "", stage: str = "", title: str = "",
+            severity: str = "", recommendation: str = "", confidence: str = "",
+            basis: str = "") -> None:
+        """One candidate; what it does not say comes from its ``[finding]`` table."""
+        saving = None if saving_ns is None else round(saving_ns)
+        self.rows.append({
+            "id": fid,
+            "kind": kind,
+            "title": title or self.rules.text(fid, "title") or fid,
+            "severity": severity or self.severity(saving),
+            "ranks": ranks,
+            "steps": steps,
+            "stage": stage or self.rules.text(fid, "stage"),
+            "evidence": evidence,
+            "saving_ns": saving,
+            "saving_basis": (basis or self.rules.text(fid, "basis")) if saving is not None else "",
+            "recommendation": recommendation or self.rules.text(fid, "recommendation"),
+            "confidence": confidence or self.rules.text(fid, "confidence") or "medium",
+        })
+
+
+# --- rlperf's own candidates --------------------------------------------------------------------
+
+
+def _step_times(lazy: Lazy) -> Steps:
+    """The analysed steps' wall times, or a log's step times when no trace defines steps."""
+    steps: pl.DataFrame = lazy["steps"]
+    times = (steps["end_ns"] - steps["start_ns"]).cast(pl.Float64) if steps.height else None
+    if times is None:
+        log: pl.DataFrame = lazy["log_steps"]
+        if log.height and "wall_s" in log.columns:
+            times = log["wall_s"].drop_nulls().cast(pl.Float64) * 1e9
+    if times is None or times.len() == 0:
+        return Steps(steps.height, None, None)
+    return Steps(times.len(), _scalar(times.mean()), _scalar(times.median()))
+
+
+def _scalar(value: Any) -> float | None:
+    """A polars aggregate as a float (their declared type is every scalar polars has)."""
+    return None if value is None else float(value)
+
+
+def _total(series: pl.Series) -> float:
+    return _scalar(series.sum()) or 0.0
+
+
+def _guidelines(ctx: Context) -> None:
+    """Violated guidelines; one whose value is a share of the step that its recommendation
+    removes (``[share_saving]``) saves that share of the mean step."""
+    violated = ctx.lazy["violations"].filter(pl.col("status") == "violated")
+    for row in violated.iter_rows(named=True):
+        share = row["id"] in ctx.rules.share_saving and row["unit"] == "fraction"
+        saving = row["value"] * ctx.steps.mean_ns if share and ctx.steps.mean_ns else None
+        ctx.add(
+            row["id"], "guideline", row["evidence"], saving,
+            ranks="" if row["rank"] is None else str(row["rank"]),
+            steps="" if row["step"] is None else str(row["step"]),
+            title=row["title"], severity=row["severity"] or "warn",
+            recommendation=row["recommendation"] or "",
+            confidence="medium" if row.get("heuristic") else "high",
+            basis=f"{row['metric']} × the mean step time ({percent(row['value'])} of "
+                  f"{duration(ctx.steps.mean_ns)}): what removing that share saves",
+        )
+
+
+def _where(frame: pl.DataFrame, column: str, everything: int) -> str:
+    """Spans of ``column`` among ``frame``'s rows, empty when they are all ``everything``."""
+    values = frame[column].drop_nulls().unique().sort().to_list()
+    return "" if len(values) >= everything else spans(values)
+
+
+def _idle(ctx: Context) -> None:
+    """Idle causes: the mean per device and step (device time a fix gives back)."""
+    bubbles: pl.DataFrame = ctx.lazy["bubbles"]
+    if bubbles.height == 0:
+        return
+    steps = bubbles["step"].n_unique()
+    by_cause = bubbles.with_columns(pl.col("cause").cast(pl.String)).filter(pl.col("idle_ns") > 0)
+    gpus = _gpu_ranks(ctx)
+    for cause in IDLE_CAUSES:
+        scope = bubbles.filter(pl.col("rank").is_in(gpus.implode())) if cause in HOST_SIDE \
+            else bubbles
+        devices = scope["rank"].n_unique()
+        if devices == 0:
+            continue
+        window = _total(
+            scope.group_by("step", "rank").agg(pl.col("window_ns").first())["window_ns"]
+        )
+        rows = by_cause.filter(
+            (pl.col("cause") == cause) & pl.col("rank").is_in(scope["rank"].implode())
+        )
+        total = _total(rows["idle_ns"])
+        saving = total / (devices * steps)
+        if not ctx.worth(saving):
+            continue
+        ctx.add(
+            f"bubble.{cause}", "bubble",
+            f"{cause} idle = {duration(saving)} per device and step ({percent(total / window)} "
+            f"of the device windows; {devices} devices, {steps} steps)",
+            saving,
+            ranks=_where(rows, "rank", devices), steps=_where(rows, "step", steps),
+        )
+    _pool_wait(ctx, by_cause.filter(pl.col("cause") == "pool_wait"), steps)
+
+
+def _gpu_ranks(ctx: Context) -> pl.Series:
+    """Ranks with device activity: only there is a gap inside a stage a gap between kernels
+    (a CPU-only rank's gaps between recorded host ops are its own Python time)."""
+    activity: pl.DataFrame = ctx.lazy["activity"]
+    return activity.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))["rank"].unique()
+
+
+def _pool_wait(ctx: Context, waits: pl.DataFrame, steps: int) -> None:
+    """Pool wait: each pool's mean wait per device and step; overlapping the pools (what
+    one-step-off does) saves the smaller of the two — the busier pool keeps working."""
+    pools: pl.DataFrame = ctx.lazy["pools"]
+    split = pools.filter(pl.col("pool").cast(pl.String).is_in(["rollout", "train"]))
+    if waits.height == 0 or split["pool"].n_unique() < 2:
+        return
+    per_pool = (
+        split.group_by(pl.col("pool").cast(pl.String))
+        .agg(pl.col("rank").n_unique().alias("devices"))
+        .join(
+            waits.join(split.select("rank", pl.col("pool").cast(pl.String)), on="rank")
+            .group_by("pool").agg(pl.col("idle_ns").sum()),
+            on="pool", how="left",
+        )
+        .with_columns((pl.col("idle_ns").fill_null(0) / (pl.col("devices") * steps)).alias("mean"))
+        .sort("mean")
+    )
+    saving = per_pool["mean"][0]
+    if not ctx.worth(saving):
+        return
+    waiting = per_pool["pool"][-1]
+    parts = [f"{p} pool waits {duration(m)} per device and step"
+             for p, m in per_pool.select("pool", "mean").iter_rows()]
+    ranks = split.filter(pl.col("pool").cast(pl.String) == waiting)["rank"].sort().to_list()
+    ctx.add("bubble.pool_wait", "bubble", "; ".join(parts), saving, ranks=spans(ranks))
+
+
+def _workdepth(ctx: Context) -> None:
+    """The what-if bounds of docs/analyses.md §7, as savings per step (mean over steps)."""
+    wd: pl.DataFrame = ctx.lazy["workdepth"]
+    if wd.height == 0:
+        return
+    steps = wd.height
+    for fid, column, label in (
+        ("workdepth.no_rollout_tail", "no_tail_step_ns", "no rollout tail"),
+        ("workdepth.balanced_dp", "balanced_dp_step_ns", "balanced DP"),
+    ):
+        per_step = wd.select("step", (pl.col("step_ns") - pl.col(column)).alias("saving"))
+        saving = _scalar(per_step["saving"].mean())
+        if not ctx.worth(saving):
+            continue
+        worst = per_step.sort("saving", descending=True).row(0)
+        ctx.add(
+            fid, "what-if",
+            f"{label}: the step would be {duration(saving)} shorter "
+            f"({duration(_scalar(wd['step_ns'].mean()))} mean step, {steps} steps); "
+            f"worst step {worst[0]}: {duration(worst[1])}",
+            saving,
+            steps=_where(per_step.filter(pl.col("saving") > 0), "step", steps),
+        )
+    _async_overlap(ctx, wd)
+
+
+def _async_overlap(ctx: Context, wd: pl.DataFrame) -> None:
+    """The async-overlap bound: a saving only where pools are split (colocated stages share
+    devices, so overlapping them needs a pool split that changes both stages' times)."""
+    bound = wd["async_overlap_bound"].drop_nulls()
+    mean_bound = _scalar(bound.mean()) or 1.0
+    if mean_bound < 1 + ctx.rules.min_saving_fraction:
+        return
+    pools: pl.DataFrame = ctx.lazy["pools"]
+    split = pools.filter(pl.col("pool").cast(pl.String).is_in(["rollout", "train"]))
+    per_step = wd.select(
+        (pl.col("step_ns") * (1 - 1 / pl.col("async_overlap_bound"))).alias("saving")
+    )["saving"]
+    saving = _scalar(per_step.mean()) if split["pool"].n_unique() == 2 else None
+    evidence = (f"async-overlap bound = {mean_bound:.2f}× (T_gen + T_train over "
+                f"max(T_gen, T_train) on the critical path, mean of {bound.len()} steps)")
+    if saving is None:
+        evidence += "; not a saving here: generation and training share the devices"
+    ctx.add("workdepth.async_overlap", "what-if", evidence, saving)
+
+
+def _weight_sync(ctx: Context) -> None:
+    ws: pl.DataFrame = ctx.lazy["weight_sync"]
+    if ws.height == 0:
+        return
+    saving = _scalar(ws["time_ns"].mean())
+    if not ctx.worth(saving):
+        return
+    moved = _scalar(ws["bytes"].mean())
+    ctx.add(
+        "sync.weight_sync", "sync",
+        f"weight sync = {duration(saving)} per step (wall time, union over ranks; "
+        f"{percent(_scalar(ws['share'].mean()))} of the step, mean of {ws.height} steps"
+        + (f", {moved / 1e6:,.0f} MB moved" if moved else "") + ")",
+        saving,
+        steps=_where(ws.filter(pl.col("time_ns") > 0), "step", ws.height),
+    )
+
+
+def _stragglers(ctx: Context) -> None:
+    """The ranks that made the others wait most: at most four, each with at least half the
+    worst one's score."""
+    st: pl.DataFrame = ctx.lazy["stragglers"]
+    if st.height == 0 or not st["caused_wait_ns"].max():
+        return
+    worst = st.sort("caused_wait_ns", descending=True)
+    top = worst.filter(pl.col("caused_wait_ns") >= worst["caused_wait_ns"][0] / 2).head(4)
+    parts = [f"rank {r} caused {duration(w)} of waiting ({n} last arrivals)"
+             for r, w, n in top.select("rank", "caused_wait_ns", "last_arrivals").iter_rows()]
+    ctx.add("sync.stragglers", "sync", "; ".join(parts) + " over the run", None,
+            ranks=spans(top["rank"].sort().to_list()), severity="info")
+
+
+def _exposed(ctx: Context) -> None:
+    """Exposed transfer (exposed collective time minus its sync wait, which is the
+    stragglers' finding) per participating device and step: DP/FSDP together (G16's), every
+    other dimension on its own."""
+    waits: pl.DataFrame = ctx.lazy["collective_waits"]
+    steps = ctx.steps.count
+    if waits.height == 0 or steps == 0:
+        return
+    calls = waits.filter(
+        pl.col("step").is_not_null() & ~pl.col("dim").cast(pl.String).is_in(SKIPPED_DIMS)
+    ).with_columns(
+        pl.when(pl.col("dim").cast(pl.String).is_in(UPDATE_DIMS)).then(pl.lit("update"))
+        .otherwise(pl.col("dim").cast(pl.String)).alias("family"),
+        (pl.col("exposed_ns") - pl.col("wait_ns")).clip(lower_bound=0).alias("transfer"),
+    )
+    per = calls.group_by("family").agg(
+        pl.col("transfer").sum(), pl.col("exposed_ns").sum(), pl.col("rank").n_unique().alias("n"),
+        pl.col("dim").cast(pl.String).unique().sort().str.join("/").alias("dims"),
+    ).sort("family")
+    for family, transfer, exposed, n, dims in per.iter_rows():
+        saving = transfer / (n * steps)
+        if not ctx.worth(saving):
+            continue
+        fid = "comm.exposed.update" if family == "update" else f"comm.exposed.{family}"
+        ctx.add(
+            fid, "communication",
+            f"{dims} collectives: {duration(exposed / (n * steps))} exposed per device and step, "
+            f"of which {duration(saving)} transfer and the rest sync wait "
+            f"({n} ranks, {steps} steps)",
+            saving,
+            title=ctx.rules.text(fid, "title")
+            or f"{dims.upper()} communication is not hidden behind compute",
+            **{key: ctx.rules.text(fid, key) or ctx.rules.text("comm.exposed", key)
+               for key in ("recommendation", "confidence", "basis")},
+        )
+
+
+FAMILIES: tuple[tuple[str, Callable[[Context], None]], ...] = (
+    ("guidelines", _guidelines),
+    ("idle causes", _idle),
+    ("what-if bounds", _workdepth),
+    ("weight sync", _weight_sync),
+    ("stragglers", _stragglers),
+    ("exposed communication", _exposed),
+)
+"""rlperf's own candidate families, each built on its own (one failing leaves the others)."""
+
+
+# --- merging and ranking ------------------------------------------------------------------------
+
+
+def _guarded(what: str, failures: dict[str, Failure], fn: Callable[[], Any]) -> Any:
+    """``fn()``, or None with the failure kept when it raises an internal error."""
+    try:
+        return fn()
+    except user_errors():
+        raise
+    except Exception as exc:
+        record(failures, f"findings: {what}", exc)
+        return None
+
+
+def _built(family: Callable[[Context], None], ctx: Context) -> bool:
+    family(ctx)
+    return True
+
+
+def _product(lazy: Lazy, name: str) -> pl.DataFrame:
+    """Candidate product ``name``, held to the contract."""
+    frame = frames.check(lazy[name], frames.FINDING_CANDIDATES, name)
+    return frame.select(list(frames.FINDING_CANDIDATES))
+
+
+def candidates(lazy: Lazy, failures: dict[str, Failure], rules_: Rules, steps: Steps
+               ) -> pl.DataFrame:
+    """Every candidate (:data:`frames.FINDING_CANDIDATES`): rlperf's own, then each product of
+    ``rules_.products`` that some module provides."""
+    ctx = Context(lazy, steps, rules_)
+    for what, family in FAMILIES:
+        before = len(ctx.rows)
+        if _guarded(what, failures, partial(_built, family, ctx)) is None:
+            del ctx.rows[before:]
+    parts = [pl.DataFrame(ctx.rows, schema=frames.FINDING_CANDIDATES, orient="row")]
+    for name in rules_.products:
+        if name not in providers():
+            continue
+        frame = _guarded(name, failures, partial(_product, lazy, name))
+        if frame is not None:
+            parts.append(frame)
+    return pl.concat(parts, how="vertical")
+
+
+def _merged(rows: list[dict[str, Any]], problem: Problem) -> dict[str, Any]:
+    """One finding from the members of one problem (``rows`` in member order)."""
+    out = dict(rows[0])
+    by_id = {r["id"]: r for r in rows}
+    source = next((by_id[m] for m in problem.saving_from
+                   if m in by_id and by_id[m]["saving_ns"] is not None), None)
+    if source is not None:
+        out["saving_ns"], out["saving_basis"] = source["saving_ns"], source["saving_basis"]
+        out["confidence"] = source["confidence"]
+    for key in ("ranks", "steps", "stage", "recommendation"):
+        out[key] = out[key] or next((r[key] for r in rows if r[key]), "")
+    judged = [r for r in rows if r["kind"] == "guideline"] or [source or out]
+    out["severity"] = max((r["severity"] for r in judged), key=_severity_rank)
+    out["evidence"] = "; ".join(dict.fromkeys(r["evidence"] for r in rows if r["evidence"]))
+    return out
+
+
+def _severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
+
+
+def deduplicate(cands: pl.DataFrame, problems: Iterable[Problem]) -> pl.DataFrame:
+    """One row per problem: an id seen twice keeps its first row, and the members of one
+    ``[[problem]]`` become one finding (:func:`_merged`) where the first of them stood."""
+    rows = list(cands.unique("id", keep="first", maintain_order=True).iter_rows(named=True))
+    index = {r["id"]: i for i, r in enumerate(rows)}
+    out: dict[int, dict[str, Any]] = dict(enumerate(rows))
+    for problem in problems:
+        present = [index[m] for m in problem.members if m in index]
+        if len(present) < 2:
+            continue
+        merged = _merged([rows[i] for i in present], problem)
+        for i in present:
+            out.pop(i)
+        out[min(present)] = merged
+    return pl.DataFrame([out[i] for i in sorted(out)], schema=frames.FINDING_CANDIDATES,
+                        orient="row")
+
+
+def rank(cands: pl.DataFrame, median_step_ns: float | None) -> pl.DataFrame:
+    """:data:`frames.FINDINGS`: by saving, largest first; those without one after, by severity;
+    ties in candidate order."""
+    severity = pl.col("severity").replace_strict(
+        {s: i for i, s in enumerate(SEVERITIES)}, default=-1, return_dtype=pl.Int8
+    )
+    fraction = (pl.col("saving_ns") / median_step_ns) if median_step_ns else pl.lit(None)
+    ranked = (
+        cands.with_row_index("_i")
+        .with_columns(pl.col("saving_ns").is_null().alias("_none"), severity.alias("_sev"))
+        .sort(["_none", "saving_ns", "_sev", "_i"], descending=[False, True, True, False],
+              nulls_last=True)
+        .with_columns(
+            pl.int_range(1, pl.len() + 1, dtype=pl.Int32).alias("position"),
+            fraction.cast(pl.Float64).alias("saving_fraction"),
+        )
+    )
+    return ranked.select(pl.col(n).cast(t) for n, t in frames.FINDINGS.items())
+
+
+@provides("findings", schema=frames.FINDINGS, lazy=(*OWN, *rules().products))
+def findings(lazy: Lazy, failures: dict[str, Failure]) -> pl.DataFrame:
+    steps = _guarded("step times", failures, lambda: _step_times(lazy)) or Steps(0, None, None)
+    found = candidates(lazy, failures, rules(), steps)
+    return rank(deduplicate(found, rules().problems), steps.median_ns)
