@@ -96,10 +96,19 @@ def _clip_scoped(spans_: pl.DataFrame, stage_spans: pl.DataFrame) -> pl.DataFram
 # --- the numbers -------------------------------------------------------------------------------
 
 
+FAMILY_CHARS = 60
+
+
 def _family(name: pl.Expr) -> pl.Expr:
-    """A kernel's short name: ``void ns::kern<…>(…)`` → ``kern``."""
-    head = name.cast(pl.String).str.replace(r"^void ", "").str.extract(r"^([^<(]*)", 1)
-    return head.str.split("::").list.last().str.strip_chars()
+    """A kernel's short name: ``void ns::kern<…>(…)`` → ``kern``; the name itself (cut to
+    :data:`FAMILY_CHARS`) when that leaves nothing, as for ``(anonymous namespace)`` kernels."""
+    full = name.cast(pl.String)
+    head = full.str.replace(r"^void ", "").str.extract(r"^([^<(]*)", 1)
+    short = head.str.split("::").list.last().str.strip_chars()
+    short = pl.when(short.str.len_chars() > 0).then(short).otherwise(full)
+    return pl.when(short.str.len_chars() > FAMILY_CHARS).then(
+        short.str.slice(0, FAMILY_CHARS - 1) + "…"
+    ).otherwise(short)
 
 
 def _dur() -> pl.Expr:
@@ -125,24 +134,33 @@ def top_kernels(kernels: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
 def small_kernels(kernels: pl.DataFrame, launches: pl.DataFrame, wall: pl.DataFrame,
                   rule: dict[str, Any]) -> pl.DataFrame:
     """Per scope: kernels shorter than ``max_ns``, their share of launches, their GPU time, the
-    host time of their launch calls and its share of the ranks' wall time."""
-    linked = kernels.join(launches, on=["rank", "corr"], how="left")
-    tiny = _dur() < rule["max_ns"]
-    per = linked.group_by("scope").agg(
-        pl.len().alias("launches"), tiny.sum().alias("count"),
-        _dur().filter(tiny).sum().alias("gpu_ns"),
-        pl.col("api_ns").filter(tiny).sum().alias("api_ns"),
-        pl.col("rank").filter(tiny).unique().sort().alias("ranks"),
+    host time of their launch calls (each call once: a graph launch starts many kernels) and
+    its share of the ranks' wall time; ``family``: the short name launched most often."""
+    tiny = kernels.filter(_dur() < rule["max_ns"]).with_columns(
+        _family(pl.col("name")).alias("family")
     )
-    fam = linked.filter(tiny).with_columns(_family(pl.col("name")).alias("family"))
-    top = fam.group_by("scope", "family").agg(
-        pl.len().alias("n"), _dur().mean().alias("mean"), pl.col("api_ns").sum().alias("api")
-    ).sort("n", "family", descending=[True, False]).group_by("scope", maintain_order=True).first()
+    per = kernels.group_by("scope").agg(pl.len().alias("launches")).join(
+        tiny.group_by("scope").agg(
+            pl.len().alias("count"), _dur().sum().alias("gpu_ns"),
+            pl.col("rank").unique().sort().alias("ranks"),
+        ), on="scope", how="inner",
+    )
+    calls = tiny.select("scope", "rank", "corr").unique().join(
+        launches, on=["rank", "corr"], how="inner"
+    )
+    per = per.join(calls.group_by("scope").agg(pl.col("api_ns").sum()), on="scope", how="left")
+    fam_calls = tiny.select("scope", "family", "rank", "corr").unique().join(
+        launches, on=["rank", "corr"], how="inner"
+    ).group_by("scope", "family").agg(pl.col("api_ns").sum().alias("api"))
+    top = tiny.group_by("scope", "family").agg(pl.len().alias("n"), _dur().mean().alias("mean"))
+    top = top.join(fam_calls, on=["scope", "family"], how="left").sort(
+        "n", "family", descending=[True, False]
+    ).group_by("scope", maintain_order=True).first()
     walls = wall.group_by("scope").agg(pl.col("wall_ns").sum())
     return per.join(top, on="scope", how="left").join(walls, on="scope", how="left").with_columns(
+        pl.col("api_ns").fill_null(0), pl.col("api").fill_null(0),
         (pl.col("count") / pl.col("launches")).alias("launch_share"),
-        (pl.col("api_ns") / pl.col("wall_ns")).alias("api_share"),
-    )
+    ).with_columns((pl.col("api_ns") / pl.col("wall_ns")).alias("api_share"))
 
 
 def _busy_gaps(busy: pl.DataFrame, min_gap_ns: int) -> pl.DataFrame:
@@ -368,7 +386,10 @@ def _finding(key: str, rule: dict[str, Any], scope: str, severity: str, ranks: s
 
 def _top_kernel(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
     out = []
-    for (scope,), rows in m.filter(pl.col("place") <= rule["listed"]).group_by(
+    big = (pl.col("scope") == WHOLE) | (
+        pl.col("total_ns").sum().over("scope") >= rule["stage_min_ns"]
+    )
+    for (scope,), rows in m.filter(big).filter(pl.col("place") <= rule["listed"]).group_by(
         "scope", maintain_order=True
     ):
         top = rows.row(0, named=True)
@@ -380,8 +401,9 @@ def _top_kernel(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dic
         )
         evidence = (
             f"{top['family']}: {duration(top['total_ns'])} in {top['count']} launches "
-            f"(mean {duration(top['mean_ns'])}) = {percent(top['share'])} of all kernel time "
-            f"(sum of kernel durations over ranks); top {rows.height}: {listed}"
+            f"(mean {duration(top['mean_ns'])}) = {percent(top['share'])} of all kernel time"
+            f"{'' if scope == WHOLE else ' in the stage'} (sum of kernel durations over ranks); "
+            f"top {rows.height}: {listed}"
         )
         out.append(_finding("top_kernel", rule, scope, severity, _ranks(top["ranks"]), evidence,
                             None, "high", title=f"{rule['title']}: {top['family']}"))
@@ -440,6 +462,7 @@ def _per_rank(m: pl.DataFrame, share: str, info: float) -> pl.DataFrame:
 
 def _idle_gaps(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
     out = []
+    m = m.filter(pl.col("idle_ns") >= rule["min_gap_ns"])
     for r in _per_rank(m, "share", rule["share_info"]).iter_rows(named=True):
         where = "the kernel window" if r["scope"] == WHOLE else "the stage's time"
         evidence = (
