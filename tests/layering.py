@@ -38,6 +38,8 @@ PLACEMENT: dict[str, str] = {
     # One package per step: its name is its layer.
     "analyzer.model": "analyzer.model",
     "analyzer.assemble": "analyzer.assemble",
+    # Where parse jobs run (a process pool, Ray tasks): below ingest, which maps its jobs there.
+    "analyzer.engines": "analyzer.assemble",
     "analyzer.dataset": "analyzer.assemble",
     "analyzer.classify": "analyzer.classify",
     "analyzer.analyses": "analyzer.analyses",

@@ -246,7 +246,7 @@ def test_the_pipit_folder_reads_despite_its_provenance_notes(tmp_path: Path):
 def test_a_parse_error_crosses_a_process_pool_intact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr(sys.modules["analyzer.assemble.ingest"], "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(sys.modules["analyzer.engines.local"], "PARALLEL_MIN_BYTES", 0)
     (tmp_path / "verl.log").write_bytes(LOG.read_bytes())
     broken_traces(tmp_path, 1)
     found = ingest([tmp_path], jobs=2, use_cache=False)

@@ -10,12 +10,10 @@ so one stray file does not stop a whole folder.
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -27,10 +25,7 @@ from parsers import InputError, ParsedSource, discover, parse_file
 from parsers.cachedir import cache_dir
 from parsers.discover import Discovery, parser_modules, skipped_note
 
-from .. import dataset
-
-PARALLEL_MIN_BYTES = 32 * 1024 * 1024
-"""Below this much input, a process pool costs more than it saves."""
+from .. import dataset, engines
 
 
 @dataclass
@@ -82,7 +77,7 @@ def ingest(
                 todo.remove((i, p, fmt))
                 if progress:
                     progress(p)
-    for i, parsed in _parse_all(todo, jobs, progress):
+    for i, parsed in engines.selected().parse(todo, jobs, progress):
         if isinstance(parsed, InputError):
             _skip_or_raise(found, found.sources[i][0], parsed)
             continue
@@ -162,37 +157,6 @@ def _explain_explicit_unknowns(paths: list[Path], unknown: list[Path]) -> None:
             if any(path.name.endswith(ext) for ext in getattr(module, "EXTENSIONS", ())):
                 parse_file(path, module.FORMAT)  # raises the parser's specific InputError
         raise InputError(path, "not a format rlperf reads (no parser recognised its content)")
-
-
-def _parse_one(job: tuple[int, Path, str]) -> tuple[int, ParsedSource | InputError]:
-    """A bad file comes back as its error (not raised) so a pool's other files still finish."""
-    index, path, fmt = job
-    try:
-        return index, parse_file(path, fmt, source=index)
-    except InputError as exc:
-        return index, exc
-
-
-def _parse_all(
-    todo: list[tuple[int, Path, str]], jobs: int | None, progress
-) -> Iterable[tuple[int, ParsedSource | InputError]]:
-    total = sum(p.stat().st_size for _, p, _ in todo)
-    workers = min(len(todo), jobs or os.cpu_count() or 1)
-    if workers <= 1 or total < PARALLEL_MIN_BYTES:
-        for job in todo:
-            result = _parse_one(job)
-            if progress:
-                progress(job[1])
-            yield result
-        return
-    paths = {i: p for i, p, _ in todo}
-    with ProcessPoolExecutor(
-        max_workers=workers, mp_context=multiprocessing.get_context("spawn")
-    ) as pool:
-        for index, parsed in pool.map(_parse_one, todo):
-            if progress:
-                progress(paths[index])
-            yield index, parsed
 
 
 # --- cache -------------------------------------------------------------------------------------

@@ -1,0 +1,72 @@
+"""Where a run's parse jobs run: this machine's process pool (``local``, the default) or tasks on
+a Ray cluster (``--engine ray``, the ``ray`` extra, docs/ray.md).
+
+Every engine returns each source exactly as :func:`parsers.parse_file` makes it, in the order the
+jobs were given, so the run built from them (and every number of its report) does not depend on
+the engine. The choice is made once per command (the CLI options' callbacks call :func:`choose`)
+or around a block of Python (:func:`using`); Ray is imported only when it is chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+
+from parsers import InputError
+
+from .base import Engine, Job, Parsed, Progress, parse_one
+from .local import LocalEngine
+from .on_ray import RayEngine
+
+__all__ = [
+    "ENGINES", "Engine", "Job", "LocalEngine", "Parsed", "Progress", "RayEngine", "choose",
+    "parse_one", "selected", "using",
+]
+
+ENGINES = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class Choice:
+    engine: str = "local"
+    address: str | None = None
+    """``--ray-address``: None is ``RAY_ADDRESS`` if set, else a Ray started for the run."""
+
+
+_CHOICE: ContextVar[Choice | None] = ContextVar("rlperf_engine", default=None)
+
+
+def choose(*, engine: str | None = None, address: str | None = None, given: bool = False) -> None:
+    """Set one part of the choice (each CLI option sets its own part, defaults included, so a
+    command never inherits the previous command's choice); ``given`` sets ``address`` even to
+    None."""
+    choice = _CHOICE.get() or Choice()
+    if engine is not None:
+        choice = replace(choice, engine=engine)
+    if address is not None or given:
+        choice = replace(choice, address=address)
+    _CHOICE.set(choice)
+
+
+@contextmanager
+def using(engine: str = "local", address: str | None = None) -> Iterator[None]:
+    """Parse with ``engine`` inside the block (the Python API's ``--engine``)."""
+    token = _CHOICE.set(Choice(engine, address))
+    try:
+        yield
+    finally:
+        _CHOICE.reset(token)
+
+
+def selected() -> Engine:
+    """The engine chosen, checked: an unknown name or an address without Ray is bad input."""
+    choice = _CHOICE.get() or Choice()
+    if choice.engine not in ENGINES:
+        raise InputError("--engine", f"unknown engine {choice.engine!r} (one of: local, ray)")
+    if choice.engine == "ray":
+        return RayEngine(choice.address)
+    if choice.address is not None:
+        raise InputError("--ray-address", "is for --engine ray (add --engine ray)")
+    return LocalEngine()

@@ -1,0 +1,242 @@
+"""The Ray engine: each source parsed by a Ray task, on a cluster the user names
+(``--ray-address``) or on one started for the run.
+
+A task reads its source from the path the driver was given (relative paths from the driver's
+working directory), so sources must lie on storage every node sees; its tables come back to the
+driver as Arrow IPC through Ray's object store, with every polars type, so the run is the one
+the local engine builds. Ray is imported here only, when this engine is chosen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import socket
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import polars as pl
+
+import parsers
+from parsers import InputError, ParsedSource
+
+from .base import Job, Parsed, Progress, parse_one
+
+INSTALL = "pip install 'rlperf[ray]'"
+CONNECT_TIMEOUT_S = 60.0
+"""How long connecting to (or starting) a cluster may take before it is an error;
+``RLPERF_RAY_TIMEOUT`` (seconds) changes it."""
+PROBE_TIMEOUT_S = 10.0
+"""How long a HOST:PORT address may take to accept a TCP connection at all."""
+
+
+def ray_module() -> ModuleType:
+    """Ray, or the one line that says how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--engine", f"ray is not installed: {INSTALL}") from None
+    return ray
+
+
+class RayEngine:
+    def __init__(self, address: str | None) -> None:
+        self.address = address if address is not None else os.environ.get("RAY_ADDRESS") or "local"
+
+    def parse(self, jobs: list[Job], workers: int | None, progress: Progress) -> Iterator[Parsed]:
+        ray = ray_module()
+        with connected(ray, self.address, workers):
+            task = ray.remote(num_cpus=1)(parse_remote)
+            cwd, digest = os.getcwd(), parsers_digest()
+            todo = deque(jobs)
+            window = workers or len(jobs)
+            running: deque[tuple[Job, Any]] = deque()
+            while todo or running:
+                while todo and len(running) < window:
+                    job = todo.popleft()
+                    running.append((job, task.remote(job, cwd, digest)))
+                job, ref = running.popleft()
+                result = fetched(ray, job, ref)
+                if progress:
+                    progress(job[1])
+                yield result
+
+
+@contextmanager
+def connected(ray: ModuleType, address: str, workers: int | None) -> Iterator[None]:
+    """Connected to ``address`` (``local``: a Ray of ``workers`` CPUs started for the run)
+    within the timeout, or an InputError naming ``--ray-address``; disconnected after."""
+    if ray.is_initialized():
+        yield
+        return
+    timeout = connect_timeout()
+    if address != "local" and address != "auto":
+        probe(address, min(timeout, PROBE_TIMEOUT_S))
+    options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+    if address == "local":
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        options |= {"num_cpus": workers or os.cpu_count() or 1, "include_dashboard": False}
+    failure: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            ray.init(address=address, **options)
+        except Exception as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=start, name="rlperf-ray-init", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise InputError(
+            "--ray-address", f"no Ray cluster at {address} answered within {timeout:g} s"
+        )
+    if failure:
+        raise InputError(
+            "--ray-address", f"cannot use Ray at {address}: {first_line(failure[0])}"
+        )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def connect_timeout() -> float:
+    raw = os.environ.get("RLPERF_RAY_TIMEOUT", "")
+    try:
+        value = float(raw) if raw else CONNECT_TIMEOUT_S
+    except ValueError:
+        raise InputError("RLPERF_RAY_TIMEOUT", f"is not a number of seconds: {raw!r}") from None
+    if value <= 0:
+        raise InputError("RLPERF_RAY_TIMEOUT", f"must be more than 0 seconds, not {raw}")
+    return value
+
+
+def probe(address: str, timeout: float) -> None:
+    """A HOST:PORT (or ray://HOST:PORT) that nothing listens on fails here in at most
+    ``timeout``, not after Ray's own minute of retries."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise InputError(
+            "--ray-address", f"{address!r} is not auto, local, HOST:PORT or ray://HOST:PORT"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise InputError(
+            "--ray-address", f"no Ray cluster at {address} ({why} within {timeout:g} s)"
+        ) from None
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def fetched(ray: ModuleType, job: Job, ref: Any) -> Parsed:
+    """A task's result on the driver; a task Ray lost (its node or worker died, out of memory)
+    is an error naming the file, as a parse error is."""
+    try:
+        index, wire = ray.get(ref)
+    except ray.exceptions.RayTaskError:
+        raise
+    except ray.exceptions.RayError as exc:
+        return job[0], InputError(job[1], f"its Ray task failed: {first_line(exc)}")
+    if isinstance(wire, InputError):
+        return index, wire
+    return index, wire.parsed(job[1])
+
+
+@dataclass
+class Wire:
+    """A parsed source as it crosses the object store: its tables as Arrow IPC (lz4), which
+    keeps every polars type (an Enum too) and arrives as the driver's own memory, where a
+    zero-copy Arrow table would point into the object store and die with the connection."""
+
+    format: str
+    events: bytes
+    metrics: bytes
+    meta: dict[str, Any]
+    warnings: list[str]
+
+    @classmethod
+    def of(cls, parsed: ParsedSource) -> Wire:
+        return cls(
+            parsed.format, ipc(parsed.events), ipc(parsed.metrics), parsed.meta, parsed.warnings
+        )
+
+    def parsed(self, path: Path) -> ParsedSource:
+        """The source as the driver names it (the path it was given, not the node's)."""
+        return ParsedSource(
+            path=path,
+            format=self.format,
+            events=pl.read_ipc(io.BytesIO(self.events)),
+            meta=self.meta,
+            metrics=pl.read_ipc(io.BytesIO(self.metrics)),
+            warnings=self.warnings,
+        )
+
+
+def ipc(frame: pl.DataFrame) -> bytes:
+    out = io.BytesIO()
+    frame.write_ipc(out, compression="lz4")
+    return out.getvalue()
+
+
+def parse_remote(job: Job, cwd: str, digest: str) -> tuple[int, Wire | InputError]:
+    """On a Ray worker: the same parse as the local engine's, from the driver's working
+    directory, after checking that this node runs the same parsers and sees the file."""
+    index, path, _ = job
+    node = socket.gethostname()
+    if parsers_digest() != digest:
+        return index, InputError(
+            path,
+            f"the Ray node {node} runs another rlperf (its parsers differ from this machine's): "
+            "install the same rlperf on every node",
+        )
+    with inside(Path(cwd)):
+        if not path.exists():
+            return index, InputError(
+                path,
+                f"not found on the Ray node {node}: sources must be on a path every node sees "
+                "(docs/ray.md)",
+            )
+        index, parsed = parse_one(job)
+    return index, parsed if isinstance(parsed, InputError) else Wire.of(parsed)
+
+
+@contextmanager
+def inside(folder: Path) -> Iterator[None]:
+    """In ``folder`` when this node has it (relative paths then mean what they meant to the
+    driver); a task runs alone in its worker process, so changing directory is safe."""
+    before = os.getcwd()
+    try:
+        os.chdir(folder)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+@cache
+def parsers_digest() -> str:
+    """A hash of the parsers' code: a node whose rlperf differs would parse differently."""
+    digest = hashlib.sha1()
+    root = Path(parsers.__file__).parent
+    for f in sorted(root.rglob("*.py")):
+        digest.update(f.relative_to(root).as_posix().encode())
+        digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
