@@ -117,9 +117,30 @@ def load_profiles(
     user_rules: str | Path | None = None, directory: Path = PROFILE_DIR
 ) -> dict[str, Profile]:
     """All profiles by name; a user rules file's rules are put first in the profile it names
-    (``[profile] name = …``) or, without one, in every profile."""
+    (``[profile] name = …``) or, without one, in every profile.
+
+    Memoised on the files' identity (path, size, mtime): one analysis asks for them from several
+    steps, and checking every rule's regex costs a polars call each."""
+    paths = sorted(directory.glob("*.toml"))
+    key = (str(directory), _identity(paths), user_rules and _identity([Path(user_rules)]))
+    if key not in _LOADED:
+        _LOADED[key] = _load(paths, directory, user_rules)
+    return dict(_LOADED[key])
+
+
+_LOADED: dict[tuple[Any, ...], dict[str, Profile]] = {}
+
+
+def _identity(paths: list[Path]) -> tuple[tuple[str, int, int], ...]:
+    stats = [(p, p.stat()) if p.exists() else (p, None) for p in paths]
+    return tuple((str(p), s.st_size if s else -1, s.st_mtime_ns if s else -1) for p, s in stats)
+
+
+def _load(
+    paths: list[Path], directory: Path, user_rules: str | Path | None
+) -> dict[str, Profile]:
     profiles = {}
-    for path in sorted(directory.glob("*.toml")):
+    for path in paths:
         profile = _profile(path, _read(path))
         if profile.name in profiles:
             raise ProfileError(f"{path}: profile name {profile.name!r} is used twice")

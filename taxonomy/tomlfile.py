@@ -3,6 +3,7 @@ checking the regexes their rules hold."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,9 +28,11 @@ def read_toml(path: Path, error: Callable[[Path, str], Exception]) -> dict[str, 
         raise error(path, f"not valid TOML ({exc})") from None
 
 
+@functools.lru_cache(maxsize=4096)
 def regex_problem(pattern: str) -> str | None:
     """Why polars (the Rust regex dialect: no look-around, no back-references) rejects
-    ``pattern``, in one line; None when it compiles."""
+    ``pattern``, in one line; None when it compiles. Memoised: the same rules are read by several
+    steps of one analysis, and each check is a polars call."""
     try:
         pl.Series([""], dtype=pl.String).str.contains(pattern)
     except pl.exceptions.ComputeError as exc:
