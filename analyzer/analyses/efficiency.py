@@ -167,16 +167,17 @@ def summarise(steps: pl.DataFrame, warmups: pl.DataFrame, tab: EfficiencyTable) 
     )
     summary = summary.join(pl.concat([meta, trace_meta]), on="key", how="left")
     warm = pl.col("warmup_step").is_not_null() & (pl.col("aggregate") == "mean")
-    n = pl.col("n_steps").cast(pl.String)
+    n = pl.format("{} step", pl.col("n_steps").cast(pl.String)) + pl.when(
+        pl.col("n_steps") == 1).then(pl.lit("")).otherwise(pl.lit("s"))
     return summary.with_columns(
         pl.when(warm).then(pl.col("warmup_step")).alias("warmup_step"),
         pl.when(warm).then(pl.col("_after")).alias("mean_after_warmup"),
         pl.when(pl.col("aggregate") == "max").then(pl.col("max"))
         .when(warm).then(pl.col("_after")).otherwise(pl.col("mean")).alias("headline_value"),
-        pl.when(pl.col("aggregate") == "max").then(pl.format("peak over {} steps", n))
+        pl.when(pl.col("aggregate") == "max").then(pl.format("peak over {}", n))
         .when(warm).then(pl.format("mean over {} steps after warm-up step {}",
                                    (pl.col("n_steps") - 1).cast(pl.String), "warmup_step"))
-        .otherwise(pl.format("mean over {} steps", n)).alias("headline"),
+        .otherwise(pl.format("mean over {}", n)).alias("headline"),
     ).select(*EFFICIENCY.names()).cast(dict(EFFICIENCY))
 
 
@@ -319,17 +320,23 @@ def trace_stages_frame(aligned: pl.DataFrame, stage_timeline: pl.DataFrame,
 
 def device_notes(aligned: pl.DataFrame, sources: list[SourceInfo],
                  tab: EfficiencyTable) -> list[str]:
-    """One line per trace with FLOPs whose device has no peak FLOP/s: MFU is not computed."""
+    """One line per trace with FLOPs: the device and the peak its MFU is measured against, or
+    that the device is unknown and the MFU not computed."""
     if "flops" not in aligned.columns or aligned.filter(pl.col("flops").is_not_null()).is_empty():
         return []
     devices = trace_devices(aligned, sources, tab).join(_files(sources), on="source")
-    unknown = devices.filter(pl.col("peak_tflops").is_null())
-    return [
-        f"{file}: " + (f"device '{name}' has no peak FLOP/s in taxonomy/efficiency.toml"
-                       if name else "the trace names no device")
-        + "; its MFU is not computed (achieved TFLOP/s only)"
-        for file, name in unknown.select("file", "device_name").unique().sort("file").iter_rows()
-    ]
+    shown = devices.select("file", "device_name").unique().sort("file")
+    return [_device_note(file, name, tab) for file, name in shown.iter_rows()]
+
+
+def _device_note(file: str, name: str | None, tab: EfficiencyTable) -> str:
+    known = tab.device(name)
+    if known is not None:
+        return (f"{file}: device '{name}' read as {known.name}, peak {known.peak_tflops:g} "
+                f"TFLOP/s dense bf16 ({known.basis})")
+    said = (f"device '{name}' has no peak FLOP/s in taxonomy/efficiency.toml" if name
+            else "the trace names no device")
+    return f"{file}: {said}; its MFU is not computed (achieved TFLOP/s only)"
 
 
 @provides("efficiency_steps", schema=EFFICIENCY_STEPS, lazy=("aligned", "steps"))
@@ -358,7 +365,17 @@ def efficiency(lazy: Lazy, efficiency_steps: pl.DataFrame, metrics: pl.DataFrame
 def efficiency_notes(lazy: Lazy, events: pl.DataFrame, sources: list[SourceInfo]) -> list[str]:
     if not _has_flops(events):
         return []
-    return device_notes(lazy["aligned"], sources, table())
+    return shape_notes(sources) + device_notes(lazy["aligned"], sources, table())
+
+
+def shape_notes(sources: list[SourceInfo]) -> list[str]:
+    """Where FLOPs were computed from shapes, which operators count: the MFU is a lower bound."""
+    return [
+        f"{s.path.name}: FLOPs of {s.meta['flops_from_shapes']:,} matrix products computed from "
+        "their recorded shapes (aten::mm, addmm, bmm, baddbmm; the trace records no FLOPs); "
+        "other operators are not counted, so the MFU is a lower bound"
+        for s in sources if s.meta.get("flops_from_shapes")
+    ]
 
 
 @provides("efficiency_findings", schema=FINDING_CANDIDATES)

@@ -70,7 +70,7 @@ def section(run: Run) -> Section | None:
         columns=[Column("number", "number"), Column("role", "role"), Column("stage_title", "stage"),
                  Column("value", "value"), Column("headline", "over"),
                  Column("range", "per-step range"), Column("key", "from")],
-        note=" ".join(_warmup_notes(shown) + notes + _files_note(shown)),
+        note=" ".join(_warmup_notes(shown) + [f"{n}." for n in notes] + _files_note(shown)),
         key="efficiency",
         details={"efficiency_steps": run.efficiency_steps},
     )
