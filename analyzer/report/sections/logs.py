@@ -22,19 +22,18 @@ def section(run: Run) -> Section | None:
     parts = []
     if stats:
         parts.append(
-            f"{stats.get('n_steps', '?')} steps; step time "
+            f"{stats.get('n_steps', '?')} steps{_warmup(stats)}; step time "
             f"median {stats.get('median_s', 0):.3g} s, "
-            f"p95 {stats.get('p95_s', 0):.3g} s, {stats.get('n_outliers', 0)} outlier step(s)"
+            f"p95 {stats.get('p95_s', 0):.3g} s, {stats.get('n_outliers', 0)} slow step(s)"
         )
     if dominant:
-        parts.append(
-            f"dominant stage: {dominant.get('label') or dominant.get('stage')} "
-            f"({100 * (dominant.get('share') or 0):.1f}%)"
-        )
+        parts.append(dominant_note(dominant))
     if sync:
         parts.append(
-            f"weight sync: {100 * sync['share']:.1f}% of step time" if sync.get("share") is not None
-            else f"weight sync: {sync.get('note') or sync.get('status')}"
+            f"log weight-sync timer share of the log's step time ({sync.get('where')}): "
+            f"{100 * sync['share']:.1f}%"
+            if sync.get("share") is not None
+            else f"log weight-sync timer: {sync.get('note') or sync.get('status')}"
         )
     tail = run.log_long_tail_summary
     if tail.height:
@@ -73,6 +72,29 @@ def section(run: Run) -> Section | None:
         }
         | {"log_runs": runs},
     )
+
+
+def _warmup(stats: dict) -> str:
+    """" after warm-up (step 1 excluded: 3.2× the median)" when the log had warm-up steps."""
+    if not stats.get("n_warmup"):
+        return ""
+    ratio = stats.get("warmup_ratio")
+    times = f": {ratio:.1f}× the median" if ratio is not None else ""
+    return f" after warm-up (step {stats['warmup_steps']} excluded as warm-up{times})"
+
+
+def dominant_note(dominant: dict) -> str:
+    """The dominant stage over the counted steps and, when slow steps name another, the
+    dominant stage of a typical step."""
+    label = dominant.get("label") or dominant.get("stage")
+    said = f"dominant stage: {label} ({100 * (dominant.get('share') or 0):.1f}% of step time)"
+    typical = dominant.get("typical_label")
+    if typical and typical != label and dominant.get("slow_steps"):
+        said += (
+            f"; of a typical step: {typical} ({100 * (dominant.get('typical_share') or 0):.1f}%"
+            f", slow step {dominant['slow_steps']} left out: see Slow steps)"
+        )
+    return said
 
 
 def _no_steps(runs: pl.DataFrame) -> Section | None:
@@ -118,7 +140,7 @@ def _summary_columns(Column) -> list:
     return [
         Column("label", "stage"),
         Column("seconds", "time (s)", "number"),
-        Column("share", "share of wall time", "percent"),
+        Column("share", "share of step time", "percent"),
         Column("median_s", "median per step (s)", "number"),
         Column("p95_s", "p95 per step (s)", "number"),
         Column("n_steps", "steps", "number"),

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import polars as pl
+
+from ...analyses.overview import METRIC_BY_NAME
 from ...model.run import Run
+from ...model.units import spans
 from ..section import Column, Section, gated
+
+HEADLINE = f"{METRIC_BY_NAME['weight_sync_share'].title} (headline)"
+"""The name of ``overview.weight_sync_share`` wherever a report shows it."""
+PER_STEP = "weight sync share of each step (the headline's definition, one step at a time)"
+LOG_TIMER = "the log's weight-sync timer share of the log's step time"
 
 
 def section(run: Run) -> Section | None:
@@ -11,13 +20,7 @@ def section(run: Run) -> Section | None:
     table = gated(run, title, "collectives_by_dim", "no collectives in these sources")
     if isinstance(table, Section):
         return table
-    notes = []
-    for r in run.weight_sync.iter_rows(named=True):
-        bw = f", {r['bandwidth_gbps']:.3g} GB/s" if r["bandwidth_gbps"] else ""
-        notes.append(
-            f"step {r['step']}: weight sync {r['time_ns'] / 1e6:.3g} "
-            f"ms ({100 * r['share']:.1f}% of the step){bw}"
-        )
+    notes = weight_sync_notes(run)
     top = run.stragglers.head(3)
     if top.height:
         notes.append(
@@ -43,3 +46,36 @@ def section(run: Run) -> Section | None:
         ],
         note="; ".join(notes),
     )
+
+
+def weight_sync_notes(run: Run) -> list[str]:
+    """The headline weight-sync share with its definition, its per-step values, and the log's
+    own timer named apart (it times the framework's call, over the log's steps)."""
+    sync = run.weight_sync
+    if sync.height == 0:
+        return []
+    notes = []
+    headline = run.overview.filter(pl.col("metric") == "weight_sync_share")["value"]
+    if headline.len() and headline[0] is not None:
+        notes.append(
+            f"{HEADLINE}: {100 * headline[0]:.1f}% = Σ time some rank is in weight sync ÷ Σ step "
+            f"time over steps {spans(sync['step'].to_list(), dash='–')}"
+        )
+    per_step = []
+    for r in sync.iter_rows(named=True):
+        bw = f", {r['bandwidth_gbps']:.3g} GB/s" if r["bandwidth_gbps"] else ""
+        per_step.append(
+            f"step {r['step']} {r['time_ns'] / 1e6:.3g} ms = {100 * r['share']:.1f}%{bw}"
+        )
+    notes.append(f"{PER_STEP}: " + ", ".join(per_step))
+    log = run.log_weight_sync
+    if log.height and log["share"][0] is not None:
+        stats = run.log_stats
+        steps = (
+            f"steps {stats['first_step'][0]}–{stats['last_step'][0]}" if stats.height else "steps"
+        )
+        notes.append(
+            f"not the same number: {LOG_TIMER} ({log['where'][0]}, {steps}) is "
+            f"{100 * log['share'][0]:.1f}% (Logs section)"
+        )
+    return notes
