@@ -62,6 +62,7 @@ class Rules:
     warn: float
     problems: tuple[Problem, ...]
     share_saving: frozenset[str]
+    superseded: frozenset[str]
     finding: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def text(self, fid: str, key: str) -> str:
@@ -98,6 +99,7 @@ def rules(path: Path = RULES_PATH) -> Rules:
         warn=float(ranking.get("warn", 0.03)),
         problems=problems,
         share_saving=frozenset(data.get("share_saving", {}).get("guidelines", [])),
+        superseded=frozenset(data.get("staged", {}).get("superseded", [])),
         finding=data.get("finding", {}),
     )
 
@@ -132,6 +134,8 @@ class Context:
     steps: Steps
     rules: Rules
     rows: list[dict[str, Any]] = field(default_factory=list)
+    staged: bool = False
+    """Whether idle causes were computed (the trace has stages and steps)."""
 
     def severity(self, saving_ns: float | None) -> str:
         """A non-guideline candidate's severity from its share of the median step."""
@@ -227,6 +231,7 @@ def _idle(ctx: Context) -> None:
     bubbles: pl.DataFrame = ctx.lazy["bubbles"]
     if bubbles.height == 0:
         return
+    ctx.staged = True
     steps = bubbles["step"].n_unique()
     by_cause = bubbles.with_columns(pl.col("cause").cast(pl.String)).filter(pl.col("idle_ns") > 0)
     gpus = _gpu_ranks(ctx)
@@ -458,7 +463,11 @@ def candidates(lazy: Lazy, failures: dict[str, Failure], rules_: Rules, steps: S
         frame = _guarded(name, failures, partial(_product, lazy, name))
         if frame is not None:
             parts.append(frame)
-    return pl.concat(parts, how="vertical")
+    found = pl.concat(parts, how="vertical")
+    if ctx.staged:
+        generic = pl.col("id").is_in(list(rules_.superseded)) & (pl.col("stage") == "")
+        found = found.filter(~generic)
+    return found
 
 
 def _merged(rows: list[dict[str, Any]], problem: Problem) -> dict[str, Any]:
@@ -483,10 +492,15 @@ def _severity_rank(severity: str) -> int:
 
 
 def deduplicate(cands: pl.DataFrame, problems: Iterable[Problem]) -> pl.DataFrame:
-    """One row per problem: an id seen twice keeps its first row, and the members of one
-    ``[[problem]]`` become one finding (:func:`_merged`) where the first of them stood."""
-    rows = list(cands.unique("id", keep="first", maintain_order=True).iter_rows(named=True))
-    index = {r["id"]: i for i, r in enumerate(rows)}
+    """One row per problem: an id seen twice in one stage keeps its first row, and the members
+    of one ``[[problem]]`` (each id's first row; a generic GPU finding inside one stage is that
+    stage's detail, never merged) become one finding (:func:`_merged`) where the first stood."""
+    unique = cands.unique(["id", "stage"], keep="first", maintain_order=True)
+    rows = list(unique.iter_rows(named=True))
+    index: dict[str, int] = {}
+    for i, r in enumerate(rows):
+        if r["kind"] != "gpu" or not r["stage"]:
+            index.setdefault(r["id"], i)
     out: dict[int, dict[str, Any]] = dict(enumerate(rows))
     for problem in problems:
         present = [index[m] for m in problem.members if m in index]
