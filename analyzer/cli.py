@@ -21,7 +21,7 @@ from typing import Annotated, Any, get_args
 import typer
 from typer.core import TyperArgument, TyperOption
 
-from .commands import analyze, audit, compare, crosscheck, demo, export, taxonomy
+from .commands import analyze, audit, compare, crosscheck, demo, export, ingest, taxonomy
 from .commands.shared import BAD_INPUT, CONTRACT, INTERNAL_ERROR, internal_line, say, say_block
 from .model.failures import describe, traceback_text, user_errors
 
@@ -40,6 +40,7 @@ COMMANDS: tuple[Callable[..., None], ...] = (
     audit.audit,
     export.export,
     crosscheck.crosscheck,
+    ingest.ingest,
     taxonomy.taxonomy,
 )
 """The commands, in the order ``rlperf --help`` lists them: each named after its function, its

@@ -1,0 +1,212 @@
+"""``rlperf ingest``: a run's sources parsed once into a dataset every command reads; and the
+reuse of the reports kept in a dataset (:class:`Reuse`, for ``rlperf analyze``)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from parsers.errors import InputError, printable
+
+from ..assemble.ingest import ingest as read_sources
+from ..assemble.ingest import writing
+from ..assemble.runs import choose
+from ..dataset import is_dataset, products, read_manifest, stale, write_dataset
+from ..model.run import Run
+from ..model.units import spans
+from ..progress import Steps, files_to_read, shown
+from ..report.files import emit_text, write_bytes
+from .shared import CONTRACT, Debug, Jobs, NoCache, Paths, Quiet, RunChoice, Strict, say
+
+EXAMPLES = (
+    "rlperf ingest runs/job-42/ -o job-42.rlperf",
+    "rlperf analyze job-42.rlperf --format html -o report.html",
+    "rlperf compare before.rlperf after.rlperf",
+    "rlperf ingest runs/ --run 2 -o run-2.rlperf --jobs 8",
+)
+"""Shown under ``rlperf ingest --help`` (analyzer/cli.py)."""
+
+DatasetDir = Annotated[
+    Path,
+    typer.Option(
+        "--output", "-o",
+        metavar="DIR",
+        help="The dataset folder to write (an existing dataset there is replaced).",
+        show_default=False,
+    ),
+]
+
+
+def ingest(
+    paths: Paths,
+    output: DatasetDir,
+    jobs: Jobs = None,
+    no_cache: NoCache = False,
+    quiet: Quiet = False,
+    run_choice: RunChoice = None,
+    strict: Strict = False,
+    debug: Debug = False,
+) -> None:
+    """Parse a run's sources once into a dataset that every command reads in their place.
+
+    The dataset is a folder: each source's tables as Parquet, partitioned by rank
+    (events/rank=R/part-NNNNN.parquet), and a manifest naming every source (path, size,
+    modification time, content hash, parser version) and the run. analyze, compare, audit,
+    export and crosscheck take the folder as their PATH; a source changed since, or a newer
+    parser, is a warning. analyze keeps each report it writes with -o in the dataset and
+    reads it back when asked again with the same options.
+    """
+    _check_target(output)
+    steps = Steps(quiet)
+    total = files_to_read(list(paths)) if steps.enabled else None
+    with (
+        writing([output]),
+        steps.step("Reading sources", total=total if total and total > 1 else None) as advance,
+    ):
+        found = read_sources(
+            paths, jobs=jobs, use_cache=not no_cache, progress=lambda p: advance(what=shown(p.name))
+        )
+        sources, chosen = choose(found.sources, run_choice, paths)
+    warnings = [w for s in sources for w in s.warnings]
+    if CONTRACT.strict and warnings:
+        raise InputError(
+            "--strict", f"warning treated as an error: {warnings[0]} ({len(warnings)} warning(s) "
+            "in all)"
+        )
+    ranks = sorted({int(r) for s in sources for r in s.events["rank"].unique() if r >= 0})
+    run = {"choice": run_choice, "sources": len(sources), "ranks": ranks,
+           "formats": sorted({s.format for s in sources})}
+    with steps.step("Writing the dataset"):
+        _write_whole(output, lambda root: write_dataset(
+            sources, root, run=run, notes=[*found.notes, *chosen], unknown=found.unknown
+        ))
+    for warning in warnings:
+        say(f"rlperf: warning: {warning}")
+    held = f"rank{'s' if len(ranks) > 1 else ''} {spans(ranks)}" if ranks else "no rank stated"
+    steps.say(f"rlperf: wrote the dataset of {len(sources)} source(s) ({held}) to "
+              f"{printable(output)}")
+
+
+def _check_target(output: Path) -> None:
+    """A dataset is a folder of its own: an existing file, or a folder holding anything but a
+    dataset, is not overwritten."""
+    if output.exists() and not output.is_dir():
+        raise InputError(output, "is a file: name a folder for the dataset (-o DIR)")
+    if output.is_dir() and any(output.iterdir()) and not is_dataset(output):
+        raise InputError(
+            output, "is a folder that holds other files, not a dataset: name a new or empty folder"
+        )
+
+
+def _write_whole(output: Path, write) -> None:
+    """Written beside ``output`` and renamed into place, so a failed write leaves the old
+    dataset (or none) rather than half of one."""
+    parent = output.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=parent))
+    except OSError as exc:
+        raise InputError(output, f"cannot write: {exc.strerror or exc}") from None
+    old = parent / f".{output.name}.old"
+    try:
+        write(tmp)
+        shutil.rmtree(old, ignore_errors=True)
+        if output.exists():
+            output.rename(old)
+        tmp.rename(output)
+    except OSError as exc:
+        raise InputError(output, f"cannot write: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# --- reports kept in a dataset -----------------------------------------------------------------
+
+REUSED_FORMATS = ("text", "json", "md", "html")
+"""Reports that are one file (png writes a folder of images)."""
+NOT_SHAPING = frozenset({"paths", "output", "jobs", "quiet", "no_cache", "debug", "strict"})
+"""Options of ``analyze`` that do not change the report's bytes; every other option does, so
+an option added later is part of the key without being listed here."""
+
+
+@dataclass
+class Reuse:
+    """A report of a dataset written with ``-o``: read back when kept (same dataset, code and
+    options), else kept once written. Off with ``--no-cache``, for a stale dataset, and for
+    anything but a single dataset."""
+
+    root: Path | None = None
+    name: str = ""
+    output: Path | None = None
+    fmt: str = ""
+
+    @classmethod
+    def of(
+        cls, paths: list[Path], output: Path | None, no_cache: bool, params: dict[str, Any]
+    ) -> Reuse:
+        """``params``: the command's arguments by name (all of them, so that an option added
+        later is part of the key unless :data:`NOT_SHAPING` lists it)."""
+        if no_cache or output is None or len(paths) != 1:
+            return cls()
+        root = paths[0]
+        fmt = _plain(params.get("fmt"))
+        if fmt not in REUSED_FORMATS or not is_dataset(root):
+            return cls()
+        try:
+            if stale(root, read_manifest(root)):
+                return cls()
+            options = {k: _plain(v) for k, v in sorted(params.items()) if k not in NOT_SHAPING}
+            options["COLUMNS"] = os.environ.get("COLUMNS")  # the width of a text report in a file
+            return cls(root, products.key(root, options), output, str(fmt))
+        except (InputError, OSError):
+            return cls()  # reading the dataset says what is wrong with it
+
+    def replay(self, steps: Steps) -> bool:
+        """Write the kept report to ``-o`` and say what its run said; False when none is kept
+        (or ``--strict`` must judge warnings: the run is then computed and judged)."""
+        if self.root is None or self.output is None:
+            return False
+        kept = products.stored(self.root, self.name)
+        if kept is None or (CONTRACT.strict and kept[1]):
+            return False
+        data, warnings = kept
+        if self.fmt == "text":
+            write_bytes(self.output, data)
+        else:
+            emit_text(data.decode("utf-8"), self.output, steps, f"{self.fmt} report")
+        for warning in warnings:
+            say(f"rlperf: warning: {warning}")
+        return True
+
+    def keep(self, run: Run) -> None:
+        """Keep the report just written (not one whose run had an internal error)."""
+        if self.root is None or self.output is None or run.failures:
+            return
+        try:
+            data = self.output.read_bytes()
+        except OSError:
+            return
+        products.keep(self.root, self.name, data, list(run.warnings))
+
+
+def _plain(value: Any) -> Any:
+    """An option's value as the key sees it: a file it names by its content."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Path):
+        try:
+            return {"file": str(value), "sha1": hashlib.sha1(value.read_bytes()).hexdigest()}
+        except OSError:
+            return {"file": str(value), "sha1": None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
