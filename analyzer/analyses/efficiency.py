@@ -107,7 +107,7 @@ def log_steps_frame(metrics: pl.DataFrame, sources: list[SourceInfo],
     return (
         found.join(_files(sources), on="source", how="left")
         .select(*EFFICIENCY_STEPS.names())
-        .cast(dict(EFFICIENCY_STEPS))
+        .cast(EFFICIENCY_STEPS)
         .sort("source", "metric", "role", "step")
     )
 
@@ -178,7 +178,7 @@ def summarise(steps: pl.DataFrame, warmups: pl.DataFrame, tab: EfficiencyTable) 
         .when(warm).then(pl.format("mean over {} steps after warm-up step {}",
                                    (pl.col("n_steps") - 1).cast(pl.String), "warmup_step"))
         .otherwise(pl.format("mean over {}", n)).alias("headline"),
-    ).select(*EFFICIENCY.names()).cast(dict(EFFICIENCY))
+    ).select(*EFFICIENCY.names()).cast(EFFICIENCY)
 
 
 def _device_names(sources: list[SourceInfo]) -> pl.DataFrame:
@@ -262,7 +262,7 @@ def trace_steps_frame(aligned: pl.DataFrame, steps: pl.DataFrame, sources: list[
         pl.concat([tflops, mfu]).join(files, on="source", how="left")
         .with_columns(pl.lit("all").alias("role"), pl.lit("").alias("stage"),
                       pl.lit(TRACE_KEY).alias("key"))
-        .select(*EFFICIENCY_STEPS.names()).cast(dict(EFFICIENCY_STEPS)).sort("metric", "step")
+        .select(*EFFICIENCY_STEPS.names()).cast(EFFICIENCY_STEPS).sort("metric", "step")
     )
 
 
@@ -314,7 +314,7 @@ def trace_stages_frame(aligned: pl.DataFrame, stage_timeline: pl.DataFrame,
         .with_columns(*(pl.lit(None).alias(c) for c in EFFICIENCY.names() if c not in (
             "source", "file", "metric", "role", "stage", "unit", "key", "mean",
             "headline_value", "headline", "definition")))
-        .select(*EFFICIENCY.names()).cast(dict(EFFICIENCY)).sort("metric", "stage")
+        .select(*EFFICIENCY.names()).cast(EFFICIENCY).sort("metric", "stage")
     )
 
 
@@ -404,7 +404,7 @@ def efficiency_findings(efficiency: pl.DataFrame) -> pl.DataFrame:
                    "recommendation"),
         pl.lit("medium").alias("confidence"),
     )
-    return found.cast(dict(FINDING_CANDIDATES))
+    return found.cast(FINDING_CANDIDATES)
 
 
 def _has_flops(events: pl.DataFrame) -> bool:
