@@ -1,0 +1,541 @@
+"""Generic GPU findings (analyzer/analyses/gpu_findings.py).
+
+On the nsys-ai corpus exports every problem nsys-ai's ``analyze`` reports (docs/analyses.md,
+"Generic GPU findings", records its findings and figures) is named by a finding here, and its
+number is checked against one computed in this file straight from the SQLite export with
+plain SQL and Python — not with rlperf's code. On built event tables each check fires at its
+threshold and not below it, inside a stage as well as over the whole trace, and a trace with
+no problem gets no warning.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+from collections import defaultdict
+from functools import cache
+from itertools import pairwise
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import analyzer
+from analyzer.analyses import gpu_findings as gf
+from analyzer.model import frames
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+NSYS_AI = CORPUS / "nsys-ai"
+HTA = CORPUS / "HolisticTraceAnalysis"
+MFU = NSYS_AI / "mfu_2gpu_before.sqlite"
+H100 = NSYS_AI / "h100_2gpu_1s.sqlite"
+needs_corpus = pytest.mark.skipif(not NSYS_AI.is_dir(), reason="corpus not present")
+
+REL = 1e-6
+"""Tolerance for a number rlperf and the test both compute from the same rows (float sums)."""
+WALL_REL = 0.01
+"""Tolerance where the test's wall window (first to last row of the process's CUDA, NVTX and
+runtime tables) may differ from rlperf's by rows rlperf does not keep."""
+
+
+# --- independent readings of the raw files --------------------------------------------------
+
+
+def _q(path: Path, sql: str) -> list[tuple]:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        return db.execute(sql).fetchall()
+
+
+def _pid(col: str) -> str:
+    return f"(({col} >> 24) & 16777215)"
+
+
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for a, b in sorted(s for s in spans if s[1] > s[0]):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _length(spans: list[tuple[int, int]]) -> int:
+    return sum(b - a for a, b in _union(spans))
+
+
+def _minus(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """Length of the union of ``a`` not covered by the union of ``b``."""
+    return _length(a) - _length([
+        (max(x, y), min(x2, y2)) for x, x2 in _union(a) for y, y2 in _union(b)
+        if min(x2, y2) > max(x, y)
+    ])
+
+
+def _kernels(path: Path) -> dict[int, list[tuple[int, int, str]]]:
+    out: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    for pid, s, e, name in _q(path, f"""
+        SELECT {_pid('k.globalPid')}, k.start, k.[end], n.value FROM CUPTI_ACTIVITY_KIND_KERNEL k
+        JOIN StringIds n ON n.id = k.demangledName"""):
+        out[pid].append((s, e, name))
+    return out
+
+
+def _idle_gaps(path: Path, min_gap: int = 1_000_000) -> list[tuple[int, int, int]]:
+    """Per process: (gaps ≥ min_gap with no kernel on any stream, their total, the longest)."""
+    out = []
+    for ks in _kernels(path).values():
+        merged = _union([(s, e) for s, e, _ in ks])
+        gaps = [b[0] - a[1] for a, b in pairwise(merged) if b[0] - a[1] >= min_gap]
+        out.append((len(gaps), sum(gaps), max(gaps, default=0)))
+    return sorted(out)
+
+
+def _walls(path: Path) -> dict[int, int]:
+    lo: dict[int, int] = {}
+    hi: dict[int, int] = {}
+    tables = [("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"),
+              ("CUPTI_ACTIVITY_KIND_MEMCPY", "globalPid"),
+              ("CUPTI_ACTIVITY_KIND_MEMSET", "globalPid"),
+              ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "globalPid"),
+              ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"), ("NVTX_EVENTS", "globalTid")]
+    for table, col in tables:
+        for pid, s, e in _q(path, f"SELECT {_pid(col)}, MIN(start), MAX(COALESCE([end], start)) "
+                                  f"FROM {table} GROUP BY 1"):
+            lo[pid] = min(lo.get(pid, s), s)
+            hi[pid] = max(hi.get(pid, e), e)
+    return {p: hi[p] - lo[p] for p in lo}
+
+
+def _sync_shares(path: Path) -> list[tuple[int, float]]:
+    """Per process: the union of host waits (Stream/Event/Context sync records, blocking
+    synchronize and memcpy calls) and its share of the process's wall window."""
+    spans: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for pid, s, e in _q(path, f"""SELECT {_pid('globalPid')}, start, [end]
+            FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION WHERE syncType IN (1, 3, 4)"""):
+        spans[pid].append((s, e))
+    for pid, s, e, name in _q(path, f"""SELECT {_pid('r.globalTid')}, r.start, r.[end], n.value
+            FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n ON n.id = r.nameId"""):
+        base = name.split("_v")[0]
+        if base.endswith("Synchronize") or (base.startswith("cudaMemcpy") and "Async" not in name):
+            spans[pid].append((s, e))
+    walls = _walls(path)
+    return sorted((_length(v), _length(v) / walls[p]) for p, v in spans.items())
+
+
+@cache
+def _run(path: Path) -> analyzer.Run:
+    return analyzer.load([path])
+
+
+@cache
+def _measured(path: Path) -> dict[str, pl.DataFrame]:
+    run = _run(path)
+    return gf.measure(run.classified, run.stage_timeline, run.collective_waits, gf.rules())
+
+
+def _found(path: Path) -> pl.DataFrame:
+    return _run(path).gpu_findings
+
+
+def _one(path: Path, fid: str, stage: str = "") -> dict:
+    rows = _found(path).filter((pl.col("id") == fid) & (pl.col("stage") == stage))
+    assert rows.height == 1, (fid, _found(path).select("id", "stage").rows())
+    return rows.row(0, named=True)
+
+
+def _whole(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.filter(pl.col("scope") == gf.WHOLE)
+
+
+# --- nsys-ai's findings, each named with its number -------------------------------------------
+
+
+@needs_corpus
+@pytest.mark.parametrize(("path", "name_part", "total_ms", "count"), [
+    (MFU, "flash::flash_fwd_kernel", 272.32, 68),  # nsys-ai: "Top kernel dominates"
+    (H100, "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x256x8_stage3", 31.12, 248),
+])
+def test_top_kernel_is_nsys_ais(path: Path, name_part: str, total_ms: float, count: int) -> None:
+    totals: dict[str, list[int]] = defaultdict(list)
+    for ks in _kernels(path).values():
+        for s, e, name in ks:
+            totals[name].append(e - s)
+    name, durs = max(totals.items(), key=lambda kv: sum(kv[1]))
+    assert name_part in name
+    assert (round(sum(durs) / 1e6, 2), len(durs)) == (total_ms, count)
+    top = _whole(_measured(path)["top_kernel"]).row(0, named=True)
+    assert top["name"] == name and top["count"] == len(durs) and top["total_ns"] == sum(durs)
+    share = sum(durs) / sum(sum(v) for v in totals.values())
+    assert top["share"] == pytest.approx(share, rel=REL)
+    finding = _one(path, "gpu.top_kernel")
+    assert finding["severity"] == "warn" and f"{100 * share:.1f}%" in finding["evidence"]
+    assert f"{count} launches" in finding["evidence"]
+
+
+@needs_corpus
+def test_kernel_variability_names_nsys_ais_kernel() -> None:
+    """nsys-ai: the bfloat16 copy kernel, max ÷ avg 5.0× over 1289 calls (top-15, ≥ 20 calls)."""
+    totals: dict[str, list[int]] = defaultdict(list)
+    for ks in _kernels(MFU).values():
+        for s, e, name in ks:
+            totals[name].append(e - s)
+    top15 = sorted(totals.items(), key=lambda kv: -sum(kv[1]))[:15]
+    flagged = {n: max(d) / (sum(d) / len(d)) for n, d in top15
+               if len(d) >= 20 and max(d) / (sum(d) / len(d)) >= 5.0}
+    copy = next(n for n in flagged if "bfloat16_copy_kernel_cuda" in n)
+    assert len(totals[copy]) == 1289
+    m = _whole(_measured(MFU)["top_kernel"])
+    mine = m.filter((pl.col("place") <= 15) & (pl.col("count") >= 20) & (pl.col("ratio") >= 5.0))
+    assert dict(zip(mine["name"], mine["ratio"], strict=True)) == pytest.approx(flagged, rel=REL)
+    evidence = _one(MFU, "gpu.kernel_variability")["evidence"]
+    assert f"{flagged[copy]:.1f}× (" in evidence and "1289 calls" in evidence
+
+
+@needs_corpus
+@pytest.mark.parametrize(("path", "nsys_ai"), [
+    (H100, (56, 935.43)),   # "GPU Idle Summary (97.4% of profile)": 935.43 ms in 56 gaps, device 0
+    (MFU, (2, 6.93)),       # two "GPU Idle Gap" findings on device 0: 4.49 ms and 2.43 ms
+])
+def test_idle_gaps_match_the_export(path: Path, nsys_ai: tuple[int, float]) -> None:
+    expected = _idle_gaps(path)
+    m = _whole(_measured(path)["idle_gaps"])
+    assert sorted(m.select("gaps", "idle_ns", "longest_ns").rows()) == [e for e in expected if e[0]]
+    worst = max(expected, key=lambda e: e[1])
+    assert worst[0] == nsys_ai[0] and worst[1] / 1e6 == pytest.approx(nsys_ai[1], abs=0.01)
+    evidence = _one(path, "gpu.idle_gaps")["evidence"]
+    assert f"in {worst[0]} gaps ≥ 1 ms" in evidence
+
+
+@needs_corpus
+def test_idle_gaps_h100_is_a_warning_at_974_percent() -> None:
+    """nsys-ai: "GPU idle 97% of profile" — the share of the kernel window with no kernel."""
+    spans = [(s, e) for s, e, _ in next(iter(_kernels(H100).values()))]
+    window = max(e for _, e in spans) - min(s for s, _ in spans)
+    share = _idle_gaps(H100)[-1][1] / window
+    assert round(100 * share, 1) == 97.4
+    finding = _one(H100, "gpu.idle_gaps")
+    assert finding["severity"] == "warn" and "97.4%" in finding["evidence"]
+
+
+@needs_corpus
+@pytest.mark.parametrize(("path", "nsys_ai_pct"), [(MFU, 58.7), (H100, 44.7)])
+def test_sync_blocking_share_of_wall(path: Path, nsys_ai_pct: float) -> None:
+    """nsys-ai: "CPU sync blocks 58.7% / 44.7% of wall time" (its union over both processes and
+    all sync records, device-side waits included); rlperf: per rank, host waits only."""
+    expected = _sync_shares(path)
+    m = _whole(_measured(path)["sync_blocking"]).sort("blocked_ns")
+    assert m["blocked_ns"].to_list() == [b for b, _ in expected]
+    assert m["share"].to_list() == pytest.approx([s for _, s in expected], rel=WALL_REL)
+    finding = _one(path, "gpu.sync_blocking")
+    assert finding["severity"] == "warn"
+    assert f"{100 * m['share'].max():.1f}%" in finding["evidence"]
+    assert abs(100 * max(s for _, s in expected) - nsys_ai_pct) < 5
+
+
+@needs_corpus
+@pytest.mark.parametrize(("path", "kind", "direction", "longest_mb", "longest_ms", "severity"), [
+    (MFU, 8, "DtoD", 95.8, 0.06, "info"),     # nsys-ai: "Large D2D Transfer (95.8MB)" ×5
+    (H100, 1, "HtoD", 4200.6, 151.75, "warn"),  # nsys-ai: "Large H2D Transfer (4200.6MB)"
+])
+def test_large_copies(path: Path, kind: int, direction: str, longest_mb: float,
+                      longest_ms: float, severity: str) -> None:
+    rows = _q(path, f"SELECT bytes, [end] - start FROM CUPTI_ACTIVITY_KIND_MEMCPY "
+                    f"WHERE copyKind = {kind}")
+    large = [r for r in rows if r[0] >= 10_000_000]
+    longest = max(rows, key=lambda r: (r[1], r[0]))
+    assert round(longest[0] / 1e6, 1) == longest_mb
+    assert round(longest[1] / 1e6, 2) == pytest.approx(longest_ms, abs=0.01)
+    m = _whole(_measured(path)["copies"]).filter(pl.col("direction") == direction)
+    assert (m["count"].sum(), m["bytes"].sum(), m["large"].sum()) == (
+        len(rows), sum(r[0] for r in rows), len(large)
+    )
+    assert m["longest_ns"].max() == longest[1]
+    finding = _one(path, f"gpu.copies.{direction}")
+    assert finding["severity"] == severity
+    assert f"{len(rows)} {direction} copies" in finding["evidence"]
+
+
+@needs_corpus
+def test_nccl_variability_send_recv() -> None:
+    """nsys-ai: "High NCCL Variability (sendrecv, max/avg=6.9×)" on device 0: 3.604 ms vs 0.52."""
+    expected = []
+    for ks in _kernels(MFU).values():
+        d = [e - s for s, e, name in ks if name.startswith("ncclDevKernel_SendRecv")]
+        expected.append((len(d), max(d) / (sum(d) / len(d))))
+    m = _whole(_measured(MFU)["nccl_variability"]).filter(pl.col("coll") == "send_recv")
+    got = sorted(zip(m["count"], m["ratio"], strict=True))
+    assert [c for c, _ in got] == [c for c, _ in sorted(expected)]
+    assert [r for _, r in got] == pytest.approx([r for _, r in sorted(expected)], rel=REL)
+    assert any(round(r, 1) == 6.9 for _, r in expected)
+    evidence = _one(MFU, "gpu.nccl_variability.send_recv")["evidence"]
+    assert "6.9×" in evidence and "100.0% of its collective time" in evidence
+
+
+@needs_corpus
+def test_exposed_communication() -> None:
+    """nsys-ai: "Low Compute/NCCL Overlap (0.0%)", NCCL-only 17.17 ms on device 0."""
+    gpu: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for table in ("MEMCPY", "MEMSET"):
+        for pid, s, e in _q(MFU, f"SELECT {_pid('globalPid')}, start, [end] "
+                                 f"FROM CUPTI_ACTIVITY_KIND_{table}"):
+            gpu[pid].append((s, e))
+    expected = []
+    for pid, ks in _kernels(MFU).items():
+        nccl = [(s, e) for s, e, n in ks if n.startswith("nccl")]
+        other = [(s, e) for s, e, n in ks if not n.startswith("nccl")] + gpu[pid]
+        expected.append(_minus(nccl, other))
+    m = _whole(_measured(MFU)["exposed_comm"])
+    assert sorted(m["exposed_ns"]) == pytest.approx(sorted(expected), rel=1e-3)
+    assert any(round(x / 1e6, 2) == 17.17 for x in expected)
+    finding = _one(MFU, "gpu.exposed_comm")
+    assert finding["severity"] == "warn" and "0.0% overlapped" in finding["evidence"]
+    assert finding["saving_ns"] == m["exposed_ns"].max()
+
+
+@needs_corpus
+def test_small_kernels_launch_overhead() -> None:
+    """nsys-ai: "Small Kernel Overhead: vectorized_elementwise_kernel (1.7us avg, 437 launches)"."""
+    durs = [e - s for ks in _kernels(H100).values() for s, e, _ in ks]
+    tiny = [d for d in durs if d < 10_000]
+    m = _whole(_measured(H100)["small_kernels"]).row(0, named=True)
+    assert (m["count"], m["launches"], m["gpu_ns"]) == (len(tiny), len(durs), sum(tiny))
+    assert m["family"] == "vectorized_elementwise_kernel"
+    assert m["mean"] / 1e3 == pytest.approx(1.7, abs=0.05)
+    assert _one(H100, "gpu.small_kernels")["severity"] == "warn"
+
+
+@needs_corpus
+def test_every_nsys_ai_problem_is_named() -> None:
+    """The ids that answer each of nsys-ai's findings on the two exports (docs table)."""
+    assert {"gpu.top_kernel", "gpu.kernel_variability", "gpu.sync_blocking", "gpu.copies.DtoD",
+            "gpu.nccl_variability.send_recv", "gpu.exposed_comm", "gpu.idle_gaps",
+            "gpu.host_bound", "gpu.straggler"} <= set(_found(MFU)["id"])
+    assert {"gpu.top_kernel", "gpu.small_kernels", "gpu.sync_blocking", "gpu.copies.HtoD",
+            "gpu.idle_gaps"} <= set(_found(H100)["id"])
+
+
+# --- HolisticTraceAnalysis traces (nsys-ai does not read Kineto JSON) ------------------------
+
+
+def _kineto_kernels(path: Path) -> list[tuple[float, float, str]]:
+    with gzip.open(path, "rt") as fh:
+        doc = json.load(fh)
+    return [(e["ts"], e["ts"] + e["dur"], e["name"]) for e in doc["traceEvents"]
+            if e.get("cat") == "kernel" and e.get("ph") == "X"]
+
+
+@pytest.mark.skipif(not HTA.is_dir(), reason="corpus not present")
+def test_hta_sampled_rank_top_kernel_and_idle_gaps() -> None:
+    path = HTA / "sampled_rank-0.json.gz"
+    ks = _kineto_kernels(path)
+    totals: dict[str, float] = defaultdict(float)
+    for s, e, n in ks:
+        totals[n] += e - s
+    name = max(totals, key=totals.__getitem__)
+    top = _whole(_measured(path)["top_kernel"]).row(0, named=True)
+    assert top["name"] == name
+    assert top["share"] == pytest.approx(totals[name] / sum(totals.values()), rel=1e-4)
+    merged = _union([(s, e) for s, e, _ in ks])
+    gaps = [b[0] - a[1] for a, b in pairwise(merged) if b[0] - a[1] >= 1000]
+    idle = _whole(_measured(path)["idle_gaps"]).row(0, named=True)
+    assert idle["gaps"] == len(gaps)
+    assert idle["idle_ns"] / 1e3 == pytest.approx(sum(gaps), rel=1e-4)
+    assert _one(path, "gpu.idle_gaps")["severity"] == "warn"
+
+
+# --- built event tables ------------------------------------------------------------------------
+
+MS = 1_000_000
+US = 1_000
+
+
+def _ev(rank: int, kind: str, name: str, start: int, end: int, *, stream: int = 7,
+        corr: int | None = None, nbytes: int | None = None, stage: str | None = None) -> dict:
+    return {"rank": rank, "kind": kind, "name": name, "start_ns": start, "end_ns": end,
+            "stream": stream if kind in ("kernel", "memcpy", "memset") else -1,
+            "corr": corr, "bytes": nbytes, "stage": stage}
+
+
+def _table(rows: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema={
+        "rank": pl.Int32, "kind": pl.String, "name": pl.String, "start_ns": pl.Int64,
+        "end_ns": pl.Int64, "stream": pl.Int32, "corr": pl.Int64, "bytes": pl.Int64,
+        "stage": frames.STAGE,
+    })
+
+
+def _busy_trace(rank: int = 0, kernels: int = 50, names: int = 10, gap: int = 2 * US,
+                stage: str | None = None) -> list[dict]:
+    """Back-to-back kernels of many names, each launched well ahead of its start."""
+    rows, t = [], 0
+    for i in range(kernels):
+        rows.append(_ev(rank, "runtime", "cudaLaunchKernel", t - 100 * US, t - 95 * US,
+                        corr=1000 * rank + i, stage=stage))
+        rows.append(_ev(rank, "kernel", f"void k{i % names}<float>(int)", t, t + 100 * US,
+                        corr=1000 * rank + i, stage=stage))
+        t += 100 * US + gap
+    return rows
+
+
+def _timeline(rows: list[tuple[int, str, int, int]] = ()) -> pl.DataFrame:
+    return pl.DataFrame(
+        [{"rank": r, "step": 0, "stage": s, "role": None, "name": s, "start_ns": a, "end_ns": b,
+          "inferred": False} for r, s, a, b in rows], schema=frames.STAGE_TIMELINE)
+
+
+def _waits(rows: list[dict] = ()) -> pl.DataFrame:
+    base = {"instance": 0, "rank": 0, "step": None, "dim": None, "coll": "all_reduce",
+            "group_size": 2, "bytes": 1, "stage": None, "start_ns": 0, "end_ns": 0,
+            "arrival_ns": 0, "wait_ns": 0, "exposed_ns": 0}
+    return pl.DataFrame([{**base, **r} for r in rows], schema=frames.COLLECTIVE_WAITS)
+
+
+def _compute(rows: list[dict], timeline: pl.DataFrame | None = None,
+             waits: pl.DataFrame | None = None, steps: int = 0) -> pl.DataFrame:
+    step_frame = pl.DataFrame({"step": list(range(steps)), "start_ns": [0] * steps,
+                               "end_ns": [1] * steps, "source": ["x"] * steps},
+                              schema=frames.STEPS)
+    out = gf.compute(_table(rows), _timeline() if timeline is None else timeline,
+                     _waits() if waits is None else waits, step_frame)
+    return frames.check(out, frames.FINDING_CANDIDATES, "gpu_findings")
+
+
+def test_a_trace_without_problems_gets_no_warning() -> None:
+    out = _compute(_busy_trace())
+    assert out["id"].to_list() == ["gpu.top_kernel"]
+    assert out["severity"].to_list() == ["info"] and out["stage"].to_list() == [""]
+    assert "10.0% of all kernel time" in out["evidence"][0]
+
+
+def test_top_kernel_warns_at_its_share() -> None:
+    rules = gf.rules()["top_kernel"]
+    dominant = [r | {"name": "void big<float>(int)"} if r["kind"] == "kernel" and i % 20 < 6 else r
+                for i, r in enumerate(_busy_trace())]
+    out = _compute(dominant)
+    row = out.filter(pl.col("id") == "gpu.top_kernel").row(0, named=True)
+    assert rules["share_warn"] == 0.30 and row["severity"] == "warn"
+    assert row["title"].endswith(": big") and "30.0% of all kernel time" in row["evidence"]
+
+
+def _idle(gap: int, n_gaps: int, launch_late: bool) -> list[dict]:
+    """Kernels of 1 ms separated by ``gap``; the launch of each closing kernel ends inside the
+    gap (late) or before it (early)."""
+    rows, t = [], 0
+    for i in range(n_gaps + 1):
+        launch_end = t - gap // 2 if launch_late and i else t - gap - 10 * US
+        rows.append(_ev(0, "runtime", "cudaLaunchKernel", launch_end - 5 * US, launch_end, corr=i))
+        rows.append(_ev(0, "kernel", f"void k{i % 9}<float>(int)", t, t + MS, corr=i))
+        t += MS + gap
+    return rows
+
+
+def test_idle_gaps_threshold_and_saving() -> None:
+    rule = gf.rules()["idle_gaps"]
+    just_below = _compute(_idle(rule["min_gap_ns"] - 1, 4, launch_late=False))
+    assert "gpu.idle_gaps" not in just_below["id"].to_list()
+    out = _compute(_idle(rule["min_gap_ns"], 4, launch_late=False), steps=2)
+    row = out.filter(pl.col("id") == "gpu.idle_gaps").row(0, named=True)
+    assert row["severity"] == "warn" and "in 4 gaps ≥ 1 ms" in row["evidence"]
+    assert row["saving_ns"] == 4 * rule["min_gap_ns"] // 2
+    assert "gpu.host_bound" not in out["id"].to_list()
+
+
+def test_idle_gap_filled_by_a_copy_saves_nothing() -> None:
+    rows = _idle(2 * MS, 1, launch_late=False)
+    rows.append(_ev(0, "memcpy", "Memcpy HtoD (Pinned -> Device)", MS, 3 * MS, stream=9,
+                    nbytes=50_000_000))
+    out = _compute(rows)
+    idle = out.filter(pl.col("id") == "gpu.idle_gaps").row(0, named=True)
+    assert idle["saving_ns"] == 0 and "no copy either for 0 ns" in idle["evidence"]
+    copy = out.filter(pl.col("id") == "gpu.copies.HtoD").row(0, named=True)
+    assert copy["severity"] == "warn" and copy["saving_ns"] == 2 * MS
+    assert "1 of ≥ 9.54 MiB" in copy["evidence"]
+
+
+def test_host_bound_needs_the_launch_to_end_inside_the_gap() -> None:
+    late = _compute(_idle(100 * US, 10, launch_late=True))
+    row = late.filter(pl.col("id") == "gpu.host_bound").row(0, named=True)
+    assert row["saving_ns"] == 10 * 100 * US and "in 10 gaps" in row["evidence"]
+    early = _compute(_idle(100 * US, 10, launch_late=False))
+    assert "gpu.host_bound" not in early["id"].to_list()
+
+
+def test_sync_blocking_counts_host_waits_not_stream_waits() -> None:
+    rows = _busy_trace()
+    span = rows[-1]["end_ns"]
+    sync = _ev(0, "runtime", "cudaStreamSynchronize", 0, span // 4)
+    device_wait = _ev(0, "gpu_sync", "Stream Wait Event", 0, span, stream=-1)
+    out = _compute([*rows, sync, device_wait])
+    row = out.filter(pl.col("id") == "gpu.sync_blocking").row(0, named=True)
+    assert row["severity"] == "warn" and "cudaStreamSynchronize (1 calls" in row["evidence"]
+    wall = span - rows[0]["start_ns"]
+    assert f"{100 * (span // 4) / wall:.1f}% of its wall time" in row["evidence"]
+    async_only = _compute([*rows, sync | {"name": "cudaMemcpyAsync"}, device_wait])
+    assert "gpu.sync_blocking" not in async_only["id"].to_list()
+
+
+def _collectives(durations: list[int], rank: int = 0, stage: str | None = None) -> list[dict]:
+    rows, t = [], 0
+    for i, d in enumerate(durations):
+        rows.append({"instance": i, "rank": rank, "start_ns": t, "end_ns": t + d,
+                     "arrival_ns": t, "exposed_ns": d, "stage": stage})
+        t += d + MS
+    return rows
+
+
+def test_nccl_variability_and_exposed_comm() -> None:
+    rows = _busy_trace(kernels=200)
+    waits = _waits(_collectives([100 * US] * 9 + [600 * US]))
+    out = _compute(rows, waits=waits)
+    var = out.filter(pl.col("id") == "gpu.nccl_variability.all_reduce").row(0, named=True)
+    assert "4.0× max ÷ mean" in var["evidence"] and var["severity"] == "info"
+    assert var["saving_ns"] == 10 * (150 * US - 100 * US)
+    exposed = out.filter(pl.col("id") == "gpu.exposed_comm").row(0, named=True)
+    assert exposed["saving_ns"] == 1500 * US and "0.0% overlapped" in exposed["evidence"]
+    even = _compute(rows, waits=_waits(_collectives([100 * US] * 10)))
+    assert "gpu.nccl_variability.all_reduce" not in even["id"].to_list()
+
+
+def test_straggler_is_the_last_arrival() -> None:
+    rows = _busy_trace(rank=0) + _busy_trace(rank=1)
+    waits = []
+    for i in range(5):
+        t = i * 2 * MS
+        waits += [
+            {"instance": i, "rank": 0, "start_ns": t, "end_ns": t + 600 * US,
+             "arrival_ns": t + 500 * US, "wait_ns": 500 * US, "exposed_ns": 600 * US},
+            {"instance": i, "rank": 1, "start_ns": t + 500 * US, "end_ns": t + 600 * US,
+             "arrival_ns": t + 500 * US, "wait_ns": 0, "exposed_ns": 100 * US},
+        ]
+    out = _compute(rows, waits=_waits(waits))
+    row = out.filter(pl.col("id") == "gpu.straggler").row(0, named=True)
+    assert row["ranks"] == "1" and row["saving_ns"] == 5 * 500 * US
+    assert "arrived last at 5 of the 5" in row["evidence"]
+
+
+def test_findings_inside_each_stage() -> None:
+    train = _busy_trace(kernels=40, names=10, stage="actor_update")
+    end = train[-1]["end_ns"]
+    gen = [r | {"start_ns": r["start_ns"] + end + 5 * MS, "end_ns": r["end_ns"] + end + 5 * MS,
+                "stage": "rollout", "corr": r["corr"] + 500,
+                "name": "void decode<half>(int)" if r["kind"] == "kernel" else r["name"]}
+           for r in _busy_trace(kernels=40, names=1)]
+    timeline = _timeline([(0, "actor_update", 0, end), (0, "rollout", end + 5 * MS,
+                                                        gen[-1]["end_ns"])])
+    out = _compute(train + gen, timeline=timeline)
+    tops = out.filter(pl.col("id") == "gpu.top_kernel")
+    assert tops["stage"].to_list() == ["", "actor_update", "rollout"]
+    assert tops.filter(pl.col("stage") == "rollout")["title"][0].endswith(": decode")
+    assert tops.filter(pl.col("stage") == "rollout")["severity"][0] == "warn"
+    idle = out.filter(pl.col("id") == "gpu.idle_gaps")
+    assert idle["stage"].to_list() == [""]  # the gap lies between the stages, in neither
+
+
+def test_the_thresholds_are_data() -> None:
+    table = gf.rules()
+    table["top_kernel"] = table["top_kernel"] | {"share_warn": 0.05}
+    m = gf.compute(_table(_busy_trace()), _timeline(), _waits(),
+                   pl.DataFrame(schema=frames.STEPS), table)
+    assert m["severity"].to_list() == ["warn"]
