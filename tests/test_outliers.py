@@ -144,3 +144,14 @@ def test_warmup_is_only_a_slow_leading_step_and_never_every_step() -> None:
     assert flags["slow"].to_list() == [False, False, True, False, False]
     always = StepRules(k=3.0, mad_scale=1.4826, mad_floor=0.01, leading=0, always=5)
     assert outliers.flag_steps(walls, always)["warmup"].to_list() == [False] * 5
+
+
+def test_a_logs_only_run_has_log_rows_only() -> None:
+    """The windows of a logs-only run are the log's steps: judged once, as the log's."""
+    run = analyzer.load([VERL_LOG])
+    assert run.stepping["origin"] == "log"
+    found = run.step_outliers
+    assert found.height and set(found["source"].to_list()) == {"log"}
+    assert found["step"].n_unique() == found.height
+    ids = run.outlier_findings["id"].to_list()
+    assert ids[0] == "step.slow.log.checkpoint" and all(".log." in i for i in ids)

@@ -23,6 +23,7 @@ import polars as pl
 from taxonomy.steps import StepRules
 
 from ..model import frames
+from ..model.frames import Stepping
 from ..model.products import provides
 from ..model.units import spans
 from .log_steps import STEP_RULES, robust_centre, warmup_flags
@@ -51,6 +52,8 @@ and ratio (wall ÷ median); the ``stage`` whose time grew most against its own m
 within it the ``rank`` that grew most (null from a log); ``n_steps`` counts the source's steps."""
 
 SOURCES = ("trace", "log")
+LOG_ORIGIN = "log"
+"""``stepping["origin"]`` when the log, not a trace, marks the steps."""
 SEVERE_FRACTION = 0.05
 """A slow-step finding is ``warn`` when its saving is at least this share of the median step."""
 SHOWN_STEPS = 3
@@ -179,9 +182,11 @@ def log_outliers(log_steps: pl.DataFrame, log_stages: pl.DataFrame) -> pl.DataFr
 
 
 @provides("step_outliers", schema=STEP_OUTLIERS)
-def step_outliers(steps: pl.DataFrame, breakdown: pl.DataFrame, log_steps: pl.DataFrame,
-                  log_stages: pl.DataFrame) -> pl.DataFrame:
-    return pl.concat([trace_outliers(steps, breakdown), log_outliers(log_steps, log_stages)])
+def step_outliers(steps: pl.DataFrame, stepping: Stepping, breakdown: pl.DataFrame,
+                  log_steps: pl.DataFrame, log_stages: pl.DataFrame) -> pl.DataFrame:
+    """Trace rows only when a trace marks the steps (a logs-only run's windows are the log's)."""
+    traced = steps if stepping["origin"] != LOG_ORIGIN else steps.clear()
+    return pl.concat([trace_outliers(traced, breakdown), log_outliers(log_steps, log_stages)])
 
 
 def _duration(ns: float) -> str:
