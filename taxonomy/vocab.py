@@ -112,17 +112,17 @@ class IdleCause:
 
 
 IDLE_CAUSE_TABLE: tuple[IdleCause, ...] = (
-    IdleCause("rollout_tail", 2, "#4e79a7", "after r's own rollout of the step ended, while "
+    IdleCause("rollout_tail", 2, "#3d2c6e", "after r's own rollout of the step ended, while "
               "another rank's rollout of the step still runs (r in the rollout or shared pool)"),
-    IdleCause("pool_wait", 3, "#f28e2b", "no stage range of r covers t while the other pool "
+    IdleCause("pool_wait", 3, "#8c510a", "no stage range of r covers t while the other pool "
               "works (r in the rollout or train pool)"),
-    IdleCause("stage_gap", 6, "#76b7b2", "between two stage ranges of r within the step"),
-    IdleCause("sync_wait", 4, "#e15759", "in the part of a collective spent waiting for its "
+    IdleCause("stage_gap", 6, "#7f7f7f", "between two stage ranges of r within the step"),
+    IdleCause("sync_wait", 4, "#a50026", "in the part of a collective spent waiting for its "
               "last member"),
-    IdleCause("host_bound", 5, "#edc948", "inside a stage range of r between its activities "
+    IdleCause("host_bound", 5, "#7a7a1e", "inside a stage range of r between its activities "
               "(launch or host overhead)"),
-    IdleCause("weight_sync", 1, "#17becf", "inside a weight_sync stage range of r"),
-    IdleCause("other", 7, "#bab0ac", "anything else: before r's first or after r's last stage "
+    IdleCause("weight_sync", 1, "#0b4f59", "inside a weight_sync stage range of r"),
+    IdleCause("other", 7, "#3b3b3b", "anything else: before r's first or after r's last stage "
               "range of the step"),
 )
 """The causes of device idle time, in the order reports list them."""
@@ -132,7 +132,11 @@ IDLE_RULE_ORDER: tuple[str, ...] = tuple(
 )
 """The idle causes in rule precedence order (first matching rule wins)."""
 CAUSE_COLORS: dict[str, str] = {c.name: c.color for c in IDLE_CAUSE_TABLE}
-"""Idle cause → chart colour, in :data:`IDLE_CAUSES` order."""
+"""Idle cause → chart colour, in :data:`IDLE_CAUSES` order: dark tones that no stage uses, so a
+chart never reads idle time as work."""
+IDLE_COLOR = "#eeeeee"
+"""The idle part of a step where stages are drawn (stage share per step): pale, apart from both
+the stages and the causes."""
 
 STAGE = pl.Enum(list(STAGE_NAMES))
 ROLE = pl.Enum(list(ROLES))

@@ -64,7 +64,7 @@ def test_markdown_shows_the_numbers_of_each_figure(run):
         in text
     )
     step_ns = run.overview.filter(pl.col("metric") == "step_time_ns")["value"].item()
-    assert f"| step time (median) | {cell(step_ns, 'duration')} | step_time_ns |" in text
+    assert f"| step time (median) | {cell(step_ns, 'duration')} |\n" in text
 
 
 def test_markdown_says_what_a_missing_product_needs(tmp_path: Path):
@@ -74,8 +74,10 @@ def test_markdown_says_what_a_missing_product_needs(tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr
     text = out.read_text()
-    assert "## Per-rank timeline by stage" in text
-    assert "> needs " in text or "> stage classification found nothing" in text
+    assert "## Per-rank timeline by stage" not in text, "one list, not a heading per figure"
+    assert f"_{charts.NOT_DRAWN}_" in text
+    assert "- Per-rank timeline by stage: needs step and stage ranges in a trace" in text
+    assert "product '" not in text
 
 
 def png_size(path: Path) -> tuple[int, int]:

@@ -39,12 +39,15 @@ class Metric:
     """``lower`` or ``higher`` when a smaller or larger value is the better run (compare)."""
 
 
+STEPS_NEED = "step ranges in a trace or step numbers in a log"
+"""What a report says the step metrics need (what the user provides, not a product name)."""
+
 METRICS: tuple[Metric, ...] = (
     Metric("ranks", "ranks (devices)", "count", ""),
-    Metric("steps", "steps", "count", "step detection (product 'steps')"),
-    Metric("step_time_ns", "step time (median)", "ns", "step detection (product 'steps')", "lower"),
+    Metric("steps", "steps", "count", STEPS_NEED),
+    Metric("step_time_ns", "step time (median)", "ns", STEPS_NEED, "lower"),
     Metric(
-        "step_time_max_ns", "step time (max)", "ns", "step detection (product 'steps')", "lower"
+        "step_time_max_ns", "step time (max)", "ns", STEPS_NEED, "lower"
     ),
     Metric("gpu_busy_ns", "GPU busy (sum over ranks)", "ns", "GPU activity in a trace"),
     Metric(
@@ -54,56 +57,56 @@ METRICS: tuple[Metric, ...] = (
         "idle_fraction",
         "idle, all devices",
         "fraction",
-        "idle analysis (product 'bubbles')",
+        "step and stage ranges in a trace",
         "lower",
     ),
     Metric(
         "trainer_idle_fraction",
         "idle, train pool",
         "fraction",
-        "idle analysis and pools ('bubbles', 'pools')",
+        "stage ranges in a trace on the ranks of both pools",
         "lower",
     ),
     Metric(
         "rollout_idle_fraction",
         "idle, rollout pool",
         "fraction",
-        "idle analysis and pools ('bubbles', 'pools')",
+        "stage ranges in a trace on the ranks of both pools",
         "lower",
     ),
     Metric(
         "weight_sync_share",
         "weight sync share of step",
         "fraction",
-        "weight-sync analysis (product 'weight_sync')",
+        "a weight-sync range in a trace or a weight-sync timer in a log",
         "lower",
     ),
     Metric(
         "exposed_comm_ns",
         "exposed communication",
         "ns",
-        "collective analysis (product 'collectives_by_dim')",
+        "collectives (NCCL, gloo, …) in a trace",
         "lower",
     ),
     Metric(
         "parallelism",
         "parallelism W/D (mean)",
         "ratio",
-        "work–depth analysis (product 'workdepth')",
+        "step ranges and device activity in a trace",
         "higher",
     ),
     Metric(
         "guideline_errors",
         "guideline violations: error",
         "count",
-        "guideline evaluation (product 'violations')",
+        "step and stage times from a trace or a log",
         "lower",
     ),
     Metric(
         "guideline_warnings",
         "guideline violations: warn",
         "count",
-        "guideline evaluation (product 'violations')",
+        "step and stage times from a trace or a log",
         "lower",
     ),
 )

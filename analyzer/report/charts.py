@@ -19,7 +19,7 @@ from typing import Any
 import altair as alt
 import polars as pl
 
-from taxonomy.vocab import CAUSE_COLORS, IDLE_CAUSES, STAGE_COLORS, STAGE_NAMES
+from taxonomy.vocab import CAUSE_COLORS, IDLE_CAUSES, IDLE_COLOR, STAGE_COLORS, STAGE_NAMES
 
 from ..analyses.overview import frame_of as product
 from ..model.scalars import as_float, as_int
@@ -72,16 +72,15 @@ def remarks(run) -> list[str]:
     ]
 
 
-def missing(key: str, title: str, name: str, what: str, frame: pl.DataFrame | None) -> Figure:
-    if frame is None:
-        return Figure(
-            key, title, needs=f"needs {what} (product '{name}'), which this run does not provide"
-        )
-    return Figure(
-        key,
-        title,
-        needs=f"{what} found nothing to show in these sources (product '{name}' is empty)",
-    )
+NOT_DRAWN = "Not drawn, for what these sources lack:"
+"""Leads the one list of the figures with nothing to draw (HTML and Markdown)."""
+STAGE_RANGES = "step and stage ranges in a trace (the framework's timers or NVTX ranges)"
+
+
+def missing(key: str, title: str, provide: str, frame: pl.DataFrame | None) -> Figure:
+    """A figure with nothing to draw, saying what the user would have to provide for it."""
+    held = "none of the sources holds them" if frame is None else "found none in these sources"
+    return Figure(key, title, needs=f"needs {provide}; {held}")
 
 
 def _who() -> pl.Expr:
@@ -130,7 +129,7 @@ def timeline(run) -> Figure:
     key, title = "timeline", "Per-rank timeline by stage"
     segments = product(run, "stage_timeline", "rank", "step", "stage", "name", "start_ns", "end_ns")
     if segments is None or segments.height == 0:
-        return missing(key, title, "stage_timeline", "stage classification", segments)
+        return missing(key, title, STAGE_RANGES, segments)
     segments = segments.with_columns(
         pl.col("stage").cast(pl.String), pl.col("name").cast(pl.String)
     )
@@ -268,7 +267,7 @@ def stage_share(run) -> Figure:
     key, title = "stage_share", "Stage share per step"
     breakdown = product(run, "breakdown", "step", "rank", "stage", "time_ns", "share")
     if breakdown is None or breakdown.height == 0:
-        return missing(key, title, "breakdown", "the stage breakdown", breakdown)
+        return missing(key, title, STAGE_RANGES, breakdown)
     ranks = breakdown.group_by("step").agg(pl.col("rank").n_unique().alias("_ranks"))
     table = (
         breakdown.with_columns(pl.col("stage").cast(pl.String))
@@ -279,11 +278,11 @@ def stage_share(run) -> Figure:
             (pl.col("share") / pl.col("_ranks")).alias("share"), _rank_of("stage", STAGE_NAMES)
         )
         .drop("_ranks")
-        .sort("step", "stage")
     )
+    table = with_idle(table).sort("step", "order")
     chart = (
         alt.Chart(_values(table))
-        .mark_bar()
+        .mark_bar(stroke="#ffffff", strokeWidth=0.5)
         .encode(
             x=alt.X("step:O", title="step"),
             y=alt.Y(
@@ -291,7 +290,7 @@ def stage_share(run) -> Figure:
             ),
             color=alt.Color(
                 "stage:N",
-                scale=_scale(STAGE_COLORS, table["stage"]),
+                scale=_scale(STAGE_SHARE_COLORS, table["stage"]),
                 legend=alt.Legend(title="stage"),
             ),
             order=alt.Order("order:Q"),
@@ -299,25 +298,46 @@ def stage_share(run) -> Figure:
         )
         .properties(width=min(WIDTH, 60 * table["step"].n_unique() + 120), height=260, title=title)
     )
-    wide = table.pivot(on="stage", index="step", values="share").sort("step")
+    wide = table.pivot(on="stage", index="step", values="share", sort_columns=False).sort("step")
     return Figure(
         key,
         title,
         chart=chart,
         table=wide,
         formats={c: "percent" for c in wide.columns if c != "step"},
-        note="Each bar: the step's wall time by stage, averaged over ranks.",
+        note="Each bar: the step's wall time by stage, averaged over ranks; idle is the time "
+        "no stage of the rank covers, so each bar reaches 100%.",
     )
+
+
+IDLE = "idle"
+STAGE_SHARE_COLORS: dict[str, str] = {**STAGE_COLORS, IDLE: IDLE_COLOR}
+
+
+def with_idle(shares: pl.DataFrame) -> pl.DataFrame:
+    """``shares`` (step, stage, share, time_ns, order) with each step's idle part, what no stage
+    covers (1 − the shares, none where stages overlap past 100%), drawn last."""
+    idle = (
+        shares.group_by("step")
+        .agg((1 - pl.col("share").sum()).clip(lower_bound=0).alias("share"))
+        .with_columns(
+            pl.lit(IDLE).alias("stage"),
+            pl.lit(None, dtype=shares.schema["time_ns"]).alias("time_ns"),
+            pl.lit(len(STAGE_NAMES), dtype=shares.schema["order"]).alias("order"),
+        )
+        .select(shares.columns)
+    )
+    return pl.concat([shares, idle.cast(shares.schema)])
 
 
 # --- bubbles by cause --------------------------------------------------------------------------
 
 
 def bubble_causes(run) -> Figure:
-    key, title = "bubbles", "Idle time by cause"
+    key, title = "bubbles", "Idle share per rank by cause"
     bubbles = product(run, "bubbles", "step", "rank", "window_ns", "cause", "idle_ns")
     if bubbles is None or bubbles.height == 0:
-        return missing(key, title, "bubbles", "the idle-time analysis", bubbles)
+        return missing(key, title, STAGE_RANGES, bubbles)
     windows = (
         bubbles.group_by("step", "rank")
         .agg(pl.col("window_ns").first())
@@ -380,7 +400,7 @@ def bubble_causes(run) -> Figure:
 
 
 def collectives(run) -> Figure:
-    key, title = "collectives", "Collectives by parallelism dimension"
+    key, title = "collectives", "Exposed and hidden collective time"
     coll = product(
         run,
         "collectives_by_dim",
@@ -394,7 +414,7 @@ def collectives(run) -> Figure:
         "busbw_gbps",
     )
     if coll is None or coll.height == 0:
-        return missing(key, title, "collectives_by_dim", "the collective analysis", coll)
+        return missing(key, title, "collectives (NCCL, gloo, …) in a trace", coll)
     table = coll.with_columns(pl.col("dim").cast(pl.String)).select(
         "dim", "coll", "count", "bytes", "time_ns", "exposed_ns", "wait_ns", "busbw_gbps"
     ).sort("time_ns", descending=True)
@@ -457,7 +477,7 @@ def workdepth(run) -> Figure:
     wd = product(run, "workdepth", "step", "work_ns", "depth_ns", "parallelism", "step_ns",
                  "async_overlap_bound", "no_tail_step_ns", "balanced_dp_step_ns")
     if wd is None or wd.height == 0:
-        return missing(key, title, "workdepth", "the work–depth analysis", wd)
+        return missing(key, title, "step ranges and device activity in a trace", wd)
     wd = wd.with_columns(
         pl.when(pl.col("async_overlap_bound") > 0)
         .then(pl.col("step_ns") / pl.col("async_overlap_bound"))

@@ -22,9 +22,9 @@ import vl_convert
 from parsers.cachedir import cache_dir
 
 from ..model.units import cell
-from .charts import Figure, comparison_figures, figures, remarks
+from .charts import NOT_DRAWN, Figure, comparison_figures, figures, remarks
 from .comparison import NOTE, Compared, display, display_columns
-from .sections import Column, Section, around_figures, sections
+from .sections import FIGURES, SOURCES, Column, Section, arranged, sections
 from .sources import source_ranks
 
 LARGE_TABLE_ROWS = 40
@@ -109,18 +109,31 @@ def render(run, *, title: str = "rlperf report") -> str:
 
 
 def add_run(page: Page, run, *, level: int = 2) -> None:
-    """One run's report into ``page``: the run summary, the figures, every other section, notes."""
+    """One run's report into ``page``: the run summary, then every section, the figures and the
+    sources in the layout's order."""
     h = f"h{level}"
-    found = sections(run)
     names = ", ".join(s.path.name for s in run.sources[:6]) + (" …" if len(run.sources) > 6 else "")
     page.add(
         f'<p class="meta">{len(run.sources)} source(s), {len(run.ranks)} rank(s): {esc(names)}</p>'
     )
-    first, rest = around_figures(found)
-    page.add(*(section_html(section, h) for section in first))
-    page.add(*(figure_html(page, figure, h) for figure in figures(run)))
-    page.add(*(section_html(section, h) for section in rest))
-    page.add(sources_html(run, h))
+    for part in arranged(sections(run)):
+        if isinstance(part, Section):
+            page.add(section_html(part, h))
+        elif part == FIGURES:
+            page.add(*figures_html(page, figures(run), h))
+        elif part == SOURCES:
+            page.add(sources_html(run, h))
+
+
+def figures_html(page: Page, drawn: list[Figure], h: str) -> list[str]:
+    """Each figure with something to draw; those without, in one list of what they need (not a
+    box each before the first real number)."""
+    parts = [figure_html(page, figure, h) for figure in drawn if not figure.needs]
+    needs = [f for f in drawn if f.needs]
+    if needs:
+        items = "".join(f"<li>{esc(f.title)}: {esc(f.needs)}</li>" for f in needs)
+        parts.append(f'<div class="needs">{esc(NOT_DRAWN)}<ul>{items}</ul></div>')
+    return parts
 
 
 def figure_html(page: Page, figure: Figure, h: str = "h2") -> str:

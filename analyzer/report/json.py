@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from ..model.run import Run
-from .sections import failures, sections
+from .sections import SOURCES, Section, arranged, failures, sections
 
 SCHEMA = "rlperf-report/1"
 
@@ -18,8 +18,24 @@ def render(run: Run) -> str:
 
 
 def summary(run: Run) -> dict[str, Any]:
-    """Everything the reports show, as plain JSON-able data: one key per report section."""
-    document: dict[str, Any] = {
+    """Everything the reports show, as plain JSON-able data: one key per report section, in the
+    layout's order (the sources, notes and warnings at their place), then the failures."""
+    document: dict[str, Any] = {}
+    for part in arranged(sections(run)):
+        if isinstance(part, Section):
+            document[part.key] = part.frame.to_dicts() if part.frame is not None else []
+            for name, frame in part.details.items():
+                document[name] = frame.to_dicts()
+        elif part == SOURCES:
+            document |= _sources(run)
+    document["failures"] = [
+        {"failed": f.what, "module": f.module, "error": f.error} for f in failures(run)
+    ]
+    return document
+
+
+def _sources(run: Run) -> dict[str, Any]:
+    return {
         "sources": [
             {"path": str(s.path), "format": s.format, "rank": s.rank, "warnings": s.warnings}
             for s in run.sources
@@ -28,14 +44,6 @@ def summary(run: Run) -> dict[str, Any]:
         "notes": run.notes,
         "warnings": run.warnings,
     }
-    for section in sections(run):
-        document[section.key] = section.frame.to_dicts() if section.frame is not None else []
-        for name, frame in section.details.items():
-            document[name] = frame.to_dicts()
-    document["failures"] = [
-        {"failed": f.what, "module": f.module, "error": f.error} for f in failures(run)
-    ]
-    return document
 
 
 def _clean(value: Any) -> Any:

@@ -14,9 +14,9 @@ import polars as pl
 from parsers.errors import printable
 
 from ..model.units import cell
-from .charts import Figure, figures, remarks
+from .charts import NOT_DRAWN, Figure, figures, remarks
 from .comparison import NOTE, Compared, display, display_columns
-from .sections import Column, Section, around_figures, sections
+from .sections import FIGURES, SOURCES, Column, Section, arranged, sections
 from .sources import source_ranks
 
 FOLD_ROWS = 15
@@ -31,21 +31,33 @@ def render(run, *, title: str = "rlperf report", level: int = 1) -> str:
 
 def run_lines(run, level: int = 2) -> list[str]:
     h = "#" * level
-    found = sections(run)
     lines = [f"{len(run.sources)} source(s), {len(run.ranks)} rank(s).", ""]
-    first, rest = around_figures(found)
-    for section in first:
-        lines += section_lines(section, h)
-    for figure in figures(run):
-        lines += figure_lines(figure, h)
-    for section in rest:
-        lines += section_lines(section, h)
-    lines += [f"{h} Sources", ""]
+    for part in arranged(sections(run)):
+        if isinstance(part, Section):
+            lines += section_lines(part, h)
+        elif part == FIGURES:
+            lines += figures_lines(figures(run), h)
+        elif part == SOURCES:
+            lines += sources_lines(run, h)
+    return [*lines, ""]
+
+
+def figures_lines(drawn: list[Figure], h: str) -> list[str]:
+    """Each figure with something to draw; those without, one line naming what they need."""
+    lines = [line for figure in drawn if not figure.needs for line in figure_lines(figure, h)]
+    needs = [f for f in drawn if f.needs]
+    if needs:
+        lines += [f"_{escape(NOT_DRAWN)}_", ""]
+        lines += [f"- {escape(f.title)}: {escape(f.needs)}" for f in needs] + [""]
+    return lines
+
+
+def sources_lines(run, h: str) -> list[str]:
+    lines = [f"{h} Sources", ""]
     ranks = source_ranks(run)
     lines += table([[s.path.name, s.format, ranks[s.index]] for s in run.sources],
                    [Column("file", "file"), Column("format", "format"), Column("rank", "rank")])
-    lines += [f"- {escape(line)}" for line in remarks(run)]
-    return [*lines, ""]
+    return lines + [f"- {escape(line)}" for line in remarks(run)]
 
 
 def figure_lines(figure: Figure, h: str) -> list[str]:

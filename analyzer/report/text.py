@@ -1,6 +1,16 @@
-"""The terminal report (rich tables), one table per report section."""
+"""The terminal report: every section in the layout's order, fitted to the console's width.
+
+A table that fits is printed whole; one that does not is split into parts that repeat its key
+columns, or stacked one record per block (:mod:`analyzer.report.fit`). Long lists are cut to
+:data:`ROWS` rows, the sources beyond :data:`SOURCES_SHOWN` files and the skipped files beyond
+:data:`SKIPPED_SHOWN` become one line each with a count; ``verbose`` prints everything (the
+JSON report always holds everything).
+"""
 
 from __future__ import annotations
+
+import textwrap
+from collections import Counter
 
 from rich.console import Console
 from rich.table import Table
@@ -9,49 +19,158 @@ from rich.text import Text
 from parsers.errors import printable
 
 from ..model.run import Run
-from ..model.units import cell
-from .sections import Section, sections
+from ..model.units import cell, spans
+from .fit import Plan, plan
+from .sections import SOURCES, Column, Section, arranged, sections
 from .sources import source_ranks
 
+ROWS = 30
+"""Rows of a table the terminal shows unless ``verbose``."""
+SOURCES_SHOWN = 6
+SKIPPED_SHOWN = 3
+REMARKS_SHOWN = 12
+"""Notes, and warnings, shown one per line before the rest are counted."""
+NUMBERED = {"findings"}
+"""Sections whose records are a ranked list: stacked with their rank number."""
+EVERYTHING = "--verbose lists all of them; --format json holds them"
 
-def render(run: Run, console: Console) -> None:
+
+def render(run: Run, console: Console, *, verbose: bool = False) -> None:
     console.print(f"[bold]rlperf[/bold] — {len(run.sources)} source(s), {len(run.ranks)} rank(s)")
-    files = Table(title="Sources", title_justify="left", show_edge=False)
-    for column in ("file", "format", "rank"):
-        files.add_column(column)
-    ranks = source_ranks(run)
-    for s in run.sources:
-        files.add_row(plain(s.path.name), s.format, ranks[s.index])
-    console.print(files)
-    for section in sections(run):
-        _section(section, console)
-    for note in run.notes:
-        console.print(plain(f"note: {note}", "dim"))
-    for path in run.unknown:
-        console.print(plain(f"skipped (not a format rlperf reads): {path}", "dim"))
-    for warning in run.warnings:
-        console.print(plain(f"warning: {warning}", "yellow"))
+    for part in arranged(sections(run)):
+        if isinstance(part, Section):
+            _section(part, console, verbose=verbose)
+        elif part == SOURCES:
+            _sources(run, console, verbose)
 
 
-def _section(section: Section, console: Console) -> None:
+def _section(section: Section, console: Console, *, verbose: bool = False) -> None:
+    console.print()
     if section.frame is None or section.frame.height == 0:
-        console.print(f"[bold]{section.title}[/bold]: {section.note or 'nothing to show'}")
+        note = printable(section.note or "nothing to show")
+        console.print(Text.assemble((section.title, "bold"), ": ", note))
         return
-    table = Table(
-        title=section.title,
-        title_justify="left",
-        show_edge=False,
-        caption=section.note or None,
-        caption_justify="left",
-    )
+    console.print(plain(section.title, "bold"))
     columns = section.shown_columns()
-    for column in columns:
-        table.add_column(column.title, justify="left" if column.format == "text" else "right")
-    for row in section.rows():
-        table.add_row(
-            *(plain(cell(value, column.format)) for value, column in zip(row, columns, strict=True))
+    rows = section.rows()
+    shown = rows if verbose else rows[:ROWS]
+    cells = [[printable(cell(v, c.format)) for v, c in zip(r, columns, strict=True)] for r in shown]
+    table(columns, cells, console, numbered=section.name in NUMBERED)
+    if len(rows) > len(shown):
+        console.print(plain(f"… {_more(len(rows) - len(shown), 'row')} ({EVERYTHING})", "dim"))
+    if section.note:
+        console.print(plain(section.note, "dim"))
+
+
+def table(
+    columns: list[Column], rows: list[list[str]], console: Console, *, numbered: bool = False
+) -> None:
+    """``rows`` (cell strings) under ``columns``, laid out to fit ``console.width``."""
+    titles = [c.title for c in columns]
+    by_column = [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in columns]
+    layout = plan(titles, by_column, [c.format == "text" for c in columns], console.width)
+    if numbered or layout.kind == "stacked":
+        _stacked(titles, rows, console, layout, numbered=numbered)
+        return
+    for n, part in enumerate(layout.parts):
+        if n:
+            console.print()
+        grid = Table(show_edge=False)
+        for i, width in part:
+            grid.add_column(
+                titles[i],
+                width=width,
+                overflow="fold",
+                justify="left" if columns[i].format == "text" else "right",
+            )
+        for row in rows:
+            grid.add_row(*(Text(row[i]) for i, _ in part))
+        console.print(grid)
+
+
+def _stacked(
+    titles: list[str], rows: list[list[str]], console: Console, layout: Plan, *, numbered: bool
+) -> None:
+    """One block per record: its key (numbered in a ranked list) on a line, then each other field
+    that holds something as ``title  value``, the value wrapped under itself."""
+    width = console.width
+    keys = 0 if numbered else layout.keys
+    label = min(max((len(t) for t in titles[keys:]), default=0), width // 3)
+    for n, row in enumerate(rows, 1):
+        key = " · ".join(row[:keys]) if keys else f"{n}."
+        lines: list[str] = []
+        for title, value in zip(titles[keys:], row[keys:], strict=True):
+            if value in ("", "–"):
+                continue
+            lines += _field(title, value, label, width)
+        console.print(Text(textwrap.fill(key, width, break_on_hyphens=False), style="bold"))
+        console.print(Text("\n".join(lines)))
+
+
+def _field(title: str, value: str, label: int, width: int) -> list[str]:
+    indent = " " * (label + 4)
+    wrapped = textwrap.wrap(value, max(8, width - len(indent)), break_on_hyphens=False) or [""]
+    head = f"  {title.ljust(label)}  "
+    if len(head) > len(indent):
+        return [f"  {title}", *(indent + w for w in wrapped)]
+    return [head + wrapped[0], *(indent + w for w in wrapped[1:])]
+
+
+def _sources(run: Run, console: Console, verbose: bool) -> None:
+    """The sources (a table up to :data:`SOURCES_SHOWN` files, else one line per format), then
+    the notes, skipped files and warnings, long lists counted."""
+    console.print()
+    ranks = source_ranks(run)
+    if verbose or len(run.sources) <= SOURCES_SHOWN:
+        console.print(plain("Sources", "bold"))
+        rows = [[printable(s.path.name), s.format, ranks[s.index]] for s in run.sources]
+        table([Column("file", "file"), Column("format", "format"), Column("rank", "rank")],
+              rows, console)
+    else:
+        console.print(Text.assemble(("Sources", "bold"), ": ", printable(_source_summary(run))))
+    _remarks(run, console, verbose)
+
+
+def _source_summary(run: Run) -> str:
+    """``130 files: 128 kineto (ranks 0-127), 1 verl-log, …`` for a run of many files."""
+    formats = Counter(s.format for s in run.sources)
+    held: dict[str, list[int]] = {}
+    for s in run.sources:
+        if s.rank is not None and s.rank >= 0:
+            held.setdefault(s.format, []).append(s.rank)
+    parts = [
+        f"{n} {fmt}" + (f" (ranks {spans(held[fmt])})" if held.get(fmt) else "")
+        for fmt, n in formats.most_common()
+    ]
+    return f"{len(run.sources)} files: {', '.join(parts)} ({EVERYTHING})"
+
+
+def _remarks(run: Run, console: Console, verbose: bool) -> None:
+    """The notes, skipped files and warnings, in that order (as every format lists them)."""
+    _listed("note", run.notes, "dim", console, verbose)
+    skipped = [str(p) for p in run.unknown]
+    if verbose or len(skipped) <= SKIPPED_SHOWN:
+        for path in skipped:
+            console.print(plain(f"skipped (not a format rlperf reads): {path}", "dim"))
+    else:
+        examples = ", ".join(skipped[:SKIPPED_SHOWN])
+        console.print(
+            plain(f"skipped {len(skipped):,} files not in a format rlperf reads, e.g. {examples}, "
+                  f"… ({EVERYTHING})", "dim")
         )
-    console.print(table)
+    _listed("warning", run.warnings, "yellow", console, verbose)
+
+
+def _listed(prefix: str, items: list[str], style: str, console: Console, verbose: bool) -> None:
+    shown = items if verbose else items[:REMARKS_SHOWN]
+    for item in shown:
+        console.print(plain(f"{prefix}: {item}", style))
+    if len(items) > len(shown):
+        console.print(plain(f"… {_more(len(items) - len(shown), prefix)} ({EVERYTHING})", style))
+
+
+def _more(n: int, noun: str) -> str:
+    return f"{n:,} more {noun}{'' if n == 1 else 's'}"
 
 
 def plain(text: str, style: str = "") -> Text:

@@ -19,7 +19,9 @@ from ..section import Column, Section, gated
 from . import (
     breakdown,
     bubbles,
+    efficiency,
     engine,
+    findings,
     gpu_time,
     guidelines,
     logs,
@@ -39,10 +41,12 @@ if TYPE_CHECKING:
 __all__ = [
     "FIGURES",
     "LAYOUT",
+    "SOURCES",
     "Column",
     "Failure",
     "Section",
     "around_figures",
+    "arranged",
     "describe",
     "failures",
     "gated",
@@ -53,15 +57,19 @@ __all__ = [
 
 FIGURES = "figures"
 """The place of the figures (HTML, Markdown and PNG reports) in :data:`LAYOUT`."""
+SOURCES = "sources"
+"""The place of the source list with the run's notes, skipped files and warnings (every format)."""
 
 LAYOUT: tuple[tuple[str, ModuleType | None], ...] = (
+    ("findings", findings),
     ("placement", placement),
     ("engine", engine),
     ("overview", overview),
     ("quality", quality),
-    (FIGURES, None),
     ("guidelines", guidelines),
+    (FIGURES, None),
     ("logs", logs),
+    ("efficiency", efficiency),
     ("gpu_time", gpu_time),
     ("annotations", top_annotations),
     ("pipeline_phases", pipeline),
@@ -70,10 +78,12 @@ LAYOUT: tuple[tuple[str, ModuleType | None], ...] = (
     ("bubbles", bubbles),
     ("sync", sync),
     ("workdepth", workdepth),
+    (SOURCES, None),
 )
 """Every section by name (its key in the JSON report unless the section names another, as the
 data-quality and log sections do) with the module whose ``section(run)`` builds it, and the
-figures, in report order."""
+places of the figures and the sources (renderers fill those), in report order: the one order of
+every format."""
 
 
 def record_failure(run: Run, what: str, exc: Exception) -> Failure:
@@ -90,6 +100,19 @@ def around_figures(found: list[Section]) -> tuple[list[Section], list[Section]]:
     """``found`` (built by :func:`sections`, in layout order) split where the figures go."""
     before = {name for name, _ in LAYOUT[: [n for n, _ in LAYOUT].index(FIGURES)]}
     return [s for s in found if s.name in before], [s for s in found if s.name not in before]
+
+
+def arranged(found: list[Section]) -> list[Section | str]:
+    """``found`` (built by :func:`sections`) with :data:`FIGURES` and :data:`SOURCES` in their
+    places: what a renderer walks, so no format orders its parts on its own."""
+    by_name = {s.name: s for s in found}
+    out: list[Section | str] = []
+    for name, module in LAYOUT:
+        if module is None:
+            out.append(name)
+        elif name in by_name:
+            out.append(by_name[name])
+    return out
 
 
 def sections(run: Run) -> list[Section]:

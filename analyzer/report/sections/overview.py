@@ -17,9 +17,9 @@ def section(run: Run) -> Section | None:
         columns=[
             Column("title", "metric"),
             Column("text", "value"),
-            Column("metric", "audit path"),
         ],
-        note="Audit path: overview.<metric> (docs/reports.md).",
+        note="rlperf audit reads these as overview.<metric> (the names in --format json; "
+        "docs/reports.md).",
     )
 
 
