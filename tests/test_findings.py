@@ -1,0 +1,305 @@
+"""The findings list (analyzer/analyses/findings.py): on every bundled sample the top finding's
+saving per step equals what the sample's ground truth says fixing it would save (within 5%,
+derived from truth.json alone); ranking, merging of one problem seen twice, a clean run, a
+logs-only run, a failing candidate product, and corpus files."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+import analyzer
+from analyzer.analyses import findings as fmod
+from analyzer.model import frames, products
+from analyzer.report.sections import sections
+
+REPO = Path(__file__).resolve().parents[1]
+SYNTH = REPO / "sample_traces" / "synthetic"
+RUNS = REPO / "sample_traces" / "runs"
+CORPUS = REPO.parent / "shared" / "corpus"
+
+
+# --- ground truth, from truth.json only ----------------------------------------------------------
+
+
+def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _length(intervals: list[tuple[int, int]]) -> int:
+    return sum(e - s for s, e in _union(intervals))
+
+
+def _clip(intervals: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    return [(max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo)]
+
+
+def synth_pool_wait(truth: dict[str, Any]) -> float:
+    """The smaller pool's mean pool wait per device and step (what overlapping saves)."""
+    pool = {r["rank"]: r["pool"] for r in truth["ranks"]}
+    steps = len(truth["step_windows"])
+    means = []
+    for name in ("rollout", "train"):
+        ranks = [r for r, p in pool.items() if p == name]
+        total = sum(d["idle_ns"]["pool_wait"] for d in truth["devices"] if d["rank"] in ranks)
+        means.append(total / (len(ranks) * steps))
+    return min(means)
+
+
+def synth_idle(cause: str):
+    def mean(truth: dict[str, Any]) -> float:
+        devices = truth["devices"]
+        return sum(d["idle_ns"][cause] for d in devices) / len(devices)
+
+    return mean
+
+
+def synth_update_comm(truth: dict[str, Any]) -> float:
+    """DP/FSDP collective time minus its sync wait per participating device and step: the
+    generator runs no compute beside these collectives (blocking gathers hold the compute
+    cursor; the non-blocking reduce-scatter overlaps only the next chunk's gather)."""
+    dims = ("dp", "fsdp")
+    ranks = {r for g in truth["config"]["process_groups"] if g["dim"] in dims for r in g["ranks"]}
+    rows = [c for c in truth["collectives_by_dim"] if c["dim"] in dims]
+    steps = len(truth["step_windows"])
+    return sum(c["time_ns"] - c["wait_ns"] for c in rows) / (len(ranks) * steps)
+
+
+def harness_stage_gap(truth: dict[str, Any]) -> float:
+    """Per rank and profiled step: the span from its first to its last stage range of the step
+    less every stage range and every wait the run's structure explains (pool wait, rollout
+    tail), i.e. the gaps between stages; mean over devices and steps."""
+    steps = truth["config"]["profiled_steps"]
+    ranks = [r["rank"] for r in truth["ranks"] if r["rank"] >= 0]
+    total = 0
+    for rank in ranks:
+        mine = [s for s in truth["stages"] if s["rank"] == rank]
+        covered = [(s["start_ns"], s["end_ns"]) for s in mine]
+        covered += [(w["start_ns"], w["end_ns"]) for w in truth["waits"] if w["rank"] == rank]
+        for step in steps:
+            own = [s for s in mine if s["step"] == step]
+            lo, hi = min(s["start_ns"] for s in own), max(s["end_ns"] for s in own)
+            total += (hi - lo) - _length(_clip(covered, lo, hi))
+    return total / (len(ranks) * len(steps))
+
+
+# The problem the truth says is the largest, and how it says so. The ids are the finding's
+# problem (taxonomy/findings.toml): the guideline leads the merged finding when violated.
+TRUTH = {
+    SYNTH / "colocated": ({"G16", "comm.exposed.update"}, synth_update_comm),
+    SYNTH / "disaggregated": ({"G18", "bubble.pool_wait"}, synth_pool_wait),
+    SYNTH / "one_step_off": ({"G18", "bubble.pool_wait"}, synth_pool_wait),
+    SYNTH / "stage_fused": ({"G24", "bubble.stage_gap"}, synth_idle("stage_gap")),
+    RUNS / "openrlhf_ppo_disaggregated": ({"G24", "bubble.stage_gap"}, harness_stage_gap),
+    RUNS / "verl_grpo_colocated": ({"G24", "bubble.stage_gap"}, harness_stage_gap),
+    RUNS / "verl_ppo_colocated_nsys": ({"G24", "bubble.stage_gap"}, harness_stage_gap),
+    RUNS / "verl_ppo_disaggregated": ({"G24", "bubble.stage_gap"}, harness_stage_gap),
+    RUNS / "verl_ppo_multiprocess_nsys": ({"G24", "bubble.stage_gap"}, harness_stage_gap),
+}
+# verl_grpo_one_step_off is left out: its top finding is the pool wait, and the truth's waits,
+# clipped to the overlapping one-step-off windows and to what the profilers saw, give 21–42 ms
+# against rlperf's 30.8 ms; which attribution is right is still open.
+# trl_grpo is left out: its truth records no collective calls (TRL's and accelerate's gloo
+# calls are not wrapped), and its top finding is its exposed gloo communication.
+TRACE_KINDS = ("guideline", "bubble", "what-if", "sync", "communication")
+"""rlperf's own trace-derived candidates; the slow-step candidates (outlier_findings, from the
+log's step timers) are checked against their own generator truth in tests/test_outliers.py."""
+
+
+def top_traced(run: analyzer.Run) -> dict[str, Any]:
+    return run.findings.filter(pl.col("kind").is_in(TRACE_KINDS)).row(0, named=True)
+
+
+@pytest.mark.parametrize("sample", sorted(TRUTH), ids=lambda p: p.name)
+def test_top_finding_saves_what_the_truth_says(sample: Path) -> None:
+    ids, truth_saving = TRUTH[sample]
+    truth = json.loads((sample / "truth.json").read_text())
+    top = top_traced(analyzer.load([sample]))
+    assert top["id"] in ids
+    expected = truth_saving(truth)
+    assert expected > 0
+    assert top["saving_ns"] == pytest.approx(expected, rel=0.05)
+    assert top["position"] >= 1 and top["saving_basis"]
+
+
+def test_the_truth_largest_problem_of_a_synthetic_run_is_first() -> None:
+    """Against every saving the synthetic truth can give, the first finding is the largest."""
+    truth = json.loads((SYNTH / "disaggregated" / "truth.json").read_text())
+    options = {
+        "pool_wait": synth_pool_wait(truth),
+        "stage_gap": synth_idle("stage_gap")(truth),
+        "sync_wait": synth_idle("sync_wait")(truth),
+        "host_bound": synth_idle("host_bound")(truth),
+        "rollout_tail": synth_idle("rollout_tail")(truth),
+    }
+    assert max(options, key=options.__getitem__) == "pool_wait"
+    run = analyzer.load([SYNTH / "disaggregated"])
+    first = run.findings.row(0, named=True)
+    assert first["id"] == "G18" and first["position"] == 1
+    assert first["saving_fraction"] == pytest.approx(
+        first["saving_ns"] / (run.steps["end_ns"] - run.steps["start_ns"]).median(), rel=1e-9
+    )
+
+
+# --- ranking and merging -------------------------------------------------------------------------
+
+
+def cand(fid: str, saving: int | None, severity: str = "warn", kind: str = "bubble",
+         stage: str = "", evidence: str = "") -> dict[str, Any]:
+    return {"id": fid, "kind": kind, "title": fid, "severity": severity, "ranks": "",
+            "steps": "", "stage": stage, "evidence": evidence or f"{fid} evidence",
+            "saving_ns": saving, "saving_basis": "" if saving is None else f"{fid} basis",
+            "recommendation": "", "confidence": "medium"}
+
+
+def frame(*rows: dict[str, Any]) -> pl.DataFrame:
+    return pl.DataFrame(list(rows), schema=frames.FINDING_CANDIDATES, orient="row")
+
+
+def test_ranked_by_saving_then_severity() -> None:
+    out = fmod.rank(frame(cand("a", 5), cand("b", None, "info"), cand("c", 9),
+                          cand("d", None, "error"), cand("e", 5)), 100.0)
+    assert out["id"].to_list() == ["c", "a", "e", "d", "b"]
+    assert out["position"].to_list() == [1, 2, 3, 4, 5]
+    assert out["saving_fraction"].to_list()[:3] == [0.09, 0.05, 0.05]
+    assert out.schema == frames.FINDINGS
+
+
+def test_one_problem_seen_twice_is_one_finding() -> None:
+    problem = fmod.Problem("rollout_tail", ("G2", "workdepth.no_rollout_tail",
+                                            "bubble.rollout_tail"),
+                           ("G2", "workdepth.no_rollout_tail", "bubble.rollout_tail"))
+    rows = frame(
+        cand("bubble.rollout_tail", 900, "info", evidence="idle 0.9"),
+        cand("other", 500),
+        cand("G2", None, "warn", kind="guideline", evidence="tail_share 40%"),
+        cand("workdepth.no_rollout_tail", 400, "info", kind="what-if", stage="rollout",
+             evidence="no tail 0.4"),
+        cand("other", 7),
+    )
+    out = fmod.deduplicate(rows, [problem])
+    assert out["id"].to_list() == ["G2", "other"]
+    merged = out.row(0, named=True)
+    assert merged["saving_ns"] == 400
+    assert merged["saving_basis"] == "workdepth.no_rollout_tail basis"
+    assert merged["severity"] == "warn" and merged["stage"] == "rollout"
+    assert merged["evidence"] == "tail_share 40%; no tail 0.4; idle 0.9"
+    assert out.row(1, named=True)["saving_ns"] == 500
+
+
+def test_a_generic_finding_inside_a_stage_is_not_merged() -> None:
+    problem = fmod.Problem("host_bound", ("bubble.host_bound", "gpu.host_bound"),
+                           ("bubble.host_bound", "gpu.host_bound"))
+    rows = frame(cand("gpu.host_bound", 50, kind="gpu", stage="rollout"),
+                 cand("bubble.host_bound", 30), cand("gpu.host_bound", 70, kind="gpu"))
+    out = fmod.deduplicate(rows, [problem])
+    assert out.select("id", "stage", "saving_ns").rows() == [
+        ("gpu.host_bound", "rollout", 50), ("bubble.host_bound", "", 30)]
+
+
+def test_rules_refuse_a_candidate_in_two_problems(tmp_path: Path) -> None:
+    bad = tmp_path / "findings.toml"
+    bad.write_text('[[problem]]\nkey="a"\nmembers=["x","y"]\n[[problem]]\nkey="b"\n'
+                   'members=["y"]\n')
+    with pytest.raises(fmod.FindingRulesError, match="more than one problem: y"):
+        fmod.rules(bad)
+
+
+# --- whole runs ----------------------------------------------------------------------------------
+
+
+def test_a_run_with_nothing_wrong_has_no_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = analyzer.load([SYNTH / "colocated"])
+    empty_violations = run.violations.filter(pl.col("status") != "violated")
+    run.inject(violations=empty_violations)
+    for name in ("bubbles", "workdepth", "weight_sync", "stragglers", "collective_waits",
+                 "gpu_findings", "outlier_findings", "efficiency_findings"):
+        run.inject(**{name: run.product(name).clear()})
+    assert run.findings.height == 0
+    section = next(s for s in sections(run) if s.name == "findings")
+    assert section.frame is None and section.note.startswith("nothing found to fix")
+
+
+def test_findings_come_first_in_every_report() -> None:
+    run = analyzer.load([SYNTH / "stage_fused"])
+    built = sections(run)
+    assert built[0].name == "findings" and built[0].key == "findings"
+    assert built[0].frame is not None and built[0].frame["position"][0] == 1
+
+
+def test_a_logs_only_run_ranks_the_log_guidelines() -> None:
+    logs = CORPUS / "logs" / "verl"
+    if not logs.exists():
+        pytest.skip("corpus not present")
+    run = analyzer.load([logs])
+    found = run.findings
+    assert run.failures == {}
+    g23 = found.filter(pl.col("id") == "G23").row(0, named=True)
+    v = run.violations.filter(pl.col("id") == "G23").row(0, named=True)
+    mean_step = (run.steps["end_ns"] - run.steps["start_ns"]).mean()
+    assert g23["saving_ns"] == pytest.approx(v["value"] * mean_step, rel=1e-6)
+    assert found.filter(pl.col("id") == "G15")["saving_ns"].to_list() == [None]
+    assert found["position"].to_list() == list(range(1, found.height + 1))
+
+
+def test_a_failing_candidate_product_leaves_the_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(**_: Any) -> pl.DataFrame:
+        raise ZeroDivisionError("boom")
+
+    registry = dict(products._PROVIDERS)
+    registry["gpu_findings"] = replace(registry["gpu_findings"], fn=broken)
+    monkeypatch.setattr(products, "_PROVIDERS", registry)
+    run = analyzer.load([SYNTH / "stage_fused"])
+    found = run.findings
+    assert found["id"][0] == "G24"
+    assert "findings: gpu_findings" in run.failures
+    assert not found["id"].str.starts_with("gpu.").any()
+    note = next(s for s in sections(run) if s.name == "findings").note
+    assert "failed: internal error" in note and "ZeroDivisionError: boom" in note
+
+
+def test_a_failing_family_of_its_own_leaves_the_others() -> None:
+    run = analyzer.load([SYNTH / "one_step_off"])
+    run.inject(bubbles=run.bubbles.drop("idle_ns"))
+    found = run.findings
+    assert "findings: idle causes" in run.failures
+    g5 = found.filter(pl.col("id") == "G5").row(0, named=True)
+    assert g5["saving_ns"] == run.weight_sync["time_ns"].mean()
+    assert found.filter(pl.col("kind") == "gpu").height > 0
+
+
+def test_a_product_nobody_provides_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    rules = fmod.rules()
+    monkeypatch.setattr(fmod, "rules", lambda: fmod.Rules(
+        (*rules.products, "nobody_provides_this"), rules.min_saving_fraction, rules.error,
+        rules.warn, rules.problems, rules.share_saving, rules.superseded, rules.finding))
+    run = analyzer.load([SYNTH / "stage_fused"])
+    assert run.findings.height > 0 and run.failures == {}
+
+
+@pytest.mark.parametrize("name", ["rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+                                  "inference_rank_1.json.gz", "nccl_data.json.gz"])
+def test_corpus_traces_give_a_sensible_list(name: str) -> None:
+    path = CORPUS / "HolisticTraceAnalysis" / name
+    if not path.exists():
+        pytest.skip("corpus not present")
+    run = analyzer.load([path])
+    found = run.findings
+    assert run.failures == {}
+    assert found.height > 0
+    assert found["position"].to_list() == list(range(1, found.height + 1))
+    savings = found["saving_ns"].drop_nulls().to_list()
+    assert savings == sorted(savings, reverse=True)
+    assert found["severity"].is_in(["info", "warn", "error"]).all()
+    assert found["confidence"].is_in(["low", "medium", "high"]).all()
