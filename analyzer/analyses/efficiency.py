@@ -203,11 +203,21 @@ def trace_devices(events: pl.DataFrame, sources: list[SourceInfo],
         events.filter((pl.col("kind") == "kernel") & (pl.col("device") >= 0))
         .group_by("source").agg(pl.col("device").min())
     )
-    named = with_flops.join(used, on="source", how="left").join(
-        _device_names(sources), on=["source", "device"], how="left"
+    names = _device_names(sources)
+    only = names.group_by("source").agg(
+        pl.col("device_name").unique().alias("_names")
+    ).filter(pl.col("_names").list.len() == 1).select(
+        "source", pl.col("_names").list.first().alias("_only")
     )
-    names = named["device_name"].to_list()
-    peaks = [getattr(tab.device(n), "peak_tflops", None) for n in names]
+    # The trace's own device index can differ from its kernels' (ROCm numbers GPUs by node):
+    # one named device, or one name for all, is still unambiguous.
+    named = (
+        with_flops.join(used, on="source", how="left")
+        .join(names, on=["source", "device"], how="left")
+        .join(only, on="source", how="left")
+        .with_columns(pl.coalesce("device_name", "_only").alias("device_name"))
+    )
+    peaks = [getattr(tab.device(n), "peak_tflops", None) for n in named["device_name"]]
     return named.select("source", "rank", "device_name").with_columns(
         pl.Series("peak_tflops", peaks, dtype=pl.Float64)
     )
@@ -280,7 +290,8 @@ def trace_stages_frame(aligned: pl.DataFrame, stage_timeline: pl.DataFrame,
     ).sort("_ss")
     inside = (
         flops.select("source", "rank", "start_ns", "flops").sort("start_ns")
-        .join_asof(segments, left_on="start_ns", right_on="_ss", by="rank", strategy="backward")
+        .join_asof(segments, left_on="start_ns", right_on="_ss", by="rank", strategy="backward",
+                   check_sortedness=False)
         .filter(pl.col("start_ns") < pl.col("_se"))
     )
     time = segments.group_by("rank", "stage", "role").agg(
@@ -371,9 +382,10 @@ def efficiency_notes(lazy: Lazy, events: pl.DataFrame, sources: list[SourceInfo]
 def shape_notes(sources: list[SourceInfo]) -> list[str]:
     """Where FLOPs were computed from shapes, which operators count: the MFU is a lower bound."""
     return [
-        f"{s.path.name}: FLOPs of {s.meta['flops_from_shapes']:,} matrix products computed from "
-        "their recorded shapes (aten::mm, addmm, bmm, baddbmm; the trace records no FLOPs); "
-        "other operators are not counted, so the MFU is a lower bound"
+        f"{s.path.name}: FLOPs of {s.meta['flops_from_shapes']:,} matrix product"
+        f"{'' if s.meta['flops_from_shapes'] == 1 else 's'} computed from their recorded shapes "
+        "(aten::mm, addmm, bmm, baddbmm; the trace records no FLOPs); other operators are not "
+        "counted, so the MFU is a lower bound"
         for s in sources if s.meta.get("flops_from_shapes")
     ]
 
