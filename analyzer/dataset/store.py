@@ -263,7 +263,8 @@ def _read_source(root: Path, record: dict[str, Any]) -> ParsedSource:
     part = f"part-{index:05d}"
     files = [(root / "events" / f"rank={r}" / f"{part}.parquet", n)
              for r, n in record["events"].items()]
-    pieces = [_table(f, n) for f, n in files]
+    pieces = [_rank_checked(_table(f, n), f, int(r))
+              for (f, n), r in zip(files, record["events"], strict=True)]
     events = pieces[0] if len(pieces) == 1 else pl.concat(pieces).sort(ROW)
     info = _info(root / "sources" / f"{part}.json")
     source_col = pl.lit(index, dtype=pl.UInt32).alias("source")
@@ -293,6 +294,15 @@ def _table(path: Path, rows: int) -> pl.DataFrame:
             path, f"holds {table.height} rows where the manifest says {rows}: the dataset is "
             "damaged (run rlperf ingest again)"
         )
+    return table
+
+
+def _rank_checked(table: pl.DataFrame, path: Path, rank: int) -> pl.DataFrame:
+    """A partition holds only its own rank's rows (a file moved into another partition is
+    damage, not another rank)."""
+    if table.height and not (table["rank"] == rank).all():
+        raise InputError(path, f"holds rows of another rank than its partition's ({rank}): the "
+                         "dataset is damaged (run rlperf ingest again)")
     return table
 
 

@@ -1,0 +1,356 @@
+"""The rlperf dataset (``rlperf ingest``): tables read back equal, partitions per rank, the
+manifest, stale and damaged datasets, every command reading one, reports byte-identical."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import analyzer
+from analyzer.assemble import ingest as ingest_module
+from analyzer.cli import main
+from analyzer.dataset import MANIFEST, parser_version, products
+from parsers.cachedir import cache_dir
+from tests.report_truth import cli, one_line_error
+
+REPO = Path(__file__).resolve().parents[1]
+MULTI = REPO / "sample_traces" / "synthetic" / "disaggregated"
+"""8 ranks, one Kineto trace each."""
+MIXED = REPO / "sample_traces" / "runs" / "verl_ppo_disaggregated"
+"""Traces of several ranks, the driver and a framework log."""
+
+
+def rlperf(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``rlperf ARGS`` in this process: exit status, stdout, stderr."""
+    argv, sys.argv = sys.argv, ["rlperf", *args]
+    try:
+        main()
+    except SystemExit as exc:
+        status = int(exc.code or 0)
+    finally:
+        sys.argv = argv
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture(scope="module")
+def multi(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("multi") / "ds"
+    assert cli("ingest", str(MULTI), "-o", str(root), "-q").returncode == 0
+    return root
+
+
+def copied(tmp_path: Path, files: int = 2) -> Path:
+    """A private copy of the first ``files`` traces of the multi-rank sample."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for path in sorted(MULTI.glob("*.json.gz"))[:files]:
+        shutil.copy2(path, folder / path.name)
+    return folder
+
+
+# --- round trip --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run", [MULTI, MIXED], ids=["kineto-8-ranks", "traces-driver-log"])
+def test_every_table_reads_back_equal(tmp_path: Path, capsys, run: Path) -> None:
+    assert rlperf(capsys, "ingest", str(run), "-o", str(tmp_path / "ds"), "-q")[0] == 0
+    parsed = ingest_module.ingest([run], use_cache=False).sources
+    back = ingest_module.ingest([tmp_path / "ds"]).sources
+    assert len(back) == len(parsed) > 1
+    for a, b in zip(parsed, back, strict=True):
+        assert a.events.schema == b.events.schema and a.events.equals(b.events), a.path
+        assert a.metrics.schema == b.metrics.schema and a.metrics.equals(b.metrics), a.path
+        assert (a.path, a.format, a.meta, a.warnings) == (b.path, b.format, b.meta, b.warnings)
+    first, again = analyzer.load([run], use_cache=False), analyzer.load([tmp_path / "ds"])
+    assert first.events.equals(again.events) and first.metrics.equals(again.metrics)
+    assert [s.rank for s in first.sources] == [s.rank for s in again.sources]
+
+
+def test_meta_keeps_what_json_lacks(tmp_path: Path) -> None:
+    """A tuple stays a tuple, a set a set, an int key an int (the old cache made them lists and
+    strings)."""
+    from analyzer.dataset import read_manifest, read_sources, write_dataset
+    from parsers import ParsedSource
+
+    trace = copied(tmp_path, 1)
+    path = next(trace.iterdir())
+    meta = {"window": (1.5, 2.5), "seen": {"a", "b"}, "by_rank": {0: "x", 3: "y"}, "p": path}
+    write_dataset([ParsedSource(path, "kineto", meta=meta)], tmp_path / "ds")
+    (back,) = read_sources(tmp_path / "ds", read_manifest(tmp_path / "ds"))
+    assert back.meta == meta and isinstance(back.meta["window"], tuple)
+
+
+# --- layout and manifest -----------------------------------------------------------------------
+
+
+def test_events_are_partitioned_by_rank(multi: Path) -> None:
+    parts = sorted(p.name for p in (multi / "events").iterdir())
+    assert parts == [f"rank={r}" for r in range(8)]
+    for rank in range(8):
+        (file,) = (multi / "events" / f"rank={rank}").iterdir()
+        table = pl.read_parquet(file)
+        assert file.name == f"part-{rank:05d}.parquet"  # rank-R.… is source R in path order
+        assert table.height > 500 and table["rank"].unique().to_list() == [rank]
+
+
+def test_a_source_of_several_ranks_is_split_and_put_back_in_order(tmp_path: Path) -> None:
+    from analyzer.dataset import read_manifest, read_sources, write_dataset
+    from parsers import ParsedSource
+    from parsers.events import conform
+
+    events = conform({"kind": ["kernel"] * 5, "name": list("abcde"), "rank": [1, 0, 1, 2, 0],
+                      "start_ns": [5, 1, 4, 2, 3], "end_ns": [6, 2, 5, 3, 4]})
+    (tmp_path / "x.json").write_text("{}")
+    write_dataset([ParsedSource(tmp_path / "x.json", "kineto", events=events)], tmp_path / "ds",
+                  hashed=False)
+    manifest = read_manifest(tmp_path / "ds")
+    assert manifest["sources"][0]["events"] == {"0": 2, "1": 2, "2": 1}
+    (back,) = read_sources(tmp_path / "ds", manifest)
+    assert back.events.equals(events)
+
+
+def test_the_manifest_names_each_source_its_identity_and_parser(multi: Path) -> None:
+    manifest = json.loads((multi / MANIFEST).read_text())
+    assert (manifest["format"], manifest["version"]) == ("rlperf-dataset", 1)
+    files = sorted(MULTI.glob("*.json.gz"))
+    assert [Path(r["resolved"]) for r in manifest["sources"]] == [f.resolve() for f in files]
+    for record, file in zip(manifest["sources"], files, strict=True):
+        st = file.stat()
+        assert (record["size"], record["mtime_ns"]) == (st.st_size, st.st_mtime_ns)
+        assert record["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest()
+        assert record["format"] == "kineto"
+        assert record["parser_version"] == parser_version("kineto")
+        assert sum(record["events"].values()) > 500 and record["metrics"] == 0
+    assert manifest["run"]["ranks"] == list(range(8))
+    assert manifest["run"]["formats"] == ["kineto"]
+
+
+def test_the_cache_is_a_dataset_of_one_source(tmp_path: Path) -> None:
+    trace = next(copied(tmp_path, 1).iterdir())
+    first = ingest_module.ingest([trace], use_cache=True).sources[0]
+    entry = cache_dir("parsed") / ingest_module._cache_key(trace, "kineto")
+    manifest = json.loads((entry / MANIFEST).read_text())
+    assert [r["resolved"] for r in manifest["sources"]] == [str(trace.resolve())]
+    hit = ingest_module._cache_get(trace, "kineto", 3)
+    assert hit is not None and hit.events["source"].unique().to_list() == [3]
+    assert hit.events.drop("source").equals(first.events.drop("source"))
+    (entry / "events" / "rank=0" / "part-00000.parquet").unlink()
+    assert ingest_module._cache_get(trace, "kineto", 0) is None  # damaged: parsed again
+
+
+# --- stale and damaged -------------------------------------------------------------------------
+
+
+def test_a_source_changed_since_ingest_is_a_warning(tmp_path: Path, capsys) -> None:
+    run = copied(tmp_path)
+    rlperf(capsys, "ingest", str(run), "-o", str(tmp_path / "ds"), "-q")
+    path = sorted(run.iterdir())[0]
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    data["traceEvents"] = data["traceEvents"][: len(data["traceEvents"]) // 2]
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    status, _, err = rlperf(capsys, "analyze", str(tmp_path / "ds"), "-f", "json", "-q")
+    assert status == 0
+    assert f"rlperf: warning: dataset {tmp_path / 'ds'}: {path.name} changed since it was " \
+           "ingested" in err
+
+
+def test_a_source_touched_but_unchanged_is_not_stale(tmp_path: Path, capsys) -> None:
+    run = copied(tmp_path)
+    rlperf(capsys, "ingest", str(run), "-o", str(tmp_path / "ds"), "-q")
+    path = sorted(run.iterdir())[0]
+    path.write_bytes(path.read_bytes())  # a new modification time, the same content
+    _, _, err = rlperf(capsys, "analyze", str(tmp_path / "ds"), "-f", "json", "-q")
+    assert "changed since" not in err
+
+
+def test_another_parser_version_is_a_warning(tmp_path: Path, capsys) -> None:
+    run = copied(tmp_path)
+    rlperf(capsys, "ingest", str(run), "-o", str(tmp_path / "ds"), "-q")
+    manifest = json.loads((tmp_path / "ds" / MANIFEST).read_text())
+    manifest["sources"][1]["parser_version"] = "0" * 16
+    (tmp_path / "ds" / MANIFEST).write_text(json.dumps(manifest))
+    _, _, err = rlperf(capsys, "analyze", str(tmp_path / "ds"), "-f", "json", "-q")
+    name = Path(manifest["sources"][1]["path"]).name
+    assert f"{name} was ingested by another version of the kineto parser" in err
+    assert "changed since" not in err
+
+
+def damage(root: Path, how: str) -> tuple[Path, str]:
+    """Damage a dataset; the file the error must name and a word of its problem."""
+    manifest = root / MANIFEST
+    if how == "missing partition":
+        victim = root / "events" / "rank=1" / "part-00001.parquet"
+        victim.unlink()
+        return victim, "missing"
+    if how == "wrong rows":
+        victim = root / "events" / "rank=1" / "part-00001.parquet"
+        pl.read_parquet(victim).head(10).write_parquet(victim)
+        return victim, "holds 10 rows where the manifest says"
+    if how == "wrong rank":
+        victim = root / "events" / "rank=1" / "part-00001.parquet"
+        shutil.copy(root / "events" / "rank=0" / "part-00000.parquet", victim)
+        return victim, "another rank than its partition's (1)"
+    if how == "damaged partition":
+        victim = root / "events" / "rank=0" / "part-00000.parquet"
+        victim.write_bytes(victim.read_bytes()[:100])
+        return victim, "damaged dataset partition"
+    if how == "missing source record":
+        victim = root / "sources" / "part-00000.json"
+        victim.unlink()
+        return victim, "missing"
+    if how == "not json":
+        manifest.write_text("{")
+        return manifest, "not JSON"
+    if how == "other version":
+        data = json.loads(manifest.read_text())
+        manifest.write_text(json.dumps({**data, "version": 99}))
+        return manifest, "version 99"
+    data = json.loads(manifest.read_text())
+    del data["sources"][0]["size"]
+    manifest.write_text(json.dumps(data))
+    return manifest, "damaged source list"
+
+
+@pytest.mark.parametrize("how", [
+    "missing partition", "wrong rows", "wrong rank", "damaged partition", "missing source record",
+    "not json", "other version", "record without fields",
+])
+def test_a_damaged_dataset_is_one_line_naming_the_file(tmp_path: Path, how: str) -> None:
+    run = copied(tmp_path)
+    assert cli("ingest", str(run), "-o", str(tmp_path / "ds"), "-q").returncode == 0
+    victim, word = damage(tmp_path / "ds", how)
+    one_line_error(cli("analyze", str(tmp_path / "ds"), "-q"), str(victim), word)
+
+
+def test_ingest_does_not_overwrite_a_folder_that_is_not_a_dataset(tmp_path: Path) -> None:
+    run = copied(tmp_path, 1)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    result = cli("ingest", str(run), "-o", str(tmp_path / "mine"), "-q")
+    one_line_error(result, str(tmp_path / "mine"), "holds other files")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_a_dataset_is_given_alone(tmp_path: Path, multi: Path) -> None:
+    result = cli("analyze", str(multi), str(MIXED), "-q")
+    one_line_error(result, str(multi), "give it as the only path")
+
+
+def test_ingest_again_replaces_the_dataset(tmp_path: Path, capsys) -> None:
+    run = copied(tmp_path, 2)
+    rlperf(capsys, "ingest", str(run), "-o", str(tmp_path / "ds"), "-q")
+    sorted(run.iterdir())[1].unlink()
+    assert rlperf(capsys, "ingest", str(run), "-o", str(tmp_path / "ds"), "-q")[0] == 0
+    manifest = json.loads((tmp_path / "ds" / MANIFEST).read_text())
+    assert len(manifest["sources"]) == 1
+    assert sorted(p.name for p in (tmp_path / "ds" / "events").iterdir()) == ["rank=0"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+# --- every command -----------------------------------------------------------------------------
+
+
+def test_every_command_reads_a_dataset_as_its_sources(tmp_path: Path, capsys, multi) -> None:
+    """analyze, compare, audit, export and crosscheck: the same output from the dataset as from
+    the sources."""
+    run = copied(tmp_path, 2)
+    ds = tmp_path / "ds"
+    assert rlperf(capsys, "ingest", str(run), "-o", str(ds), "-q")[0] == 0
+    baseline = tmp_path / "base.json"
+    rlperf(capsys, "analyze", str(multi), "-f", "json", "-o", str(baseline), "-q")
+    for args in (
+        ("analyze", "-f", "json"),
+        ("audit", "--baseline", str(baseline)),
+        ("crosscheck", "-f", "json"),
+    ):
+        from_sources = rlperf(capsys, args[0], str(run), *args[1:], "-q", "--no-cache")
+        from_dataset = rlperf(capsys, args[0], str(ds), *args[1:], "-q")
+        assert from_sources[0] == from_dataset[0] in (0, 1), (args, from_dataset[2])
+        said = from_sources[1]
+        if args[0] == "audit":  # its subject line names the inputs given
+            said = said.replace(str(run), str(ds))
+        assert said == from_dataset[1] and len(from_dataset[1]) > 500, args
+    exported = []
+    for name, path in (("a", run), ("b", ds)):
+        out = tmp_path / f"{name}.json.gz"
+        assert rlperf(capsys, "export", str(path), "-o", str(out), "-q")[0] == 0
+        exported.append(gzip.decompress(out.read_bytes()))
+    assert exported[0] == exported[1]
+    status, out, _ = rlperf(capsys, "compare", str(ds), str(multi), "-f", "json", "-q")
+    assert status == 0 and json.loads(out)
+
+
+# --- reports byte-identical, and kept --------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "md"])
+def test_reports_are_byte_identical_first_from_cache_from_dataset(
+    tmp_path: Path, capsys, fmt: str
+) -> None:
+    run = copied(tmp_path, 2)
+    ds = tmp_path / "ds"
+    rlperf(capsys, "ingest", str(run), "-o", str(ds), "-q")
+    outs = {}
+    for name, args in (
+        ("first", (str(run), "--no-cache")),
+        ("fills cache", (str(run),)),
+        ("from cache", (str(run),)),
+        ("from dataset", (str(ds),)),
+        ("kept", (str(ds),)),
+    ):
+        out = tmp_path / f"{name}.{fmt}"
+        assert rlperf(capsys, "analyze", *args, "-f", fmt, "-o", str(out), "-q")[0] == 0
+        outs[name] = out.read_bytes()
+    assert len(outs["first"]) > 1000
+    assert all(data == outs["first"] for data in outs.values()), [
+        n for n, d in outs.items() if d != outs["first"]
+    ]
+    assert len(list((ds / products.PRODUCTS).iterdir())) == 1
+
+
+def test_a_kept_report_is_what_the_same_analysis_writes_again(tmp_path: Path, capsys) -> None:
+    """Read back, not computed: a changed kept report comes out; other options compute anew,
+    and --no-cache computes anyway."""
+    ds = tmp_path / "ds"
+    rlperf(capsys, "ingest", str(copied(tmp_path, 2)), "-o", str(ds), "-q")
+    out = tmp_path / "r.json"
+    rlperf(capsys, "analyze", str(ds), "-f", "json", "-o", str(out), "-q")
+    (kept,) = (ds / products.PRODUCTS).iterdir()
+    computed = out.read_bytes()
+    (kept / "report").write_bytes(computed.replace(b"{\n", b"{\t", 1))
+    rlperf(capsys, "analyze", str(ds), "-f", "json", "-o", str(out), "-q")
+    assert out.read_bytes() == computed.replace(b"{\n", b"{\t", 1)
+    rlperf(capsys, "analyze", str(ds), "-f", "json", "-o", str(out), "-q", "--no-cache")
+    assert out.read_bytes() == computed
+    rlperf(capsys, "analyze", str(ds), "-f", "json", "-o", str(out), "-q", "--ranks", "0")
+    assert out.read_bytes() != computed and json.loads(out.read_bytes())
+    assert len(list((ds / products.PRODUCTS).iterdir())) == 2
+
+
+def test_a_kept_report_says_its_warnings_again(tmp_path: Path, capsys) -> None:
+    ds = tmp_path / "ds"
+    rlperf(capsys, "ingest", str(copied(tmp_path, 2)), "-o", str(ds), "-q")
+    out = tmp_path / "r.txt"
+    asked = ("analyze", str(ds), "-o", str(out), "-q", "--ranks", "0-5")
+    first = rlperf(capsys, *asked)
+    again = rlperf(capsys, *asked)
+    assert "rlperf: warning: --ranks: ranks 2-5 are not in the run" in first[2]
+    assert again[2] == first[2] and again[0] == first[0] == 0
+
+
+def test_a_stale_dataset_keeps_no_report(tmp_path: Path, capsys) -> None:
+    run = copied(tmp_path, 2)
+    ds = tmp_path / "ds"
+    rlperf(capsys, "ingest", str(run), "-o", str(ds), "-q")
+    path = sorted(run.iterdir())[0]
+    path.write_bytes(path.read_bytes() + b"\0")
+    rlperf(capsys, "analyze", str(ds), "-f", "json", "-o", str(tmp_path / "r.json"), "-q")
+    assert not (ds / products.PRODUCTS).exists()
