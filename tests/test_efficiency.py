@@ -277,3 +277,20 @@ def test_a_broken_efficiency_table_names_the_file_and_entry(tmp_path: Path):
                    '[[device]]\nmatch = "(H100"\nname = "x"\npeak_tflops = 1\n')
     with pytest.raises(EfficiencyTableError, match=r"eff.toml: \[\[device\]\] #1: match"):
         load(bad)
+
+
+def test_real_mi300x_trace_gets_mfu_per_step_and_per_stage_from_shapes():
+    """A real sglang capture on MI300X records shapes, not FLOPs; its kernels run on GPU 9 while
+    deviceProperties lists only id 0: the one named device is still the one used."""
+    trace = CORPUS / "TraceLens" / "inference" / (
+        "sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode.json.gz"
+    )
+    run = analyzer.load([trace], use_cache=False)
+    flops = run.events["flops"].drop_nulls()
+    assert flops.len() == run.sources[0].meta["flops_from_shapes"] == 145
+    stage = run.efficiency.filter(pl.col("stage") == "rollout")
+    by = dict(stage.select("metric", "headline_value").iter_rows())
+    assert by["mfu"] == pytest.approx(by["achieved_tflops"] / 1307.4, rel=1e-9)
+    whole = row(run, "mfu")
+    assert whole["headline_value"] == pytest.approx(row(run, "achieved_tflops")["mean"] / 1307.4)
+    assert "read as AMD Instinct MI300X" in " ".join(run.efficiency_notes)
