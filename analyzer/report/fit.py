@@ -32,6 +32,8 @@ class Plan:
     kind: str
     parts: list[list[tuple[int, int]]] = field(default_factory=list)
     keys: int = 1
+    numbered: bool = False
+    """A ranked list: each block keyed ``place. title``."""
 
 
 def span(widths: list[int]) -> int:

@@ -26,12 +26,17 @@ from .sources import source_ranks
 
 ROWS = 30
 """Rows of a table the terminal shows unless ``verbose``."""
+RECORDS = 15
+"""Records of a stacked table (several lines each) the terminal shows unless ``verbose``."""
+FINDINGS_SHOWN = 10
+"""Findings of a ranked list the terminal shows unless ``verbose`` (the largest savings)."""
 SOURCES_SHOWN = 6
 SKIPPED_SHOWN = 3
 REMARKS_SHOWN = 12
 """Notes, and warnings, shown one per line before the rest are counted."""
 NUMBERED = {"findings"}
-"""Sections whose records are a ranked list: stacked with their rank number."""
+"""Sections whose records are a ranked list (its place first, then its title): stacked as
+``1. title`` with the other fields under it."""
 EVERYTHING = "--verbose lists all of them; --format json holds them"
 
 
@@ -53,11 +58,13 @@ def _section(section: Section, console: Console, *, verbose: bool = False) -> No
     console.print(plain(section.title, "bold"))
     columns = section.shown_columns()
     rows = section.rows()
-    shown = rows if verbose else rows[:ROWS]
-    cells = [[printable(cell(v, c.format)) for v, c in zip(r, columns, strict=True)] for r in shown]
-    table(columns, cells, console, numbered=section.name in NUMBERED)
-    if len(rows) > len(shown):
-        console.print(plain(f"… {_more(len(rows) - len(shown), 'row')} ({EVERYTHING})", "dim"))
+    numbered = section.name in NUMBERED
+    cells = [[printable(cell(v, c.format)) for v, c in zip(r, columns, strict=True)] for r in rows]
+    if not verbose:
+        cells = cells[: shown_rows(fitted(columns, cells[:ROWS], console.width, numbered=numbered))]
+    table(columns, cells, console, numbered=numbered)
+    if len(rows) > len(cells):
+        console.print(plain(f"… {_more(len(rows) - len(cells), 'row')} ({EVERYTHING})", "dim"))
     if section.note:
         console.print(plain(section.note, "dim"))
 
@@ -67,9 +74,8 @@ def table(
 ) -> None:
     """``rows`` (cell strings) under ``columns``, laid out to fit ``console.width``."""
     titles = [c.title for c in columns]
-    by_column = [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in columns]
-    layout = plan(titles, by_column, [c.format == "text" for c in columns], console.width)
-    if numbered or layout.kind == "stacked":
+    layout = fitted(columns, rows, console.width, numbered=numbered)
+    if layout.kind == "stacked":
         _stacked(titles, rows, console, layout, numbered=numbered)
         return
     for n, part in enumerate(layout.parts):
@@ -88,16 +94,34 @@ def table(
         console.print(grid)
 
 
+def shown_rows(layout: Plan) -> int:
+    """How many rows the terminal shows in ``layout`` unless ``verbose``."""
+    if layout.kind != "stacked":
+        return ROWS
+    return FINDINGS_SHOWN if layout.numbered else RECORDS
+
+
+def fitted(
+    columns: list[Column], rows: list[list[str]], width: int, *, numbered: bool = False
+) -> Plan:
+    """How ``rows`` print at ``width`` (:func:`analyzer.report.fit.plan`); a ranked list is
+    always stacked, keyed by its place and title (the first two columns)."""
+    if numbered:
+        return Plan("stacked", keys=min(2, len(columns)), numbered=True)
+    by_column = [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in columns]
+    return plan([c.title for c in columns], by_column, [c.format == "text" for c in columns], width)
+
+
 def _stacked(
     titles: list[str], rows: list[list[str]], console: Console, layout: Plan, *, numbered: bool
 ) -> None:
     """One block per record: its key (numbered in a ranked list) on a line, then each other field
     that holds something as ``title  value``, the value wrapped under itself."""
     width = console.width
-    keys = 0 if numbered else layout.keys
+    keys = layout.keys
     label = min(max((len(t) for t in titles[keys:]), default=0), width // 3)
-    for n, row in enumerate(rows, 1):
-        key = " · ".join(row[:keys]) if keys else f"{n}."
+    for row in rows:
+        key = f"{row[0]}. {' '.join(row[1:keys])}" if numbered else " · ".join(row[:keys])
         lines: list[str] = []
         for title, value in zip(titles[keys:], row[keys:], strict=True):
             if value in ("", "–"):
@@ -153,7 +177,7 @@ def _remarks(run: Run, console: Console, verbose: bool) -> None:
         for path in skipped:
             console.print(plain(f"skipped (not a format rlperf reads): {path}", "dim"))
     else:
-        examples = ", ".join(skipped[:SKIPPED_SHOWN])
+        examples = ", ".join(p.name for p in run.unknown[:SKIPPED_SHOWN])
         console.print(
             plain(f"skipped {len(skipped):,} files not in a format rlperf reads, e.g. {examples}, "
                   f"… ({EVERYTHING})", "dim")
