@@ -36,9 +36,10 @@ margin:24px auto;max-width:1180px;color:#222;padding:0 16px}
 h1{font-size:1.6em;margin-bottom:4px} h2{font-size:1.25em;margin-top:32px;\
 border-bottom:1px solid #ddd;padding-bottom:4px}
 h3{font-size:1.05em;margin-top:22px}
-table{border-collapse:collapse;font-size:13px;margin:8px 0} th,td{padding:3px 9px;\
-border-bottom:1px solid #eee;text-align:left;vertical-align:top}
-td.num{text-align:right;font-variant-numeric:tabular-nums} th{background:#f6f6f6}
+table{border-collapse:collapse;font-size:13px;margin:8px 0;max-width:100%} th,td{padding:3px 9px;\
+border-bottom:1px solid #eee;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap} \
+th{background:#f6f6f6;overflow-wrap:normal}
 .note{color:#555;font-size:13px;margin:4px 0} .needs{color:#8a6d3b;background:#fcf8e3;\
 padding:6px 10px;border-radius:4px;font-size:13px}
 .errors{color:#a94442;background:#f2dede;padding:8px 12px;border-radius:4px;white-space:pre-wrap}
@@ -191,7 +192,9 @@ def frame_html(frame: pl.DataFrame, columns: Sequence[Column]) -> str:
 
 
 def _row_classes(frame: pl.DataFrame) -> list[str]:
-    """Guideline rows are tinted by severity (violations) or status."""
+    """Guideline rows are tinted by severity (violations) or status, findings by severity."""
+    if "severity" in frame.columns and "status" not in frame.columns:
+        return [f"sev-{sev}" if sev else "" for sev in frame["severity"].to_list()]
     if not {"status", "severity"} <= set(frame.columns):
         return [""] * frame.height
     return [
