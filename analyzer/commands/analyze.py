@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from parsers.errors import InputError
 from taxonomy.profiles import load_profiles
@@ -51,8 +53,31 @@ EXAMPLES = (
     'rlperf analyze runs/job-42/ --format html -o report.html',
     'rlperf analyze runs/job-42/ --steps 3-5 --ranks 0-7 --format json',
     'rlperf analyze trace.json --framework verl --rules my_rules.toml',
+    'COLUMNS=80 rlperf analyze runs/job-42/ --quiet     # a CI log',
 )
 """Shown under ``rlperf analyze --help`` (analyzer/cli.py)."""
+
+FILE_WIDTH = 120
+"""The terminal report's width in a file (-o) when neither --width nor COLUMNS says."""
+
+Width = Annotated[
+    int | None,
+    typer.Option(
+        "--width",
+        min=40,
+        max=1000,
+        help="Terminal report width in columns (default: the terminal's, else COLUMNS, else 80; "
+        f"{FILE_WIDTH} in a file).",
+    ),
+]
+Verbose = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        help="Terminal report: every row of every table, every source and skipped file.",
+    ),
+]
+
 
 def analyze(
     paths: Paths,
@@ -68,6 +93,8 @@ def analyze(
     rules: RulesFile = None,
     layout: LayoutSpec = None,
     run_choice: RunChoice = None,
+    width: Width = None,
+    verbose: Verbose = False,
     strict: Strict = False,
     debug: Debug = False,
 ) -> None:
@@ -108,7 +135,7 @@ def analyze(
     with steps.step("Analyzing"):
         sections(run)  # computes every product once, behind a progress display
     hold_strict([run])
-    emit(run, fmt.value, output, steps)
+    emit(run, fmt.value, output, steps, width=width, verbose=verbose)
     conclude([run])
 
 
@@ -173,8 +200,11 @@ def spans(values: list[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def emit(run, fmt: str, output: Path | None, steps) -> None:
-    """Write ``run``'s report in ``fmt`` to ``output`` (or stdout)."""
+def emit(
+    run, fmt: str, output: Path | None, steps, *, width: int | None = None, verbose: bool = False
+) -> None:
+    """Write ``run``'s report in ``fmt`` to ``output`` (or stdout); the terminal report at
+    ``width`` columns (:func:`report_width`), cut long lists unless ``verbose``."""
     if fmt in ("md", "html", "png"):
         from ..report.formats import write_report  # deferred: its renderers load altair
 
@@ -183,5 +213,15 @@ def emit(run, fmt: str, output: Path | None, steps) -> None:
     if fmt == "json":
         emit_text(json_report.render(run) + "\n", output, steps, "json report")
         return
-    with console(output, 120) as out:
-        text_report.render(run, out)
+    if output is None and width is not None:
+        text_report.render(run, Console(width=width), verbose=verbose)
+        return
+    with console(output, report_width(width)) as out:
+        text_report.render(run, out, verbose=verbose)
+
+
+def report_width(asked: int | None) -> int:
+    """The width of a terminal report written to a file: ``--width``, else ``COLUMNS`` (what a
+    CI log is set to), else :data:`FILE_WIDTH`."""
+    columns = os.environ.get("COLUMNS", "")
+    return asked or (int(columns) if columns.isdigit() and int(columns) > 0 else FILE_WIDTH)
