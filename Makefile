@@ -62,6 +62,8 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/nsys_ingest.py
 	$(BIN)/python benchmarks/logs_ingest.py
 	$(BIN)/python benchmarks/analyze_scale.py
+	$(BIN)/python benchmarks/vs_hta.py
+	$(BIN)/python benchmarks/scale.py --ranks 8,64,256
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,120 @@
+"""Time and memory against ranks: ``rlperf analyze`` on synthetic runs of 8 … 1,024 ranks.
+
+For each rank count a run is generated on the fly (``sample_traces.synth``, same scenario,
+steps and seed), analysed end to end by a fresh ``rlperf analyze DIR --format json --no-cache``
+and deleted. Reported per row: the JSON size, the events, wall seconds, the main process' peak
+RSS and the sampled peak of the whole process tree (main process + parser workers, see
+``measure.py``), and the per-rank cost (seconds and MiB per rank), whose flatness is what
+"grows linearly" means. The first analysis, no cache: what a user waits for.
+
+    .venv/bin/python benchmarks/scale.py [--ranks 8,64,256,1024] [--scenario disaggregated]
+        [--steps 3] [--per-rank-mb MB] [--no-gzip] [--json OUT]
+
+``--per-rank-mb`` raises the decode length until each rank's trace holds about that many MB
+of JSON (the "64 ranks × 100 MB" run: ``--ranks 64 --per-rank-mb 100 --steps 1``).
+
+Absolute times on a shared machine move with its load; run with ``nice -n 10`` and compare the
+per-rank columns within one run (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from ingest import _env  # noqa: E402
+from measure import measure  # noqa: E402
+
+GIB = 2**30
+
+
+def one(ranks: int, args: argparse.Namespace, tmp: Path) -> dict:
+    from sample_traces.synth import generate, preset
+
+    run = tmp / f"run{ranks}"
+    overrides = _sized(args) if args.per_rank_mb else {}
+    config = preset(args.scenario, ranks, steps=args.steps, seed=1, **overrides)
+    t = time.perf_counter()
+    generate(config, run, jobs=args.jobs, gz=not args.no_gzip)
+    generated = time.perf_counter() - t
+    size = sum(_json_bytes(f) for f in run.iterdir() if f.name.endswith((".json", ".gz")))
+    rlperf = Path(sys.executable).with_name("rlperf")
+    report = tmp / "report.json"
+    figures = measure(
+        [str(rlperf), "analyze", str(run), "--format", "json", "-o", str(report), "--no-cache",
+         "--quiet", "--jobs", str(args.jobs)],
+        _env(),
+    )
+    document = json.loads(report.read_text())
+    shutil.rmtree(run)
+    report.unlink()
+    return {
+        "ranks": ranks,
+        "file_mb": size / 1e6,
+        "generate_s": generated,
+        "sections": len(document),
+        **figures,
+    }
+
+
+def _json_bytes(path: Path) -> int:
+    """The JSON a file holds: a gzip member's own size field (ISIZE, mod 2**32), else the file."""
+    if not path.name.endswith(".gz"):
+        return path.stat().st_size
+    with path.open("rb") as fh:
+        fh.seek(-4, os.SEEK_END)
+        return int.from_bytes(fh.read(4), "little")
+
+
+def _sized(args: argparse.Namespace) -> dict[str, float]:
+    """Decode long enough for ~``per_rank_mb`` MB of JSON per rank: the response length (and its
+    cap) scaled from an 8-rank probe of the same shape."""
+    from sample_traces.synth import generate, preset
+
+    with tempfile.TemporaryDirectory() as probe:
+        generate(preset(args.scenario, 8, steps=args.steps, seed=1), Path(probe), jobs=1)
+        per_rank = sum(map(_json_bytes, Path(probe).glob("*.gz"))) / 8 / 1e6
+    factor = max(1.0, args.per_rank_mb / per_rank)
+    return {"response_median": 24.0 * factor, "max_response": int(64 * factor)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--ranks", default="8,64,256,1024")
+    parser.add_argument("--scenario", default="disaggregated")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--per-rank-mb", type=float, default=0.0)
+    parser.add_argument("--no-gzip", action="store_true", help="write plain JSON (faster)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    rows = []
+    print(f"synthetic {args.scenario}, {args.steps} steps, {args.jobs} jobs, first analysis "
+          "(no cache)")
+    print(f"{'ranks':>6} {'JSON MB':>9} {'seconds':>8} {'main MiB':>9} {'tree MiB':>9} "
+          f"{'s/rank':>7} {'MiB/rank':>9}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for ranks in (int(r) for r in args.ranks.split(",")):
+            row = one(ranks, args, Path(tmp))
+            rows.append(row)
+            print(f"{ranks:6d} {row['file_mb']:9.1f} {row['seconds']:8.2f} "
+                  f"{row['peak_rss_mib']:9.0f} {row['tree_peak_mib']:9.0f} "
+                  f"{row['seconds'] / ranks:7.3f} {row['tree_peak_mib'] / ranks:9.2f}",
+                  flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
