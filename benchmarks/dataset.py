@@ -1,0 +1,143 @@
+"""Re-analysis from a dataset against the first analysis, same run, same inputs: is it at least
+50× faster, and is every report byte-identical?
+
+For each input, in one process (libraries imported and the command line built once, so the
+ratio is what the analysis costs, not Python's start-up), ``rlperf analyze INPUT -f json -o
+FILE`` timed as:
+- **first**: from the sources, ``--no-cache`` (parse, assemble, analyse, render);
+- **from cache**: from the sources again, the per-file parse cache warm;
+- **from dataset**: ``rlperf ingest`` once, then the dataset analysed for the first time with
+  these options (tables read instead of parsed; the report is kept in the dataset);
+- **re-analysis**: the dataset analysed again with the same options (the kept report read).
+Medians of ``--repeat`` alternating rounds. Then the same two ends as whole processes (a fresh
+``rlperf``: Python, imports and all), which is what a user waits for at a shell.
+
+    .venv/bin/python benchmarks/dataset.py [INPUTS…] [--repeat 5] [--goal 50] [--json OUT]
+
+Default inputs: the corpus' df_index_resolver.json.gz and the 8-rank synthetic disaggregated
+sample. Exit status 1 when a report differs or the in-process ratio is under ``--goal``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CORPUS = ROOT.parent / "shared" / "corpus"
+DEFAULT = [
+    CORPUS / "HolisticTraceAnalysis" / "df_index_resolver.json.gz",
+    ROOT / "sample_traces" / "synthetic" / "disaggregated",
+]
+
+
+@cache
+def cli():
+    """The command line as ``rlperf`` builds it, built once (building it is start-up, which the
+    whole-process figures count)."""
+    import typer
+
+    from analyzer.cli import app, plain_help
+
+    return plain_help(typer.main.get_command(app))
+
+
+def command(*args: str) -> float:
+    """``rlperf ARGS`` in this process: its seconds (a non-zero exit stops the benchmark)."""
+    start = time.perf_counter()
+    status = cli()([*args, "-q"], standalone_mode=False, prog_name="rlperf")
+    seconds = time.perf_counter() - start
+    if status:
+        raise RuntimeError(f"rlperf {' '.join(args)} exited {status}")
+    return seconds
+
+
+def process(*args: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "from analyzer.cli import main; main()", *args, "-q"],
+                   check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return time.perf_counter() - start
+
+
+def measure(source: Path, work: Path, repeat: int) -> dict[str, object]:
+    dataset = work / "ds"
+    out = {k: work / f"{k}.json" for k in ("first", "cache", "dataset", "again")}
+    ingest_s = command("ingest", str(source), "-o", str(dataset))
+    analyze = ("analyze", "-f", "json", "-o")
+    times: dict[str, list[float]] = {k: [] for k in out}
+    command(*analyze, str(out["cache"]), str(source))  # fills the parse cache
+    command(*analyze, str(out["again"]), str(dataset))  # keeps the report in the dataset
+    for _ in range(repeat):
+        times["first"].append(command(*analyze, str(out["first"]), str(source), "--no-cache"))
+        times["cache"].append(command(*analyze, str(out["cache"]), str(source)))
+        times["dataset"].append(
+            command(*analyze, str(out["dataset"]), str(dataset), "--no-cache")
+        )
+        times["again"].append(command(*analyze, str(out["again"]), str(dataset)))
+    reports = {k: p.read_bytes() for k, p in out.items()}
+    median = {k: statistics.median(v) for k, v in times.items()}
+    whole = {
+        "first": statistics.median(
+            process(*analyze, str(out["first"]), str(source), "--no-cache") for _ in range(3)
+        ),
+        "again": statistics.median(
+            process(*analyze, str(out["again"]), str(dataset)) for _ in range(3)
+        ),
+    }
+    ratio = median["first"] / median["again"]
+    line = (
+        f"{source.name}: first {median['first']:.3f} s, from cache {median['cache']:.3f} s, "
+        f"from dataset {median['dataset']:.3f} s, re-analysis {median['again']:.4f} s: "
+        f"{ratio:.0f}x; whole process {whole['first']:.2f} s vs {whole['again']:.2f} s = "
+        f"{whole['first'] / whole['again']:.1f}x; ingest {ingest_s:.3f} s; reports identical: "
+        f"{len(set(reports.values())) == 1}"
+    )
+    return {
+        "input": str(source),
+        "ingest_s": round(ingest_s, 4),
+        "seconds": {k: round(v, 4) for k, v in median.items()},
+        "ratio_first_over_again": round(ratio, 1),
+        "ratio_first_over_dataset": round(median["first"] / median["dataset"], 2),
+        "whole_process_s": {k: round(v, 3) for k, v in whole.items()},
+        "identical": len(set(reports.values())) == 1,
+        "report_bytes": len(reports["first"]),
+        "line": line,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("inputs", nargs="*", type=Path, default=DEFAULT)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--goal", type=float, default=50.0)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["RLPERF_CACHE_DIR"] = str(Path(tmp) / "cache")
+        for i, source in enumerate(args.inputs):
+            work = Path(tmp) / str(i)
+            work.mkdir()
+            results.append(measure(source, work, args.repeat))
+    for r in results:
+        print(r["line"])
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    ok = all(r["identical"] and float(str(r["ratio_first_over_again"])) >= args.goal
+             for r in results)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
