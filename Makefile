@@ -62,6 +62,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/nsys_ingest.py
 	$(BIN)/python benchmarks/logs_ingest.py
 	$(BIN)/python benchmarks/analyze_scale.py
+	$(BIN)/python benchmarks/dataset.py
 	$(BIN)/python benchmarks/vs_hta.py
 	$(BIN)/python benchmarks/scale.py --ranks 8,64,256
 

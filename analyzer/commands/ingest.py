@@ -24,7 +24,20 @@ from ..model.run import Run
 from ..model.units import spans
 from ..progress import Steps, files_to_read, shown
 from ..report.files import emit_text, write_bytes
-from .shared import CONTRACT, Debug, Jobs, NoCache, Paths, Quiet, RunChoice, Strict, say
+from .shared import (
+    CONTRACT,
+    Debug,
+    EngineChoice,
+    EngineName,
+    Jobs,
+    NoCache,
+    Paths,
+    Quiet,
+    RayAddress,
+    RunChoice,
+    Strict,
+    say,
+)
 
 EXAMPLES = (
     "rlperf ingest runs/job-42/ -o job-42.rlperf",
@@ -50,6 +63,8 @@ def ingest(
     output: DatasetDir,
     jobs: Jobs = None,
     no_cache: NoCache = False,
+    engine: EngineChoice = EngineName.local,
+    ray_address: RayAddress = None,
     quiet: Quiet = False,
     run_choice: RunChoice = None,
     strict: Strict = False,
@@ -133,8 +148,11 @@ def _write_whole(output: Path, write) -> None:
 
 REUSED_FORMATS = ("text", "json", "md", "html")
 """Reports that are one file (png writes a folder of images)."""
-NOT_SHAPING = frozenset({"paths", "output", "jobs", "quiet", "no_cache", "debug", "strict"})
-"""Options of ``analyze`` that do not change the report's bytes; every other option does, so
+NOT_SHAPING = frozenset(
+    {"paths", "output", "jobs", "quiet", "no_cache", "debug", "strict", "engine", "ray_address"}
+)
+"""Options of ``analyze`` that do not change the report's bytes (an engine gives the same numbers
+as the local one); every other option does, so
 an option added later is part of the key without being listed here."""
 
 
