@@ -152,8 +152,8 @@ NOT_SHAPING = frozenset(
     {"paths", "output", "jobs", "quiet", "no_cache", "debug", "strict", "engine", "ray_address"}
 )
 """Options of ``analyze`` that do not change the report's bytes (an engine gives the same numbers
-as the local one); every other option does, so
-an option added later is part of the key without being listed here."""
+as the local one); every other option does, so an option added later is part of the key
+without being listed here."""
 
 
 @dataclass
