@@ -20,7 +20,20 @@ from ..ops.compare import default_labels
 from ..progress import Steps, load
 from ..report.comparison import NOTE, TEXT_COLUMNS, display, wins_line
 from ..report.files import console, emit_text
-from .shared import Debug, Jobs, NoCache, Output, Quiet, RunChoice, Strict, conclude, hold_strict
+from .shared import (
+    Debug,
+    EngineChoice,
+    EngineName,
+    Jobs,
+    NoCache,
+    Output,
+    Quiet,
+    RayAddress,
+    RunChoice,
+    Strict,
+    conclude,
+    hold_strict,
+)
 
 
 class CompareFormat(str, Enum):
@@ -55,6 +68,8 @@ def compare(
     output: Output = None,
     jobs: Jobs = None,
     no_cache: NoCache = False,
+    engine: EngineChoice = EngineName.local,
+    ray_address: RayAddress = None,
     quiet: Quiet = False,
     run_choice: RunChoice = None,
     strict: Strict = False,

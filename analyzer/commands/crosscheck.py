@@ -17,11 +17,14 @@ from ..progress import Steps, load
 from ..report.files import console, emit_text
 from .shared import (
     Debug,
+    EngineChoice,
+    EngineName,
     Jobs,
     NoCache,
     Output,
     Paths,
     Quiet,
+    RayAddress,
     RunChoice,
     Strict,
     conclude,
@@ -48,6 +51,8 @@ def crosscheck(
     output: Output = None,
     jobs: Jobs = None,
     no_cache: NoCache = False,
+    engine: EngineChoice = EngineName.local,
+    ray_address: RayAddress = None,
     quiet: Quiet = False,
     run_choice: RunChoice = None,
     strict: Strict = False,

@@ -10,7 +10,20 @@ import typer
 from ..ops.perfetto import MERGE_BELOW_NS
 from ..ops.perfetto import export as write_trace
 from ..progress import Steps, load
-from .shared import Debug, Jobs, NoCache, Paths, Quiet, RunChoice, Strict, conclude, hold_strict
+from .shared import (
+    Debug,
+    EngineChoice,
+    EngineName,
+    Jobs,
+    NoCache,
+    Paths,
+    Quiet,
+    RayAddress,
+    RunChoice,
+    Strict,
+    conclude,
+    hold_strict,
+)
 
 EXAMPLES = (
     'rlperf export runs/job-42/ -o job-42.json.gz   (open at ui.perfetto.dev)',
@@ -30,6 +43,8 @@ def export(
     ],
     jobs: Jobs = None,
     no_cache: NoCache = False,
+    engine: EngineChoice = EngineName.local,
+    ray_address: RayAddress = None,
     quiet: Quiet = False,
     run_choice: RunChoice = None,
     strict: Strict = False,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ import typer
 
 from parsers.errors import InputError, printable
 
+from .. import engines
 from ..model.run import Run
 from ..report.sections import failures
 
@@ -30,6 +32,43 @@ Jobs = Annotated[
     int | None,
     typer.Option("--jobs", "-j", help="Parse this many files at once (default: one per core)."),
 ]
+
+
+class EngineName(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+def _choose_engine(value: EngineName) -> EngineName:
+    engines.choose(engine=value.value)
+    return value
+
+
+def _choose_address(value: str | None) -> str | None:
+    engines.choose(address=value, given=True)
+    return value
+
+
+EngineChoice = Annotated[
+    EngineName,
+    typer.Option(
+        "--engine",
+        help="Where files are parsed: local (processes on this machine) or ray (tasks on a Ray "
+             "cluster: docs/ray.md, pip install 'rlperf[ray]').",
+        callback=_choose_engine,
+    ),
+]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        help="The Ray cluster for --engine ray: auto (the one this machine is in), HOST:PORT or "
+             "ray://HOST:10001 (default: $RAY_ADDRESS, else a Ray started for this run).",
+        callback=_choose_address,
+    ),
+]
+
+
 NoCache = Annotated[
     bool,
     typer.Option("--no-cache", help="Parse every file again instead of reusing rlperf's cache."),

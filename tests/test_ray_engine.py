@@ -1,0 +1,224 @@
+"""``--engine ray``: a Ray cluster on 127.0.0.1 (started here with 2 CPUs, stopped after) parses
+multi-rank runs, and the JSON report (every number, every text) equals the local engine's; the
+parse really ran in Ray's workers; a bad address, a missing ray and an address without
+``--engine ray`` are each one line and exit status 2, within a bounded time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from shutil import rmtree
+
+import pytest
+
+from analyzer import engines
+from analyzer.assemble.ingest import ingest
+from analyzer.engines import on_ray
+from parsers import InputError
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SAMPLES = ["sample_traces/synthetic/disaggregated", "sample_traces/runs/verl_ppo_disaggregated"]
+"""Multi-rank runs (8 ranks of synthetic traces; a real verl run's traces and logs), named
+relative to the repository as a user names them from their working directory."""
+START_TIMEOUT_S = 240
+"""Ray's own limit for a node to come up is 30 s; a busy 2-core machine gets two tries."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+TOKEN = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+"""The test cluster's authentication, given to it and to every driver of this module (Ray
+would otherwise read or write the user's ~/.ray/auth_token)."""
+
+
+def start_head(temp: Path, port: int) -> subprocess.Popen:
+    env = {**os.environ, **TOKEN, "RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_worker_prestart": "0"}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.Popen(
+        [
+            str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+            "--port", str(port), "--num-cpus", "2", "--include-dashboard", "false",
+            "--disable-usage-stats", "--temp-dir", str(temp),
+        ],
+        stdout=(temp / "start.log").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=env,
+    )
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """The whole process group (the head and every process Ray started under it)."""
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def started(proc: subprocess.Popen, log: Path, until: float) -> bool:
+    while time.monotonic() < until and proc.poll() is None:
+        if "Ray runtime started" in log.read_text(errors="replace"):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """A Ray head on 127.0.0.1 for this module; its address."""
+    # Ray's socket paths must stay short: a folder directly in the temporary directory.
+    temp = Path(tempfile.mkdtemp(prefix="rlperf-ray-"))
+    until = time.monotonic() + START_TIMEOUT_S
+    proc = None
+    try:
+        while time.monotonic() < until:
+            port = free_port()
+            proc = start_head(temp, port)
+            if started(proc, temp / "start.log", until):
+                break
+            stop(proc)
+        else:
+            tail = (temp / "start.log").read_text(errors="replace")[-2000:]
+            pytest.fail(f"no Ray head within {START_TIMEOUT_S} s:\n{tail}")
+        yield f"127.0.0.1:{port}"
+    finally:
+        if proc is not None:
+            stop(proc)
+        rmtree(temp, ignore_errors=True)
+
+
+def rlperf(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.run(
+        [str(BIN / "rlperf"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**clean, **TOKEN, **(env or {})},
+    )
+
+
+def report(sample: str, *engine: str) -> dict:
+    done = rlperf("analyze", sample, "--format", "json", "--no-cache", "--quiet", *engine)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def one_line_error(done: subprocess.CompletedProcess, *needles: str) -> str:
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("rlperf: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_the_ray_engines_report_equals_the_local_engines(cluster: str, sample: str):
+    local = report(sample)
+    on_ray_report = report(sample, "--engine", "ray", "--ray-address", cluster)
+    assert on_ray_report == local
+    assert json.dumps(on_ray_report, sort_keys=True) == json.dumps(local, sort_keys=True)
+
+
+def test_the_samples_are_multi_rank_runs():
+    """What the comparison above stands on: runs of several ranks and several sources."""
+    for sample in SAMPLES:
+        found = ingest([REPO / sample], use_cache=False)
+        ranks = {s.meta.get("rank") for s in found.sources} - {None}
+        assert len(found.sources) >= 3 and len(ranks) >= 2, (sample, ranks)
+
+
+def test_the_parse_runs_in_rays_workers(cluster: str, monkeypatch: pytest.MonkeyPatch):
+    """The driver's parser digest made to differ: only a task in another process (a Ray
+    worker, with the real digest) can notice, and it names the node and the file."""
+    path = REPO / SAMPLES[0] / "rank-1.synthetic.pt.trace.json.gz"
+    monkeypatch.setattr(on_ray, "parsers_digest", lambda: "another-rlperf")
+    for name, value in TOKEN.items():
+        monkeypatch.setenv(name, value)
+    with engines.using("ray", cluster), pytest.raises(InputError) as caught:
+        ingest([path], use_cache=False)
+    assert caught.value.path == str(path)
+    assert "runs another rlperf" in caught.value.problem
+    assert socket.gethostname() in caught.value.problem
+
+
+def test_a_bad_address_is_one_line_within_the_probe_time():
+    port = free_port()  # nothing listens there once the probe socket is closed
+    start = time.monotonic()
+    line = one_line_error(
+        rlperf("analyze", SAMPLES[0], "--engine", "ray", "--ray-address", f"127.0.0.1:{port}"),
+        "--ray-address", f"no Ray cluster at 127.0.0.1:{port}",
+    )
+    assert time.monotonic() - start < 60, line
+
+
+def test_an_unanswering_host_is_bounded_by_the_timeout():
+    """A host that never answers (a reserved documentation address) fails after
+    ``RLPERF_RAY_TIMEOUT``, not after Ray's own minutes of retries."""
+    start = time.monotonic()
+    one_line_error(
+        rlperf(
+            "analyze", SAMPLES[0], "--engine", "ray", "--ray-address", "ray://192.0.2.254:10001",
+            env={"RLPERF_RAY_TIMEOUT": "2"},
+        ),
+        "no Ray cluster at ray://192.0.2.254:10001",
+    )
+    assert time.monotonic() - start < 45
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--engine", "ray", "--ray-address", "nonsense"], "is not auto, local, HOST:PORT"),
+        (["--ray-address", "127.0.0.1:6379"], "--ray-address: is for --engine ray"),
+    ],
+)
+def test_a_malformed_or_misplaced_address_is_one_line(args: list[str], needle: str):
+    one_line_error(rlperf("analyze", SAMPLES[0], *args), needle)
+
+
+def test_without_ray_installed_the_line_says_how_to_install_it():
+    code = (
+        "import sys; sys.modules['ray'] = None; sys.argv = ['rlperf', *sys.argv[1:]]; "
+        "from analyzer.cli import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "analyze", SAMPLES[0], "--engine", "ray"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    one_line_error(done, "--engine: ray is not installed: pip install 'rlperf[ray]'")
+
+
+def test_the_local_engine_does_not_import_ray():
+    code = (
+        "import sys, analyzer; from analyzer.cli import app; "
+        f"analyzer.load([{str(REPO / SAMPLES[0])!r}]); print('ray' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
