@@ -22,6 +22,8 @@ from ..report.files import console, emit_text
 from ..report.sections import sections
 from .shared import (
     Debug,
+    EngineChoice,
+    EngineName,
     Framework,
     GuidelinesFile,
     Jobs,
@@ -31,6 +33,7 @@ from .shared import (
     Paths,
     Quiet,
     RankSelection,
+    RayAddress,
     RulesFile,
     RunChoice,
     StepSelection,
@@ -85,6 +88,8 @@ def analyze(
     output: Output = None,
     jobs: Jobs = None,
     no_cache: NoCache = False,
+    engine: EngineChoice = EngineName.local,
+    ray_address: RayAddress = None,
     quiet: Quiet = False,
     guidelines: GuidelinesFile = None,
     framework: Framework = None,
