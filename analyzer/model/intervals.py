@@ -67,11 +67,13 @@ def length(
 
 
 def _sweep(a: pl.DataFrame, b: pl.DataFrame, by: list[str], keep: pl.Expr) -> pl.DataFrame:
-    """Boundary sweep over the unions of ``a`` and ``b``; keeps the elementary segments where
-    ``keep`` holds (``_ca``, ``_cb``: how many of a's and b's pieces cover the segment)."""
+    """Boundary sweep over ``a`` and ``b``; keeps the elementary segments where ``keep`` holds
+    (``_ca``, ``_cb``: how many of a's and b's intervals cover the segment). The counts need no
+    union first: overlapping intervals only raise them, and every delta at one time point is in
+    the count of that point's last row, the only one whose segment is kept."""
     tagged = pl.concat([
-        union(a, by).with_columns(pl.lit(1, pl.Int8).alias("_a"), pl.lit(0, pl.Int8).alias("_b")),
-        union(b, by).with_columns(pl.lit(0, pl.Int8).alias("_a"), pl.lit(1, pl.Int8).alias("_b")),
+        _live(a, by).with_columns(pl.lit(1, pl.Int8).alias("_a"), pl.lit(0, pl.Int8).alias("_b")),
+        _live(b, by).with_columns(pl.lit(0, pl.Int8).alias("_a"), pl.lit(1, pl.Int8).alias("_b")),
     ])
     points = pl.concat(
         [
@@ -96,6 +98,11 @@ def _sweep(a: pl.DataFrame, b: pl.DataFrame, by: list[str], keep: pl.Expr) -> pl
     ).filter(keep & pl.col("_next").is_not_null() & (pl.col("_next") > pl.col("t")))
     merged = segments.select([*by, pl.col("t").alias(START), pl.col("_next").alias(END)])
     return union(merged, by) if merged.height else merged
+
+
+def _live(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """``by`` + start_ns, end_ns of the intervals that are not empty."""
+    return frame.select([*by, START, END]).filter(pl.col(END) > pl.col(START))
 
 
 def clip_to_windows(
