@@ -13,7 +13,10 @@ import hashlib
 import io
 import logging
 import os
+import secrets
+import signal
 import socket
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -35,6 +38,9 @@ INSTALL = "pip install 'rlperf[ray]'"
 CONNECT_TIMEOUT_S = 60.0
 """How long connecting to (or starting) a cluster may take before it is an error;
 ``RLPERF_RAY_TIMEOUT`` (seconds) changes it."""
+LOCAL_START_FACTOR = 3
+"""Starting a Ray for the run may take this many times as long (half a minute on a busy
+2-core machine)."""
 PROBE_TIMEOUT_S = 10.0
 """How long a HOST:PORT address may take to accept a TCP connection at all."""
 
@@ -53,6 +59,8 @@ class RayEngine:
         self.address = address if address is not None else os.environ.get("RAY_ADDRESS") or "local"
 
     def parse(self, jobs: list[Job], workers: int | None, progress: Progress) -> Iterator[Parsed]:
+        if self.address == "local":
+            local_settings()
         ray = ray_module()
         with connected(ray, self.address, workers):
             task = ray.remote(num_cpus=1)(parse_remote)
@@ -79,35 +87,59 @@ def connected(ray: ModuleType, address: str, workers: int | None) -> Iterator[No
         yield
         return
     timeout = connect_timeout()
-    if address != "local" and address != "auto":
-        probe(address, min(timeout, PROBE_TIMEOUT_S))
-    options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+    options: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
     if address == "local":
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         options |= {"num_cpus": workers or os.cpu_count() or 1, "include_dashboard": False}
-    failure: list[BaseException] = []
-
-    def start() -> None:
-        try:
+        timeout *= LOCAL_START_FACTOR
+    elif address != "auto":
+        probe(address, min(timeout, PROBE_TIMEOUT_S))
+    try:
+        with deadline(timeout):
             ray.init(address=address, **options)
-        except Exception as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=start, name="rlperf-ray-init", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
+    except TimeoutError:
+        ray.shutdown()
         raise InputError(
             "--ray-address", f"no Ray cluster at {address} answered within {timeout:g} s"
-        )
-    if failure:
+        ) from None
+    except Exception as exc:
         raise InputError(
-            "--ray-address", f"cannot use Ray at {address}: {first_line(failure[0])}"
-        )
+            "--ray-address", f"cannot use Ray at {address}: {first_line(exc)}"
+        ) from None
     try:
         yield
     finally:
         ray.shutdown()
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """TimeoutError in the block after ``seconds`` (a timer signal: only the main thread can
+    have one, and Ray must start in a thread that lives on, since the processes it starts die
+    with the thread that started them). Elsewhere the block runs unbounded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError
+
+    before = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
+def local_settings() -> None:
+    """A Ray for the run reports no usage statistics and authenticates with a token of its own,
+    passed to its processes in the environment (Ray would otherwise write one to
+    ~/.ray/auth_token, which later clusters on the machine would pick up); settings the user
+    made win, and so does Ray's own default once it is imported (it reads the mode then)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if "RAY_AUTH_MODE" not in os.environ and "ray" not in sys.modules:
+        os.environ |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 
 
 def connect_timeout() -> float:
