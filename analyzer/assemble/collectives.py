@@ -74,22 +74,25 @@ def mark_communication(
 ) -> pl.DataFrame:
     """``events`` with ``coll`` filled for the rows a communication family claims (by name, for
     the event kinds the family applies to) that the parser left without one; a kind the parser
-    found (from the collective's arguments) is kept."""
+    found (from the collective's arguments) is kept. Names are matched per distinct name and
+    looked up by their categorical code: casting the column to strings would materialise every
+    row's name (on a run of a million kernels, 200 MB for a column of 4 MB of codes)."""
     if events.height == 0 or "name" not in events.columns:
         return events
-    found = tc.family_frame(
-        events["name"], tc.load_families() if families is None else families
-    )
+    distinct = events.select(pl.col("name").unique().drop_nulls())["name"]
+    found = tc.family_frame(distinct, tc.load_families() if families is None else families)
     if found.height == 0:
         return events
+    coded = events.schema["name"] == pl.Categorical()
+    keys = distinct.to_physical() if coded else distinct
+    codes = dict(zip(distinct.cast(pl.String), keys, strict=True))
+    key = pl.col("name").to_physical() if coded else pl.col("name").cast(pl.String)
     fill: pl.Expr = pl.lit(None, dtype=pl.String)
     for kind in tc.FAMILY_KINDS:
         claimed = found.filter(pl.col("on").list.contains(kind))
         if claimed.height:
-            mapping = dict(zip(claimed["name"], claimed["coll"], strict=True))
-            by_name = pl.col("name").cast(pl.String).replace_strict(
-                mapping, default=None, return_dtype=pl.String
-            )
+            mapping = {codes[n]: c for n, c in zip(claimed["name"], claimed["coll"], strict=True)}
+            by_name = key.replace_strict(mapping, default=None, return_dtype=pl.String)
             fill = pl.when(pl.col("kind") == kind).then(by_name).otherwise(fill)
     return events.with_columns(pl.coalesce(pl.col("coll"), fill.cast(COLL)).alias("coll"))
 
