@@ -135,10 +135,11 @@ def one_line_error(done: subprocess.CompletedProcess, *needles: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("sample", SAMPLES)
-def test_the_ray_engines_report_equals_the_local_engines(cluster: str, sample: str):
+@pytest.mark.parametrize(("sample", "jobs"), [(SAMPLES[0], []), (SAMPLES[1], ["--jobs", "2"])])
+def test_the_ray_engines_report_equals_the_local_engines(cluster: str, sample: str, jobs: list):
+    """Every task at once, and at most two in flight (``--jobs``): the same report."""
     local = report(sample)
-    on_ray_report = report(sample, "--engine", "ray", "--ray-address", cluster)
+    on_ray_report = report(sample, "--engine", "ray", "--ray-address", cluster, *jobs)
     assert on_ray_report == local
     assert json.dumps(on_ray_report, sort_keys=True) == json.dumps(local, sort_keys=True)
 
