@@ -20,6 +20,7 @@ from ..report import json as json_report
 from ..report import text as text_report
 from ..report.files import console, emit_text
 from ..report.sections import sections
+from .ingest import Reuse
 from .shared import (
     Debug,
     EngineChoice,
@@ -115,6 +116,7 @@ def analyze(
     self-contained file (works offline), md a Markdown report for a pull request, png the
     charts as images (-o names the file or folder), json a document usable as an audit baseline.
     """
+    asked = dict(locals())  # every option as given: the key of a report kept in a dataset
     if guidelines is not None:
         load_catalogue(guidelines)  # a bad file stops the command before any parsing
     options = Options.checked(
@@ -126,6 +128,9 @@ def analyze(
         guidelines=guidelines,
     )
     steps = Steps(quiet)
+    reuse = Reuse.of(paths, output, no_cache, asked)
+    if reuse.replay(steps):
+        return
     run = load(
         paths,
         steps,
@@ -141,6 +146,7 @@ def analyze(
         sections(run)  # computes every product once, behind a progress display
     hold_strict([run])
     emit(run, fmt.value, output, steps, width=width, verbose=verbose)
+    reuse.keep(run)
     conclude([run])
 
 
