@@ -9,23 +9,19 @@ so one stray file does not stop a whole folder.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import polars as pl
-
 from parsers import InputError, ParsedSource, discover, parse_file
-from parsers.cachedir import cache_dir
 from parsers.discover import Discovery, parser_modules, skipped_note
 
 from .. import dataset, engines
+from ..dataset import cache as parse_cache
+from ..engines.base import Written
+from .runs import statement
 
 
 @dataclass
@@ -62,10 +58,7 @@ def ingest(
         raise InputError(".", "no input paths given")
     if any(dataset.is_dataset(p) for p in given):
         return _from_dataset(given)
-    found = discover(given)
-    _in_path_order(found)
-    _explain_explicit_unknowns(given, found.unknown)
-    _refuse_overwrite(found.sources, _WRITES.get())
+    found = _found(given)
     use_cache = _cache_enabled() if use_cache is None else use_cache
     todo = [(i, p, fmt) for i, (p, fmt) in enumerate(found.sources)]
     results: dict[int, ParsedSource] = {}
@@ -84,17 +77,83 @@ def ingest(
         results[i] = parsed
         if use_cache:
             _cache_put(parsed)
+    notes = _notes(given, found, bool(results))
+    return Ingested(
+        sources=[results[i] for i in sorted(results)], unknown=found.unknown, notes=notes
+    )
+
+
+@dataclass
+class Staged:
+    """A run's sources written into a folder by the workers that parsed them, before the run
+    is chosen and the manifest written (``rlperf ingest``): no source's events are held."""
+
+    written: dict[int, Written] = field(default_factory=dict)
+    """Source number (in path order) → what its worker wrote."""
+    paths: dict[int, Path] = field(default_factory=dict)
+    unknown: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def write_into(
+    paths: Iterable[str | Path],
+    root: Path,
+    *,
+    jobs: int | None = None,
+    use_cache: bool | None = None,
+    progress: Callable[[Path], None] | None = None,
+) -> Staged:
+    """Discover every source under ``paths`` and have the engine's workers parse and write each
+    into the folder ``root`` (a cached parse is copied there by this process, one at a time)."""
+    given = [Path(p) for p in paths]
+    if not given:
+        raise InputError(".", "no input paths given")
+    found = _found(given)
+    use_cache = _cache_enabled() if use_cache is None else use_cache
+    todo = [(i, p, fmt) for i, (p, fmt) in enumerate(found.sources)]
+    staged = Staged(paths={i: p for i, p, _ in todo}, unknown=found.unknown)
+    if use_cache:
+        for i, p, fmt in list(todo):
+            hit = _cache_get(p, fmt, i)
+            if hit is not None:
+                staged.written[i] = _staged_hit(hit, root, i)
+                todo.remove((i, p, fmt))
+                if progress:
+                    progress(p)
+    for i, wrote in engines.selected().write(todo, root, jobs, progress, keep=use_cache):
+        if isinstance(wrote, engines.OutputError):
+            raise wrote
+        if isinstance(wrote, InputError):
+            _skip_or_raise(found, found.sources[i][0], wrote)
+            continue
+        staged.written[i] = wrote
+    staged.notes = _notes(given, found, bool(staged.written))
+    return staged
+
+
+def _staged_hit(hit: ParsedSource, root: Path, index: int) -> Written:
+    record = dataset.write_source(hit, root, index)
+    return Written(record, hit.meta, hit.warnings, statement(hit))
+
+
+def _found(given: list[Path]) -> Discovery:
+    found = discover(given)
+    _in_path_order(found)
+    _explain_explicit_unknowns(given, found.unknown)
+    _refuse_overwrite(found.sources, _WRITES.get())
+    return found
+
+
+def _notes(given: list[Path], found: Discovery, any_read: bool) -> list[str]:
+    """The run's notes (what discovery said, the files skipped); no source read is an error."""
     note = skipped_note(found.skipped)
-    if not results:
+    if not any_read:
         why = f" ({note})" if note else ""
         raise InputError(
             given[0],
             f"no trace, Nsight Systems export or framework log rlperf can read was found{why}",
         )
-    notes = [*found.notes, *([note] if note else [])]
-    return Ingested(
-        sources=[results[i] for i in sorted(results)], unknown=found.unknown, notes=notes
-    )
+    return [*found.notes, *([note] if note else [])]
 
 
 def _from_dataset(given: list[Path]) -> Ingested:
@@ -159,53 +218,9 @@ def _explain_explicit_unknowns(paths: list[Path], unknown: list[Path]) -> None:
         raise InputError(path, "not a format rlperf reads (no parser recognised its content)")
 
 
-# --- cache -------------------------------------------------------------------------------------
+# --- cache (analyzer.dataset.cache) --------------------------------------------------------------
 
-
-def _cache_enabled() -> bool:
-    return os.environ.get("RLPERF_NO_CACHE", "") in ("", "0")
-
-
-def _cache_key(path: Path, fmt: str) -> str:
-    """The file's identity and its parser's version (the dataset layout's version too: an entry
-    of another layout is never read as this one)."""
-    st = path.stat()
-    ident = (
-        f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{fmt}|{dataset.parser_version(fmt)}"
-        f"|{dataset.FORMAT}-{dataset.VERSION}"
-    )
-    return hashlib.sha1(ident.encode()).hexdigest()
-
-
-def _cache_get(path: Path, fmt: str, index: int) -> ParsedSource | None:
-    """The cached parse of ``path`` as source ``index`` (a dataset of one source), or None when
-    there is none or it cannot be read (the file is parsed again)."""
-    folder = cache_dir("parsed", create=False) / _cache_key(path, fmt)
-    try:
-        manifest = dataset.read_manifest(folder)
-        (hit,) = dataset.read_sources(folder, manifest)
-    except (InputError, OSError, ValueError, pl.exceptions.PolarsError):
-        return None
-    column = pl.lit(index, dtype=pl.UInt32).alias("source")
-    return replace(
-        hit,
-        path=path,
-        events=hit.events.with_columns(column),
-        metrics=hit.metrics.with_columns(column),
-    )
-
-
-def _cache_put(parsed: ParsedSource) -> None:
-    """Written beside its place and renamed into it, so a reader never sees half an entry."""
-    try:
-        folder = cache_dir("parsed") / _cache_key(parsed.path, parsed.format)
-        if folder.exists():
-            return
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-        try:
-            dataset.write_dataset([parsed], tmp, hashed=False)
-            tmp.rename(folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    except OSError:
-        return
+_cache_enabled = parse_cache.enabled
+_cache_key = parse_cache.key
+_cache_get = parse_cache.get
+_cache_put = parse_cache.put

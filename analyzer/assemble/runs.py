@@ -57,6 +57,7 @@ class Facts:
     framework: str | None
     window: tuple[int, int] | None
     """Absolute ``[start, end]`` in epoch ns; None when the source has no wall clock."""
+    counts: tuple[int, int, int] = (0, 0, 0)
 
 
 @dataclass
@@ -114,17 +115,36 @@ class RunsError(InputError):
 # --- facts -------------------------------------------------------------------------------------
 
 
-def facts(index: int, parsed: ParsedSource) -> Facts:
+@dataclass(frozen=True)
+class Statement:
+    """What a source's events say about its run: computed where the events are (a parsing
+    worker, a Ray task), so that the run can be chosen from these alone."""
+
+    log: bool
+    ranks: frozenset[int]
+    window: tuple[int, int] | None
+    counts: tuple[int, int, int]
+    """Events, their summed duration and distinct names: part of a copy's fingerprint."""
+
+
+def statement(parsed: ParsedSource) -> Statement:
     events = parsed.events
     log = parsed.format.endswith("-log") or (
         events.height > 0 and bool((events["kind"] == "log_stage").all())
     )
     ranks = frozenset(int(r) for r in events.filter(pl.col("rank") >= 0)["rank"].unique().to_list())
+    dur = int((events["end_ns"] - events["start_ns"]).sum()) if events.height else 0
+    names = events["name"].n_unique() if events.height else 0
+    return Statement(log, ranks, _window(parsed), (events.height, dur, names))
+
+
+def facts(index: int, parsed: ParsedSource, said: Statement | None = None) -> Facts:
+    said = said or statement(parsed)
     world = parsed.meta.get("world_size")
     return Facts(
-        index=index, source=parsed, log=log, ranks=ranks if not log else frozenset(),
+        index=index, source=parsed, log=said.log, ranks=said.ranks if not said.log else frozenset(),
         world=int(world) if isinstance(world, int) and world > 0 else None,
-        framework=parsed.meta.get("framework") or None, window=_window(parsed),
+        framework=parsed.meta.get("framework") or None, window=said.window, counts=said.counts,
     )
 
 
@@ -141,10 +161,8 @@ def _window(parsed: ParsedSource) -> tuple[int, int] | None:
 
 def _fingerprint(f: Facts) -> tuple:
     """Equal for copies of one capture; two captures agreeing on all of it do not occur."""
-    e = f.source.events
-    dur = int((e["end_ns"] - e["start_ns"]).sum()) if e.height else 0
-    names = e["name"].n_unique() if e.height else 0
-    return (f.source.format, e.height, f.window, f.ranks, dur, names, f.source.meta.get("rank"))
+    height, dur, names = f.counts
+    return (f.source.format, height, f.window, f.ranks, dur, names, f.source.meta.get("rank"))
 
 
 def _deduplicate(found: list[Facts]) -> list[Facts]:
@@ -275,9 +293,14 @@ def _frameworks_agree(log: Group, traces: Group) -> bool:
     )
 
 
-def group(parsed: list[ParsedSource]) -> tuple[list[Group], list[str]]:
-    """The runs in ``parsed`` (copies dropped), in time order, and why they were told apart."""
-    found = _deduplicate([facts(i, p) for i, p in enumerate(parsed)])
+def group(
+    parsed: list[ParsedSource], said: list[Statement] | None = None
+) -> tuple[list[Group], list[str]]:
+    """The runs in ``parsed`` (copies dropped), in time order, and why they were told apart;
+    ``said``: each source's :class:`Statement` when its events are not at hand."""
+    found = _deduplicate(
+        [facts(i, p, said[i] if said else None) for i, p in enumerate(parsed)]
+    )
     reasons: list[str] = []
     traces = _cluster([f for f in found if not f.log], _trace_conflict, reasons)
     logs = _cluster([f for f in found if f.log], _log_conflict, reasons)
@@ -290,13 +313,16 @@ def group(parsed: list[ParsedSource]) -> tuple[list[Group], list[str]]:
 
 
 def choose(
-    parsed: list[ParsedSource], choice: str | int | None, inputs: Iterable[str | Path]
+    parsed: list[ParsedSource],
+    choice: str | int | None,
+    inputs: Iterable[str | Path],
+    said: list[Statement] | None = None,
 ) -> tuple[list[ParsedSource], list[str]]:
     """The sources of the one run in ``parsed`` (re-indexed from 0), or of the run ``choice``
     names (its number as listed, or a prefix of its files' paths); notes saying what was chosen.
     Raises :class:`RunsError` when there are several and no choice."""
     given = [Path(p) for p in inputs]
-    runs, reasons = group(parsed)
+    runs, reasons = group(parsed, said)
     listed = [_found(k, g, given) for k, g in enumerate(runs, start=1)]
     notes: list[str] = []
     if choice is None or str(choice).strip() == "":

@@ -7,6 +7,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -17,9 +18,20 @@ import typer
 from parsers.errors import InputError, printable
 
 from ..assemble.ingest import ingest as read_sources
+from ..assemble.ingest import write_into as write_sources
 from ..assemble.ingest import writing
 from ..assemble.runs import choose
-from ..dataset import is_dataset, products, read_manifest, stale, write_dataset
+from ..dataset import (
+    is_dataset,
+    products,
+    read_manifest,
+    remove_source,
+    renumber,
+    stale,
+    write_manifest,
+    write_source,
+)
+from ..engines import OutputError
 from ..model.run import Run
 from ..model.units import spans
 from ..progress import Steps, files_to_read, shown
@@ -86,28 +98,95 @@ def ingest(
         writing([output]),
         steps.step("Reading sources", total=total if total and total > 1 else None) as advance,
     ):
-        found = read_sources(
-            paths, jobs=jobs, use_cache=not no_cache, progress=lambda p: advance(what=shown(p.name))
+        shown_progress = lambda p: advance(what=shown(p.name))  # noqa: E731
+        if any(is_dataset(Path(p)) for p in paths):
+            write = _from_dataset(paths, run_choice, jobs, no_cache, shown_progress)
+        else:
+            write = _staged(paths, output, run_choice, jobs, no_cache, shown_progress)
+        done = _write_whole(output, write)
+    ranks = done["run"]["ranks"]
+    for warning in done["warnings"]:
+        say(f"rlperf: warning: {warning}")
+    held = f"rank{'s' if len(ranks) > 1 else ''} {spans(ranks)}" if ranks else "no rank stated"
+    steps.say(f"rlperf: wrote the dataset of {done['run']['sources']} source(s) ({held}) to "
+              f"{printable(output)}")
+
+
+Writer = Callable[[Path], dict[str, Any]]
+"""Writes the dataset into a fresh folder; returns the run's record and its warnings."""
+
+
+def _staged(
+    paths: list[Path], output: Path, run_choice: str | None, jobs: int | None, no_cache: bool,
+    progress: Callable[[Path], None],
+) -> Writer:
+    """The engine's workers (processes here, Ray tasks on any node) parse and write each
+    source into the fresh folder; this process then chooses the run from their records,
+    renumbers what the choice keeps, and writes the manifest, holding no source's events."""
+
+    def write(root: Path) -> dict[str, Any]:
+        try:
+            staged = write_sources(
+                paths, root, jobs=jobs, use_cache=not no_cache, progress=progress
+            )
+        except OutputError as exc:
+            raise InputError(output, exc.problem) from None
+        stubs = {i: w.source(staged.paths[i]) for i, w in staged.written.items()}
+        order = sorted(stubs)
+        picked, chosen = choose(
+            [stubs[i] for i in order], run_choice, paths, [staged.written[i].said for i in order]
         )
-        sources, chosen = choose(found.sources, run_choice, paths)
+        number = {stubs[i].path: i for i in order}
+        kept = [number[s.path] for s in picked]
+        warnings = [w for s in picked for w in s.warnings]
+        _refuse_strict(warnings)
+        for i in set(order) - set(kept):
+            remove_source(root, staged.written[i].record)
+        records = [
+            renumber(root, staged.written[i].record, k, stubs[i].warnings)
+            for k, i in enumerate(kept)
+        ]
+        run = _run_record(run_choice, records)
+        write_manifest(root, records, run=run, notes=[*staged.notes, *chosen],
+                       unknown=staged.unknown)
+        return {"run": run, "warnings": warnings}
+
+    return write
+
+
+def _from_dataset(
+    paths: list[Path], run_choice: str | None, jobs: int | None, no_cache: bool,
+    progress: Callable[[Path], None],
+) -> Writer:
+    """A dataset ingested again (into another folder): its tables are read, not parsed."""
+    found = read_sources(paths, jobs=jobs, use_cache=not no_cache, progress=progress)
+    sources, chosen = choose(found.sources, run_choice, paths)
     warnings = [w for s in sources for w in s.warnings]
+    _refuse_strict(warnings)
+
+    def write(root: Path) -> dict[str, Any]:
+        records = [write_source(s, root, i) for i, s in enumerate(sources)]
+        run = _run_record(run_choice, records)
+        write_manifest(root, records, run=run, notes=[*found.notes, *chosen],
+                       unknown=found.unknown)
+        return {"run": run, "warnings": warnings}
+
+    return write
+
+
+def _refuse_strict(warnings: list[str]) -> None:
     if CONTRACT.strict and warnings:
         raise InputError(
             "--strict", f"warning treated as an error: {warnings[0]} ({len(warnings)} warning(s) "
             "in all)"
         )
-    ranks = sorted({int(r) for s in sources for r in s.events["rank"].unique() if r >= 0})
-    run = {"choice": run_choice, "sources": len(sources), "ranks": ranks,
-           "formats": sorted({s.format for s in sources})}
-    with steps.step("Writing the dataset"):
-        _write_whole(output, lambda root: write_dataset(
-            sources, root, run=run, notes=[*found.notes, *chosen], unknown=found.unknown
-        ))
-    for warning in warnings:
-        say(f"rlperf: warning: {warning}")
-    held = f"rank{'s' if len(ranks) > 1 else ''} {spans(ranks)}" if ranks else "no rank stated"
-    steps.say(f"rlperf: wrote the dataset of {len(sources)} source(s) ({held}) to "
-              f"{printable(output)}")
+
+
+def _run_record(run_choice: str | None, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The manifest's run: the choice, the ranks the sources' partitions hold, their formats."""
+    ranks = sorted({int(r) for rec in records for r in rec["events"] if int(r) >= 0})
+    return {"choice": run_choice, "sources": len(records), "ranks": ranks,
+            "formats": sorted({rec["format"] for rec in records})}
 
 
 def _check_target(output: Path) -> None:
@@ -121,7 +200,7 @@ def _check_target(output: Path) -> None:
         )
 
 
-def _write_whole(output: Path, write) -> None:
+def _write_whole(output: Path, write: Writer) -> dict[str, Any]:
     """Written beside ``output`` and renamed into place, so a failed write leaves the old
     dataset (or none) rather than half of one."""
     parent = output.absolute().parent
@@ -132,7 +211,7 @@ def _write_whole(output: Path, write) -> None:
         raise InputError(output, f"cannot write: {exc.strerror or exc}") from None
     old = parent / f".{output.name}.old"
     try:
-        write(tmp)
+        done = write(tmp)
         shutil.rmtree(old, ignore_errors=True)
         if output.exists():
             output.rename(old)
@@ -142,6 +221,7 @@ def _write_whole(output: Path, write) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+    return done
 
 
 # --- reports kept in a dataset -----------------------------------------------------------------

@@ -18,6 +18,8 @@ from .store import (
     parser_version,
     read_manifest,
     read_sources,
+    remove_source,
+    renumber,
     stale,
     write_dataset,
     write_manifest,
@@ -26,5 +28,6 @@ from .store import (
 
 __all__ = [
     "FORMAT", "MANIFEST", "VERSION", "is_dataset", "parser_version", "read_manifest",
-    "read_sources", "stale", "write_dataset", "write_manifest", "write_source",
+    "read_sources", "remove_source", "renumber", "stale", "write_dataset", "write_manifest",
+    "write_source",
 ]

@@ -16,7 +16,7 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
@@ -31,6 +31,9 @@ MANIFEST = "manifest.json"
 ROW = "_row"
 """The event's position in its source's table: partitions are put back in the parser's order."""
 HASH_CHUNK = 1 << 22
+Compression = Literal["lz4", "zstd"]
+EVENTS_COMPRESSION: Compression = "lz4"
+METRICS_COMPRESSION: Compression = "zstd"
 
 
 # --- identity ----------------------------------------------------------------------------------
@@ -110,10 +113,12 @@ def write_source(
     for (rank,), piece in sorted(pieces.items(), key=lambda kv: kv[0]):
         folder = root / "events" / f"rank={rank}"
         folder.mkdir(parents=True, exist_ok=True)
-        piece.write_parquet(folder / f"{part}.parquet", compression="lz4")
+        piece.write_parquet(folder / f"{part}.parquet", compression=EVENTS_COMPRESSION)
         partitions[str(rank)] = piece.height
     (root / "metrics").mkdir(parents=True, exist_ok=True)
-    parsed.metrics.write_parquet(root / "metrics" / f"{part}.parquet")
+    parsed.metrics.write_parquet(
+        root / "metrics" / f"{part}.parquet", compression=METRICS_COMPRESSION
+    )
     record = {
         "index": index,
         **identity(parsed.path, parsed.format, hashed=hashed),
@@ -124,6 +129,52 @@ def write_source(
     info = {**record, "meta": parsed.meta, "warnings": parsed.warnings}
     (root / "sources" / f"{part}.json").write_text(json.dumps(to_json(info)))
     return record
+
+
+def renumber(
+    root: Path, record: dict[str, Any], index: int, warnings: list[str]
+) -> dict[str, Any]:
+    """Source ``record["index"]`` of ``root`` made source ``index`` (the run chosen after its
+    sources were written, copies or other runs left out), with ``warnings``: its files renamed,
+    their ``source`` column rewritten, its record rewritten. One partition at a time, so the
+    driver choosing the run never holds a source's events. Renumbering in increasing order of
+    ``index`` never overwrites a source still to be moved (a source's new number is at most
+    its old one)."""
+    old = int(record["index"])
+    if old != index:
+        for rank in record["events"]:
+            folder = root / "events" / f"rank={rank}"
+            _moved(folder / f"part-{old:05d}.parquet", folder / f"part-{index:05d}.parquet",
+                   index, EVENTS_COMPRESSION)
+        folder = root / "metrics"
+        _moved(folder / f"part-{old:05d}.parquet", folder / f"part-{index:05d}.parquet",
+               index, METRICS_COMPRESSION)
+    before = root / "sources" / f"part-{old:05d}.json"
+    info = json.loads(before.read_text())
+    info |= {"index": index, "warnings": to_json(list(warnings))}
+    (root / "sources" / f"part-{index:05d}.json").write_text(json.dumps(info))
+    if old != index:
+        before.unlink()
+    return {**record, "index": index}
+
+
+def _moved(src: Path, dst: Path, index: int, compression: Compression) -> None:
+    table = pl.read_parquet(src)
+    column = pl.lit(index, dtype=table.schema["source"]).alias("source")
+    table.with_columns(column).write_parquet(dst, compression=compression)
+    src.unlink()
+
+
+def remove_source(root: Path, record: dict[str, Any]) -> None:
+    """A written source's files removed (a source of another run, a copy read once)."""
+    part = f"part-{int(record['index']):05d}"
+    files = [root / "events" / f"rank={r}" / f"{part}.parquet" for r in record["events"]]
+    for f in [*files, root / "metrics" / f"{part}.parquet", root / "sources" / f"{part}.json"]:
+        f.unlink(missing_ok=True)
+    for r in record["events"]:
+        folder = root / "events" / f"rank={r}"
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def write_manifest(

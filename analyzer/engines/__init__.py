@@ -16,13 +16,13 @@ from dataclasses import dataclass, replace
 
 from parsers import InputError
 
-from .base import Engine, Job, Parsed, Progress, parse_one
+from .base import Engine, Job, OutputError, Parsed, Progress, Written, parse_one
 from .local import LocalEngine
 from .on_ray import RayEngine
 
 __all__ = [
-    "ENGINES", "Engine", "Job", "LocalEngine", "Parsed", "Progress", "RayEngine", "choose",
-    "parse_one", "selected", "using",
+    "ENGINES", "Engine", "Job", "LocalEngine", "OutputError", "Parsed", "Progress", "RayEngine",
+    "Written", "choose", "parse_one", "selected", "using",
 ]
 
 ENGINES = ("local", "ray")

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from parsers import InputError, ParsedSource, parse_file
+
+from ..assemble.runs import Statement, statement
+from ..dataset import cache, write_source
 
 Job = tuple[int, Path, str]
 """One source to parse: its number in the run, its path, its format."""
@@ -15,10 +19,45 @@ Parsed = tuple[int, ParsedSource | InputError]
 Progress = Callable[[Path], None] | None
 
 
+@dataclass
+class Written:
+    """A source parsed and written into a dataset folder by the worker that parsed it: what the
+    driver needs to choose the run and write the manifest, without the source's events."""
+
+    record: dict[str, Any]
+    """Its manifest record (:func:`analyzer.dataset.write_source`)."""
+    meta: dict[str, Any]
+    warnings: list[str]
+    said: Statement
+
+    def source(self, path: Path) -> ParsedSource:
+        """The source without its tables, as the driver names it (run choice reads no event)."""
+        return ParsedSource(
+            path=path, format=self.record["format"], meta=self.meta, warnings=self.warnings
+        )
+
+
+Wrote = tuple[int, Written | InputError]
+
+
+class OutputError(InputError):
+    """The dataset folder cannot be written where a worker runs: it stops the run whichever
+    file it came with (a bad source found in a folder is only skipped)."""
+
+
 class Engine(Protocol):
     def parse(self, jobs: list[Job], workers: int | None, progress: Progress) -> Iterator[Parsed]:
         """Every job's result in the order of ``jobs``; ``progress`` is called with each path
         as its result arrives; ``workers`` is ``--jobs`` (None: the engine's own default)."""
+        ...
+
+    def write(
+        self, jobs: list[Job], root: Path, workers: int | None, progress: Progress,
+        *, keep: bool = False,
+    ) -> Iterator[Wrote]:
+        """As :meth:`parse`, but each worker writes its source into the folder ``root`` (as
+        source number ``job[0]``) and returns only what the driver needs (:class:`Written`);
+        ``keep``: workers on this machine also fill its parse cache."""
         ...
 
 
@@ -30,3 +69,18 @@ def parse_one(job: Job) -> Parsed:
         return index, parse_file(path, fmt, source=index)
     except InputError as exc:
         return index, exc
+
+
+def write_one(job: Job, root: Path, keep: bool) -> Wrote:
+    """Parse one job and write it into ``root`` (and into this machine's parse cache when
+    ``keep``); the parsed tables are dropped once written."""
+    index, parsed = parse_one(job)
+    if isinstance(parsed, InputError):
+        return index, parsed
+    if keep:
+        cache.put(parsed)
+    try:
+        record = write_source(parsed, root, index)
+    except OSError as exc:
+        return index, OutputError(root, f"cannot be written: {exc.strerror or exc}")
+    return index, Written(record, parsed.meta, parsed.warnings, statement(parsed))

@@ -32,7 +32,7 @@ import polars as pl
 import parsers
 from parsers import InputError, ParsedSource
 
-from .base import Job, Parsed, Progress, parse_one
+from .base import Job, OutputError, Parsed, Progress, Wrote, parse_one, write_one
 
 INSTALL = "pip install 'rlperf[ray]'"
 CONNECT_TIMEOUT_S = 60.0
@@ -59,11 +59,30 @@ class RayEngine:
         self.address = address if address is not None else os.environ.get("RAY_ADDRESS") or "local"
 
     def parse(self, jobs: list[Job], workers: int | None, progress: Progress) -> Iterator[Parsed]:
+        for job, (index, wire) in self.tasks(parse_remote, (), jobs, workers, progress):
+            yield index, wire if isinstance(wire, InputError) else wire.parsed(job[1])
+
+    def write(
+        self, jobs: list[Job], root: Path, workers: int | None, progress: Progress,
+        *, keep: bool = False,
+    ) -> Iterator[Wrote]:
+        """Each task writes its source into ``root`` (which must be on a path every node sees)
+        and returns its record; the nodes' own parse caches are not the driver's, so ``keep``
+        is not used."""
+        for _, result in self.tasks(write_remote, (str(root.absolute()),), jobs, workers,
+                                    progress):
+            yield result
+
+    def tasks(
+        self, work: Any, args: tuple, jobs: list[Job], workers: int | None, progress: Progress
+    ) -> Iterator[tuple[Job, Any]]:
+        """``work(job, *args, cwd, digest)`` as a Ray task per job, at most ``workers`` in
+        flight, results in the order of ``jobs``."""
         if self.address == "local":
             local_settings()
         ray = ray_module()
         with connected(ray, self.address, workers):
-            task = ray.remote(num_cpus=1)(parse_remote)
+            task = ray.remote(num_cpus=1)(work)
             cwd, digest = os.getcwd(), parsers_digest()
             todo = deque(jobs)
             window = workers or len(jobs)
@@ -71,12 +90,12 @@ class RayEngine:
             while todo or running:
                 while todo and len(running) < window:
                     job = todo.popleft()
-                    running.append((job, task.remote(job, cwd, digest)))
+                    running.append((job, task.remote(job, *args, cwd, digest)))
                 job, ref = running.popleft()
                 result = fetched(ray, job, ref)
                 if progress:
                     progress(job[1])
-                yield result
+                yield job, result
 
 
 @contextmanager
@@ -175,18 +194,15 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def fetched(ray: ModuleType, job: Job, ref: Any) -> Parsed:
+def fetched(ray: ModuleType, job: Job, ref: Any) -> tuple[int, Any]:
     """A task's result on the driver; a task Ray lost (its node or worker died, out of memory)
     is an error naming the file, as a parse error is."""
     try:
-        index, wire = ray.get(ref)
+        return ray.get(ref)
     except ray.exceptions.RayTaskError:
         raise
     except ray.exceptions.RayError as exc:
         return job[0], InputError(job[1], f"its Ray task failed: {first_line(exc)}")
-    if isinstance(wire, InputError):
-        return index, wire
-    return index, wire.parsed(job[1])
 
 
 @dataclass
@@ -228,23 +244,51 @@ def ipc(frame: pl.DataFrame) -> bytes:
 def parse_remote(job: Job, cwd: str, digest: str) -> tuple[int, Wire | InputError]:
     """On a Ray worker: the same parse as the local engine's, from the driver's working
     directory, after checking that this node runs the same parsers and sees the file."""
-    index, path, _ = job
+    with on_node(job, cwd, digest) as refused:
+        if refused:
+            return job[0], refused
+        index, parsed = parse_one(job)
+    return index, parsed if isinstance(parsed, InputError) else Wire.of(parsed)
+
+
+def write_remote(job: Job, root: str, cwd: str, digest: str) -> Wrote:
+    """On a Ray worker: the source parsed and written into the dataset folder ``root`` (the
+    driver's staging folder), as the local engine's workers do; only its record comes back."""
+    with on_node(job, cwd, digest) as refused:
+        if refused:
+            return job[0], refused
+        folder = Path(root)
+        if not folder.is_dir():
+            return job[0], OutputError(
+                folder,
+                f"not found on the Ray node {socket.gethostname()}: the dataset must be written "
+                "on a path every node sees (docs/ray.md)",
+            )
+        return write_one(job, folder, keep=False)
+
+
+@contextmanager
+def on_node(job: Job, cwd: str, digest: str) -> Iterator[InputError | None]:
+    """In the driver's working directory, with the error that stops this job on this node (it
+    runs another rlperf, or does not see the file), if any."""
+    path = job[1]
     node = socket.gethostname()
     if parsers_digest() != digest:
-        return index, InputError(
+        yield InputError(
             path,
             f"the Ray node {node} runs another rlperf (its parsers differ from this machine's): "
             "install the same rlperf on every node",
         )
+        return
     with inside(Path(cwd)):
         if not path.exists():
-            return index, InputError(
+            yield InputError(
                 path,
                 f"not found on the Ray node {node}: sources must be on a path every node sees "
                 "(docs/ray.md)",
             )
-        index, parsed = parse_one(job)
-    return index, parsed if isinstance(parsed, InputError) else Wire.of(parsed)
+            return
+        yield None
 
 
 @contextmanager
