@@ -57,21 +57,21 @@ METRICS: tuple[Metric, ...] = (
         "idle_fraction",
         "idle, all devices",
         "fraction",
-        "step and stage ranges in a trace",
+        "device work in a trace",
         "lower",
     ),
     Metric(
         "trainer_idle_fraction",
         "idle, train pool",
         "fraction",
-        "stage ranges in a trace on the ranks of both pools",
+        "device work on both pools' ranks",
         "lower",
     ),
     Metric(
         "rollout_idle_fraction",
         "idle, rollout pool",
         "fraction",
-        "stage ranges in a trace on the ranks of both pools",
+        "device work on both pools' ranks",
         "lower",
     ),
     Metric(
@@ -92,7 +92,7 @@ METRICS: tuple[Metric, ...] = (
         "parallelism",
         "parallelism W/D (mean)",
         "ratio",
-        "step ranges and device activity in a trace",
+        "device work in a trace",
         "higher",
     ),
     Metric(
@@ -123,17 +123,22 @@ READS = (
     "collectives_by_dim",
     "workdepth",
     "violations",
+    "step_outliers",
+    "activity",
 )
 
 
 @provides("overview")
 def overview(ranks: list[int], steps: pl.DataFrame, gpu_time: pl.DataFrame, bubbles: pl.DataFrame,
              pools: pl.DataFrame, weight_sync: pl.DataFrame, collectives_by_dim: pl.DataFrame,
-             workdepth: pl.DataFrame, violations: pl.DataFrame) -> pl.DataFrame:
+             workdepth: pl.DataFrame, violations: pl.DataFrame,
+             step_outliers: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
     return compute(
         dict(
             ranks=ranks,
+            activity=activity,
             steps=steps,
+            step_outliers=step_outliers,
             gpu_time=gpu_time,
             bubbles=bubbles,
             pools=pools,
@@ -180,14 +185,26 @@ def _ranks(products: Mapping[str, Any]) -> dict[str, Any]:
     return {"ranks": len(ranks)} if ranks is not None else {}
 
 
+def warmup_steps(products: Mapping[str, Any]) -> list[int]:
+    """The trace's warm-up steps (``step_outliers``, the rule of ``taxonomy/steps.toml``): left
+    out of the median step time, which stands for a steady step."""
+    outliers = _in(products, "step_outliers", "source", "kind", "step")
+    if outliers is None:
+        return []
+    mask = (pl.col("source") == "trace") & (pl.col("kind") == "warmup")
+    return sorted(outliers.filter(mask)["step"].unique().to_list())
+
+
 def _steps(products: Mapping[str, Any]) -> dict[str, Any]:
     steps = _in(products, "steps", "step", "start_ns", "end_ns")
     if steps is None or steps.height == 0:
         return {}
     length = steps["end_ns"] - steps["start_ns"]
+    steady = steps.filter(~pl.col("step").is_in(warmup_steps(products)))
+    typical = steady if steady.height else steps
     return {
         "steps": steps["step"].n_unique(),
-        "step_time_ns": length.median(),
+        "step_time_ns": (typical["end_ns"] - typical["start_ns"]).median(),
         "step_time_max_ns": length.max(),
     }
 
@@ -203,9 +220,16 @@ def _gpu(products: Mapping[str, Any]) -> dict[str, Any]:
     return {"gpu_busy_ns": busy, "gpu_idle_fraction": (window - busy) / window}
 
 
+def _without_activity(products: Mapping[str, Any]) -> bool:
+    """True when the trace records no device work at all (an NVTX-only capture): every window
+    would then read as 100% idle and W/D as 0, numbers about the capture, not the run."""
+    activity = products.get("activity")
+    return isinstance(activity, pl.DataFrame) and activity.height == 0
+
+
 def _idle(products: Mapping[str, Any]) -> dict[str, Any]:
     bubbles = _in(products, "bubbles", "step", "rank", "window_ns", "idle_ns")
-    if bubbles is None or bubbles.height == 0:
+    if bubbles is None or bubbles.height == 0 or _without_activity(products):
         return {}
     per_device = bubbles.group_by("step", "rank").agg(
         pl.col("window_ns").first(), pl.col("idle_ns").sum()
@@ -246,7 +270,7 @@ def _collectives(products: Mapping[str, Any]) -> dict[str, Any]:
 
 def _workdepth(products: Mapping[str, Any]) -> dict[str, Any]:
     wd = _in(products, "workdepth", "parallelism")
-    if wd is None or wd["parallelism"].null_count() == wd.height:
+    if wd is None or wd["parallelism"].null_count() == wd.height or _without_activity(products):
         return {}
     return {"parallelism": wd["parallelism"].mean()}
 

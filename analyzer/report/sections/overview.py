@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ...analyses.overview import METRIC_BY_NAME
+from ...analyses.overview import METRIC_BY_NAME, warmup_steps
 from ...model.run import Run
 from ...model.units import UNIT_FORMATS, cell
 from ..section import Column, Section
@@ -18,9 +18,19 @@ def section(run: Run) -> Section | None:
             Column("title", "metric"),
             Column("text", "value"),
         ],
-        note="rlperf audit reads these as overview.<metric> (the names in --format json; "
+        note=warmup_note(run)
+        + "rlperf audit reads these as overview.<metric> (the names in --format json; "
         "docs/reports.md).",
     )
+
+
+def warmup_note(run: Run) -> str:
+    """Which trace steps the median step time leaves out as warm-up, so the headline says it."""
+    left_out = warmup_steps({"step_outliers": run.product("step_outliers")})
+    if not left_out:
+        return ""
+    named = ", ".join(str(s) for s in left_out)
+    return f"Median step time without warm-up step {named} (see Slow steps). "
 
 
 def shown(overview: pl.DataFrame) -> pl.DataFrame:
