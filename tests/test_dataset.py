@@ -354,3 +354,97 @@ def test_a_stale_dataset_keeps_no_report(tmp_path: Path, capsys) -> None:
     path.write_bytes(path.read_bytes() + b"\0")
     rlperf(capsys, "analyze", str(ds), "-f", "json", "-o", str(tmp_path / "r.json"), "-q")
     assert not (ds / products.PRODUCTS).exists()
+
+
+# --- written by the parsing workers ------------------------------------------------------------
+
+
+def dataset_files(root: Path) -> dict[str, object]:
+    """Every file of a dataset by its path in it: tables as frames, JSON as values (kept
+    reports left out)."""
+    out: dict[str, object] = {}
+    for f in sorted(root.rglob("*")):
+        name = f.relative_to(root).as_posix()
+        if f.is_dir() or name.startswith("products/"):
+            continue
+        out[name] = pl.read_parquet(f) if f.suffix == ".parquet" else json.loads(f.read_text())
+    return out
+
+
+def assert_same_dataset(got: Path, want: Path) -> None:
+    """Table by table, record by record, the manifest whole: the same files holding the same
+    rows (dtypes included) and the same JSON."""
+    a, b = dataset_files(got), dataset_files(want)
+    assert sorted(a) == sorted(b)
+    for name, value in b.items():
+        if isinstance(value, pl.DataFrame):
+            other = a[name]
+            assert isinstance(other, pl.DataFrame)
+            assert other.schema == value.schema and other.equals(value), name
+        else:
+            assert a[name] == value, name
+
+
+def with_a_copy(tmp_path: Path) -> Path:
+    """The 8-rank sample plus a copy of rank 3 that sorts before it (read once: the original
+    is left out, so every later source is renumbered)."""
+    folder = copied(tmp_path, 8)
+    shutil.copy2(folder / "rank-3.synthetic.pt.trace.json.gz",
+                 folder / "rank-3.again.synthetic.pt.trace.json.gz")
+    return folder
+
+
+def written_at_once(run: Path, out: Path, choice: str | None = None) -> Path:
+    """The dataset of ``run`` as writing the chosen run's parsed sources at once writes it."""
+    from analyzer.assemble.runs import choose
+    from analyzer.dataset import write_dataset
+
+    found = ingest_module.ingest([run], use_cache=False)
+    sources, chosen = choose(found.sources, choice, [run])
+    ranks = sorted({int(r) for s in sources for r in s.events["rank"].unique() if r >= 0})
+    formats = sorted({s.format for s in sources})
+    record = {"choice": choice, "sources": len(sources), "ranks": ranks, "formats": formats}
+    write_dataset(sources, out, notes=[*found.notes, *chosen], unknown=found.unknown, run=record)
+    return out
+
+
+def test_workers_write_the_dataset_of_the_chosen_run(tmp_path: Path, capsys) -> None:
+    """``rlperf ingest`` (each source written by the worker that parsed it, copies dropped and
+    sources renumbered afterwards) writes the very files that writing the chosen run's parsed
+    sources at once writes."""
+    run = with_a_copy(tmp_path)
+    assert rlperf(capsys, "ingest", str(run), "-o", str(tmp_path / "ds"), "-q")[0] == 0
+    assert_same_dataset(tmp_path / "ds", written_at_once(run, tmp_path / "want"))
+    manifest = json.loads((tmp_path / "ds" / MANIFEST).read_text())
+    assert len(manifest["sources"]) == 8 and manifest["run"]["ranks"] == list(range(8))
+    assert [Path(r["path"]).name.split(".")[0] for r in manifest["sources"]] == [
+        f"rank-{r}" for r in range(8)
+    ]
+    copy = json.loads((tmp_path / "ds" / "sources" / "part-00003.json").read_text())
+    assert copy["index"] == 3 and "rank-3.again" in copy["path"]
+    assert any("a copy of" in w for w in copy["warnings"]), copy["warnings"]
+    assert pl.read_parquet(tmp_path / "ds" / "events" / "rank=7" / "part-00007.parquet")[
+        "source"].unique().to_list() == [7]
+    first = cli("analyze", str(run), "-f", "json", "--no-cache")
+    again = cli("analyze", str(tmp_path / "ds"), "-f", "json")
+    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+    assert json.loads(again.stdout) == json.loads(first.stdout)
+
+
+def test_a_run_chosen_with_run_keeps_only_its_sources(tmp_path: Path, capsys) -> None:
+    """Two runs (the 8-rank traces and a verl run's traces and log): without ``--run`` nothing
+    is written; with it, the other run's files are removed from the folder and the kept ones
+    renumbered from 0, as writing the chosen run at once does."""
+    both = tmp_path / "both"
+    shutil.copytree(MULTI, both / "a")
+    shutil.copytree(MIXED, both / "b")
+    status, _, err = rlperf(capsys, "ingest", str(both), "-o", str(tmp_path / "ds"), "-q")
+    assert status == 2 and "separate runs found" in err
+    assert not (tmp_path / "ds").exists() and [p.name for p in tmp_path.iterdir()] == ["both"]
+    for k in ("1", "2"):
+        out = tmp_path / f"run{k}"
+        assert rlperf(capsys, "ingest", str(both), "--run", k, "-o", str(out), "-q")[0] == 0
+        assert_same_dataset(out, written_at_once(both, tmp_path / f"want{k}", k))
+        manifest = json.loads((out / MANIFEST).read_text())
+        folders = {Path(r["path"]).relative_to(both).parts[0] for r in manifest["sources"]}
+        assert len(folders) == 1 and manifest["run"]["choice"] == k, folders

@@ -223,3 +223,69 @@ def test_the_local_engine_does_not_import_ray():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+# --- the dataset written by Ray tasks ----------------------------------------------------------
+
+
+def in_process(*args: str) -> int:
+    """``rlperf ARGS`` in this process (so the driver's functions can be watched)."""
+    from analyzer.cli import main
+
+    argv, sys.argv = sys.argv, ["rlperf", *args]
+    try:
+        main()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    finally:
+        sys.argv = argv
+    return 0
+
+
+def test_ray_tasks_write_the_dataset(cluster: str, tmp_path: Path, monkeypatch):
+    """Each task writes its source's tables; the driver receives no table (a parse's tables
+    coming back through the object store fail the test), and the dataset equals the local
+    engine's file by file, a copy dropped and the sources after it renumbered, and analysing
+    it gives the local engine's report."""
+    from tests.test_dataset import assert_same_dataset, with_a_copy
+
+    run = with_a_copy(tmp_path)
+    local = rlperf("ingest", str(run), "-o", str(tmp_path / "local"), "--no-cache", "-q")
+    assert local.returncode == 0, local.stderr
+
+    def no_tables(self, path):
+        raise AssertionError(f"the tables of {path} came to the driver")
+
+    monkeypatch.setattr(on_ray.Wire, "parsed", no_tables)
+    for name, value in TOKEN.items():
+        monkeypatch.setenv(name, value)
+    status = in_process("ingest", str(run), "-o", str(tmp_path / "ray"), "--no-cache", "-q",
+                        "--engine", "ray", "--ray-address", cluster)
+    assert status == 0
+    assert_same_dataset(tmp_path / "ray", tmp_path / "local")
+    assert len(list((tmp_path / "ray" / "sources").iterdir())) == 8
+    first = report(str(run))
+    assert json.loads(rlperf("analyze", str(tmp_path / "ray"), "-f", "json").stdout) == first
+
+
+def test_a_node_that_cannot_see_the_dataset_folder_is_one_line(cluster: str, tmp_path: Path):
+    """The output named through a path only the driver's process has (its own open folder,
+    ``/proc/self/fd/N``): the tasks cannot see it, as a node without the shared mount would
+    not; one line naming the output, exit status 2, nothing left behind."""
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    high = os.dup2(fd, 250)
+    try:
+        out = f"/proc/self/fd/{high}/ds"
+        done = subprocess.run(
+            [str(BIN / "rlperf"), "ingest", SAMPLES[0], "-o", out, "--no-cache", "-q",
+             "--engine", "ray", "--ray-address", cluster],
+            cwd=REPO, capture_output=True, text=True, timeout=300, pass_fds=(high,),
+            env={**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **TOKEN},
+        )
+    finally:
+        os.close(high)
+        os.close(fd)
+    line = one_line_error(done, out, "not found on the Ray node",
+                          "the dataset must be written on a path every node sees")
+    assert socket.gethostname() in line
+    assert list(tmp_path.iterdir()) == []
