@@ -526,11 +526,39 @@ def test_findings_inside_each_stage() -> None:
                                                         gen[-1]["end_ns"])])
     out = _compute(train + gen, timeline=timeline)
     tops = out.filter(pl.col("id") == "gpu.top_kernel")
-    assert tops["stage"].to_list() == ["", "actor_update", "rollout"]
-    assert tops.filter(pl.col("stage") == "rollout")["title"][0].endswith(": decode")
-    assert tops.filter(pl.col("stage") == "rollout")["severity"][0] == "warn"
+    # the whole trace's top kernel is rollout's decode, all of it there: one finding, in rollout
+    assert tops["stage"].to_list() == ["actor_update", "rollout"]
+    rollout = tops.filter(pl.col("stage") == "rollout").row(0, named=True)
+    assert rollout["title"].endswith(": decode") and rollout["severity"] == "warn"
+    assert "of all kernel time (sum" in rollout["evidence"]  # the whole trace's numbers
+    assert rollout["evidence"].endswith("where it lies: rollout 100.0% (that stage's own "
+                                        "finding folded in here)")
     idle = out.filter(pl.col("id") == "gpu.idle_gaps")
     assert idle["stage"].to_list() == [""]  # the gap lies between the stages, in neither
+
+
+def _variable(actor_ms: list[int], rollout_ms: list[int]) -> pl.DataFrame:
+    """all_reduce calls of rank 0, back to back, in two stages (durations in ms)."""
+    rows, t = [], 0
+    for stage, durations in (("actor_update", actor_ms), ("rollout", rollout_ms)):
+        for d in durations:
+            rows.append({"instance": len(rows), "stage": stage, "start_ns": t,
+                         "end_ns": t + d * MS, "arrival_ns": t})
+            t += d * MS + MS
+    return _waits(rows)
+
+
+def test_a_stage_holding_most_of_a_problem_is_the_whole_traces_finding() -> None:
+    """actor_update holds 12 of the 15 ms of all_reduce (80%): the whole trace's variability
+    finding takes the stage and the stage's own row goes; at 12 of 27 ms (44%) both stay."""
+    out = _compute(_busy_trace(), waits=_variable([1, 1, 10], [1, 1, 1]))
+    nccl = out.filter(pl.col("id") == "gpu.nccl_variability.all_reduce")
+    assert nccl.select("stage", "saving_ns").rows() == [("actor_update", 9 * MS)]  # 6 × (2.5−1)
+    assert "where it lies: actor_update 80.0%" in nccl["evidence"][0]
+    out = _compute(_busy_trace(), waits=_variable([1, 1, 10], [5, 5, 5]))
+    nccl = out.filter(pl.col("id") == "gpu.nccl_variability.all_reduce")
+    assert nccl["stage"].to_list() == ["", "actor_update"]
+    assert not nccl["evidence"].str.contains("where it lies").any()
 
 
 def test_the_thresholds_are_data() -> None:

@@ -155,3 +155,44 @@ def test_a_logs_only_run_has_log_rows_only() -> None:
     assert found["step"].n_unique() == found.height
     ids = run.outlier_findings["id"].to_list()
     assert ids[0] == "step.slow.log.checkpoint" and all(".log." in i for i in ids)
+
+
+# --- the profiler's own step -----------------------------------------------------------------
+
+HARNESS = Path(__file__).resolve().parents[1] / "sample_traces" / "runs"
+
+
+def _log(walls_ms: list[float]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    steps = pl.DataFrame({
+        "step": list(range(1, len(walls_ms) + 1)), "wall_s": [w / 1e3 for w in walls_ms],
+        "warmup": [False] * len(walls_ms), "outlier": [w > 300 for w in walls_ms],
+    }, schema_overrides={"step": pl.Int32})
+    stages = pl.DataFrame({"step": steps["step"], "label": ["old_logprob"] * steps.height,
+                           "seconds": steps["wall_s"]})
+    return steps, stages
+
+
+def test_a_slow_step_right_after_the_traced_steps_is_the_profilers() -> None:
+    steps, stages = _log([100, 100, 100, 550, 100])
+    assert outliers.log_outliers(steps, stages, [2, 3])["kind"].to_list() == ["profiler"]
+    assert outliers.log_outliers(steps, stages, [1, 2])["kind"].to_list() == ["slow"]
+    assert outliers.log_outliers(steps, stages)["kind"].to_list() == ["slow"]
+
+
+@pytest.mark.parametrize("name", ["verl_ppo_disaggregated", "verl_grpo_colocated",
+                                  "openrlhf_ppo_disaggregated", "verl_grpo_one_step_off"])
+def test_the_harness_runs_profiler_step_is_no_training_finding(name: str) -> None:
+    """Every harness run's slowest log step (3.9–9.4× the median) follows its traced steps:
+    the workers export their traces after stop_profile. It is one info finding, low
+    confidence, with no saving, and no slow-step finding."""
+    run = analyzer.load([HARNESS / name])
+    traced = run.product("stepping")["steps"]["step"].to_list()
+    log = run.step_outliers.filter(pl.col("source") == "log")
+    assert log.filter(pl.col("kind") == "profiler")["step"].to_list() == [max(traced) + 1]
+    assert log.filter(pl.col("kind") == "slow").height == 0
+    found = run.findings
+    assert not found["id"].str.starts_with("step.slow.log").any()
+    row = found.filter(pl.col("id") == outliers.PROFILER_ID).row(0, named=True)
+    assert row["saving_ns"] is None and row["severity"] == "info" and row["confidence"] == "low"
+    assert row["steps"] == str(max(traced) + 1) and "profiler writes its trace" in row["evidence"]
+    assert found["position"][0] == 1 and found["kind"][0] != "step"

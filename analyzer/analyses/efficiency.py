@@ -411,6 +411,8 @@ def efficiency_findings(efficiency: pl.DataFrame) -> pl.DataFrame:
                   "file", pl.lit(str(round(100 * low, 1)))).alias("evidence"),
         pl.lit(None, dtype=pl.Int64).alias("saving_ns"),
         pl.lit("").alias("saving_basis"),
+        pl.when(pl.col("key") == TRACE_KEY).then(pl.lit("trace")).otherwise(pl.lit("log"))
+        .alias("measured_on"),
         pl.lit("larger micro-batches per GPU, sequence packing (use_remove_padding / dynamic "
                "batch size), less activation recomputation where memory allows").alias(
                    "recommendation"),

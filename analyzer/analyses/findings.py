@@ -115,17 +115,33 @@ OWN = (
     "activity",
     "steps",
     "log_steps",
+    "step_outliers",
 )
 """What rlperf's own candidates read, each on demand."""
+SOURCES = ("trace", "log")
+"""What a candidate's saving is measured on (``measured_on``): the trace's steps or the log's."""
 
 
 @dataclass(frozen=True)
 class Steps:
-    """The step times savings are measured against."""
+    """The step times savings are measured against: the run's steps (``steps``: the trace's,
+    or the log's in a logs-only run, ``on`` says which) and the log's own step times."""
 
     count: int
     mean_ns: float | None
     median_ns: float | None
+    on: str = "trace"
+    log_mean_ns: float | None = None
+
+    def base(self, on: str) -> float | None:
+        """The mean step of the steps a saving measured ``on`` the trace or the log is per:
+        a per-step saving of the same steps is at most that, so its share is at most 1."""
+        if on == "log" and self.log_mean_ns:
+            return self.log_mean_ns
+        return self.mean_ns if on == self.on else None
+
+    def bases(self) -> dict[str, float | None]:
+        return {on: self.base(on) for on in SOURCES}
 
 
 @dataclass
@@ -137,40 +153,41 @@ class Context:
     staged: bool = False
     """Whether idle causes were computed (the trace has stages and steps)."""
 
-    def severity(self, saving_ns: float | None) -> str:
-        """A non-guideline candidate's severity from its share of the median step."""
-        share = self.share(saving_ns)
+    def severity(self, saving_ns: float | None, on: str = "trace") -> str:
+        """A non-guideline candidate's severity from its share of the mean step."""
+        share = self.share(saving_ns, on)
         if share is None:
             return "info"
         if share >= self.rules.error:
             return "error"
         return "warn" if share >= self.rules.warn else "info"
 
-    def share(self, saving_ns: float | None) -> float | None:
-        median = self.steps.median_ns
-        return None if saving_ns is None or not median else saving_ns / median
+    def share(self, saving_ns: float | None, on: str = "trace") -> float | None:
+        base = self.steps.base(on)
+        return None if saving_ns is None or not base else saving_ns / base
 
-    def worth(self, saving_ns: float | None) -> bool:
-        share = self.share(saving_ns)
+    def worth(self, saving_ns: float | None, on: str = "trace") -> bool:
+        share = self.share(saving_ns, on)
         return share is not None and share >= self.rules.min_saving_fraction
 
     def add(self, fid: str, kind: str, evidence: str, saving_ns: float | None, *,
             ranks: str = "", steps: str = "", stage: str = "", title: str = "",
             severity: str = "", recommendation: str = "", confidence: str = "",
-            basis: str = "") -> None:
+            basis: str = "", on: str = "trace") -> None:
         """One candidate; what it does not say comes from its ``[finding]`` table."""
         saving = None if saving_ns is None else round(saving_ns)
         self.rows.append({
             "id": fid,
             "kind": kind,
             "title": title or self.rules.text(fid, "title") or fid,
-            "severity": severity or self.severity(saving),
+            "severity": severity or self.severity(saving, on),
             "ranks": ranks,
             "steps": steps,
             "stage": stage or self.rules.text(fid, "stage"),
             "evidence": evidence,
             "saving_ns": saving,
             "saving_basis": (basis or self.rules.text(fid, "basis")) if saving is not None else "",
+            "measured_on": on,
             "recommendation": recommendation or self.rules.text(fid, "recommendation"),
             "confidence": confidence or self.rules.text(fid, "confidence") or "medium",
         })
@@ -180,16 +197,27 @@ class Context:
 
 
 def _step_times(lazy: Lazy) -> Steps:
-    """The analysed steps' wall times, or a log's step times when no trace defines steps."""
+    """The analysed steps' wall times (the trace's, or the log's windows in a logs-only run)
+    and the log's own step times, warm-up and profiler steps left out (not steady steps)."""
     steps: pl.DataFrame = lazy["steps"]
-    times = (steps["end_ns"] - steps["start_ns"]).cast(pl.Float64) if steps.height else None
-    if times is None:
-        log: pl.DataFrame = lazy["log_steps"]
-        if log.height and "wall_s" in log.columns:
-            times = log["wall_s"].drop_nulls().cast(pl.Float64) * 1e9
-    if times is None or times.len() == 0:
-        return Steps(steps.height, None, None)
-    return Steps(times.len(), _scalar(times.mean()), _scalar(times.median()))
+    on = "log" if steps.height and (steps["source"] == "log").all() else "trace"
+    times = (steps["end_ns"] - steps["start_ns"]).cast(pl.Float64)
+    log_mean = _log_mean(lazy)
+    if times.len() == 0:
+        return Steps(0, None, None, on, log_mean)
+    return Steps(times.len(), _scalar(times.mean()), _scalar(times.median()), on, log_mean)
+
+
+def _log_mean(lazy: Lazy) -> float | None:
+    log: pl.DataFrame = lazy["log_steps"]
+    if log.height == 0 or "wall_s" not in log.columns:
+        return None
+    outliers: pl.DataFrame = lazy["step_outliers"]
+    left_out = outliers.filter(
+        (pl.col("source") == "log") & pl.col("kind").is_in(["warmup", "profiler"])
+    )["step"]
+    steady = log.filter(~pl.col("step").is_in(left_out.implode()))["wall_s"].drop_nulls()
+    return _scalar(steady.cast(pl.Float64).mean() * 1e9) if steady.len() else None
 
 
 def _scalar(value: Any) -> float | None:
@@ -205,9 +233,11 @@ def _guidelines(ctx: Context) -> None:
     """Violated guidelines; one whose value is a share of the step that its recommendation
     removes (``[share_saving]``) saves that share of the mean step."""
     violated = ctx.lazy["violations"].filter(pl.col("status") == "violated")
+    on = ctx.steps.on
+    mean = ctx.steps.base(on)
     for row in violated.iter_rows(named=True):
         share = row["id"] in ctx.rules.share_saving and row["unit"] == "fraction"
-        saving = row["value"] * ctx.steps.mean_ns if share and ctx.steps.mean_ns else None
+        saving = row["value"] * mean if share and mean else None
         ctx.add(
             row["id"], "guideline", row["evidence"], saving,
             ranks="" if row["rank"] is None else str(row["rank"]),
@@ -216,7 +246,8 @@ def _guidelines(ctx: Context) -> None:
             recommendation=row["recommendation"] or "",
             confidence="medium" if row.get("heuristic") else "high",
             basis=f"{row['metric']} × the mean step time ({percent(row['value'])} of "
-                  f"{duration(ctx.steps.mean_ns)}): what removing that share saves",
+                  f"{duration(mean)}): what removing that share saves",
+            on=on,
         )
 
 
@@ -462,7 +493,7 @@ def candidates(lazy: Lazy, failures: dict[str, Failure], rules_: Rules, steps: S
             continue
         frame = _guarded(name, failures, partial(_product, lazy, name))
         if frame is not None:
-            parts.append(frame)
+            parts.append(frame.filter(_worth(frame, ctx)))
     found = pl.concat(parts, how="vertical")
     if ctx.staged:
         generic = pl.col("id").is_in(list(rules_.superseded)) & (pl.col("stage") == "")
@@ -470,21 +501,44 @@ def candidates(lazy: Lazy, failures: dict[str, Failure], rules_: Rules, steps: S
     return found
 
 
+def _worth(frame: pl.DataFrame, ctx: Context) -> pl.Series:
+    """A product's candidate stays unless its saving is under the ranking's minimum share of
+    the steps it is measured on (one without a saving or a base stays)."""
+    share = _fraction(ctx.steps.bases())
+    keep = share.is_null() | (share >= ctx.rules.min_saving_fraction)
+    return frame.select(keep.alias("keep"))["keep"]
+
+
+def _fraction(bases: dict[str, float | None]) -> pl.Expr:
+    """``saving_ns`` over the mean step of the steps it is measured on (null without one)."""
+    base = pl.col("measured_on").replace_strict(
+        {on: b if b else None for on, b in bases.items()}, default=None, return_dtype=pl.Float64
+    )
+    return (pl.col("saving_ns") / base).cast(pl.Float64)
+
+
 def _merged(rows: list[dict[str, Any]], problem: Problem) -> dict[str, Any]:
     """One finding from the members of one problem (``rows`` in member order)."""
     out = dict(rows[0])
-    by_id = {r["id"]: r for r in rows}
+    by_id = {_member(r): r for r in rows}
     source = next((by_id[m] for m in problem.saving_from
                    if m in by_id and by_id[m]["saving_ns"] is not None), None)
     if source is not None:
         out["saving_ns"], out["saving_basis"] = source["saving_ns"], source["saving_basis"]
-        out["confidence"] = source["confidence"]
+        out["confidence"], out["measured_on"] = source["confidence"], source["measured_on"]
+    whole = [r for r in rows if "@" not in _member(r)]
     for key in ("ranks", "steps", "stage", "recommendation"):
-        out[key] = out[key] or next((r[key] for r in rows if r[key]), "")
+        out[key] = out[key] or next((r[key] for r in whole if r[key]), "")
     judged = [r for r in rows if r["kind"] == "guideline"] or [source or out]
     out["severity"] = max((r["severity"] for r in judged), key=_severity_rank)
     out["evidence"] = "; ".join(dict.fromkeys(r["evidence"] for r in rows if r["evidence"]))
     return out
+
+
+def _member(row: dict[str, Any]) -> str:
+    """How a ``[[problem]]`` names the row: its id, ``id@stage`` for a generic GPU finding
+    inside a stage."""
+    return f"{row['id']}@{row['stage']}" if row["kind"] == "gpu" and row["stage"] else row["id"]
 
 
 def _severity_rank(severity: str) -> int:
@@ -494,13 +548,14 @@ def _severity_rank(severity: str) -> int:
 def deduplicate(cands: pl.DataFrame, problems: Iterable[Problem]) -> pl.DataFrame:
     """One row per problem: an id seen twice in one stage keeps its first row, and the members
     of one ``[[problem]]`` (each id's first row; a generic GPU finding inside one stage is that
-    stage's detail, never merged) become one finding (:func:`_merged`) where the first stood."""
+    stage's detail, merged only where a member names it as ``id@stage``) become one finding
+    (:func:`_merged`) where the first stood."""
     unique = cands.unique(["id", "stage"], keep="first", maintain_order=True)
     rows = list(unique.iter_rows(named=True))
     index: dict[str, int] = {}
     for i, r in enumerate(rows):
-        if r["kind"] != "gpu" or not r["stage"]:
-            index.setdefault(r["id"], i)
+        staged_gpu = r["kind"] == "gpu" and r["stage"]
+        index.setdefault(f"{r['id']}@{r['stage']}" if staged_gpu else r["id"], i)
     out: dict[int, dict[str, Any]] = dict(enumerate(rows))
     for problem in problems:
         present = [index[m] for m in problem.members if m in index]
@@ -514,13 +569,13 @@ def deduplicate(cands: pl.DataFrame, problems: Iterable[Problem]) -> pl.DataFram
                         orient="row")
 
 
-def rank(cands: pl.DataFrame, median_step_ns: float | None) -> pl.DataFrame:
+def rank(cands: pl.DataFrame, bases: dict[str, float | None]) -> pl.DataFrame:
     """:data:`frames.FINDINGS`: by saving, largest first; those without one after, by severity;
-    ties in candidate order."""
+    ties in candidate order. ``saving_fraction``: the saving over ``bases`` (the mean step of
+    the trace's or the log's steps, as ``measured_on`` says)."""
     severity = pl.col("severity").replace_strict(
         {s: i for i, s in enumerate(SEVERITIES)}, default=-1, return_dtype=pl.Int8
     )
-    fraction = (pl.col("saving_ns") / median_step_ns) if median_step_ns else pl.lit(None)
     ranked = (
         cands.with_row_index("_i")
         .with_columns(pl.col("saving_ns").is_null().alias("_none"), severity.alias("_sev"))
@@ -528,7 +583,7 @@ def rank(cands: pl.DataFrame, median_step_ns: float | None) -> pl.DataFrame:
               nulls_last=True)
         .with_columns(
             pl.int_range(1, pl.len() + 1, dtype=pl.Int32).alias("position"),
-            fraction.cast(pl.Float64).alias("saving_fraction"),
+            _fraction(bases).alias("saving_fraction"),
         )
     )
     return ranked.select(pl.col(n).cast(t) for n, t in frames.FINDINGS.items())
@@ -538,4 +593,4 @@ def rank(cands: pl.DataFrame, median_step_ns: float | None) -> pl.DataFrame:
 def findings(lazy: Lazy, failures: dict[str, Failure]) -> pl.DataFrame:
     steps = _guarded("step times", failures, lambda: _step_times(lazy)) or Steps(0, None, None)
     found = candidates(lazy, failures, rules(), steps)
-    return rank(deduplicate(found, rules().problems), steps.median_ns)
+    return rank(deduplicate(found, rules().problems), steps.bases())

@@ -23,6 +23,7 @@ from taxonomy.tomlfile import read_toml
 from ..model import frames, intervals
 from ..model.products import provides
 from ..model.units import duration, percent, size, spans
+from .findings import rules as finding_rules
 
 RULES_FILE = Path(__file__).parents[2] / "taxonomy" / "gpu_findings.toml"
 WHOLE = ""
@@ -367,8 +368,10 @@ def _ranks(values: list[int]) -> str:
 
 def _finding(key: str, rule: dict[str, Any], scope: str, severity: str, ranks: str,
              evidence: str, saving: int | None, confidence: str, suffix: str = "",
-             title: str = "") -> dict[str, Any]:
+             title: str = "", subject: str = "", rank: int | None = None) -> dict[str, Any]:
     return {
+        SUBJECT: subject or suffix,
+        RANK: rank,
         "id": f"gpu.{key}" + (f".{suffix}" if suffix else ""),
         "kind": "gpu",
         "title": title or rule["title"],
@@ -379,6 +382,7 @@ def _finding(key: str, rule: dict[str, Any], scope: str, severity: str, ranks: s
         "evidence": evidence,
         "saving_ns": saving,
         "saving_basis": rule["saving"],
+        "measured_on": "trace",
         "recommendation": rule["recommendation"],
         "confidence": confidence,
     }
@@ -406,7 +410,8 @@ def _top_kernel(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dic
             f"top {rows.height}: {listed}"
         )
         out.append(_finding("top_kernel", rule, scope, severity, _ranks(top["ranks"]), evidence,
-                            None, "high", title=f"{rule['title']}: {top['family']}"))
+                            None, "high", title=f"{rule['title']}: {top['family']}",
+                            subject=top["family"]))
     return out
 
 
@@ -430,7 +435,7 @@ def _kernel_variability(m: pl.DataFrame, rule: dict[str, Any], n_steps: int
             )
         )
         out.append(_finding("kernel_variability", rule, scope, severity, _ranks(r["ranks"]),
-                            evidence, None, "medium"))
+                            evidence, None, "medium", subject=r["family"]))
     return out
 
 
@@ -473,7 +478,7 @@ def _idle_gaps(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict
         )
         severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
         out.append(_finding("idle_gaps", rule, r["scope"], severity, _ranks(r["_ranks"]),
-                            evidence, r["empty_ns"] // n_steps, "medium"))
+                            evidence, r["empty_ns"] // n_steps, "medium", rank=r["rank"]))
     return out
 
 
@@ -488,7 +493,7 @@ def _host_bound(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dic
         )
         severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
         out.append(_finding("host_bound", rule, r["scope"], severity, _ranks(r["_ranks"]),
-                            evidence, r["starved_ns"] // n_steps, "medium"))
+                            evidence, r["starved_ns"] // n_steps, "medium", rank=r["rank"]))
     return out
 
 
@@ -505,7 +510,7 @@ def _sync_blocking(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[
         )
         severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
         out.append(_finding("sync_blocking", rule, r["scope"], severity, _ranks(r["_ranks"]),
-                            evidence, None, "high"))
+                            evidence, None, "high", rank=r["rank"]))
     return out
 
 
@@ -565,7 +570,7 @@ def _nccl_variability(m: pl.DataFrame, rule: dict[str, Any], n_steps: int
         severity = _level(r["ratio"], rule["ratio_info"], rule["ratio_warn"]) or "info"
         out.append(_finding("nccl_variability", rule, r["scope"], severity, _ranks(r["_ranks"]),
                             evidence, r["balanced_ns"] // n_steps, "low", suffix=r["coll"],
-                            title=f"{rule['title']}: {r['coll']}"))
+                            title=f"{rule['title']}: {r['coll']}", rank=r["rank"]))
     return out
 
 
@@ -579,7 +584,7 @@ def _straggler(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict
         )
         severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
         out.append(_finding("straggler", rule, r["scope"], severity, str(r["rank"]), evidence,
-                            r["delay_ns"] // n_steps, "medium"))
+                            r["delay_ns"] // n_steps, "medium", rank=r["rank"]))
     return out
 
 
@@ -593,15 +598,85 @@ def _exposed_comm(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[d
         )
         severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
         out.append(_finding("exposed_comm", rule, r["scope"], severity, _ranks(r["_ranks"]),
-                            evidence, r["exposed_ns"] // n_steps, "high"))
+                            evidence, r["exposed_ns"] // n_steps, "high", rank=r["rank"]))
     return out
+
+
+# --- one problem, whole trace and stage ---------------------------------------------------------
+
+SUBJECT = "_subject"
+"""What a finding is about within its check (kernel family, copy direction, collective)."""
+RANK = "_rank"
+"""The rank a per-rank check's finding measures (its worst), or None: all ranks."""
+AMOUNTS: dict[str, tuple[str, str | None, str]] = {
+    "top_kernel": ("top_kernel", "family", "total_ns"),
+    "kernel_variability": ("top_kernel", "family", "total_ns"),
+    "small_kernels": ("small_kernels", None, "count"),
+    "host_bound": ("host_bound", None, "starved_ns"),
+    "sync_blocking": ("sync_blocking", None, "blocked_ns"),
+    "copies": ("copies", "direction", "time_ns"),
+    "nccl_variability": ("nccl_variability", "coll", "total_ns"),
+    "straggler": ("straggler", None, "delay_ns"),
+    "exposed_comm": ("exposed_comm", None, "exposed_ns"),
+    "idle_gaps": ("idle_gaps", None, "idle_ns"),
+}
+"""Per check: the measure frame, the subject column and the additive amount (all ranks) whose
+share in a stage says where the whole trace's problem lies (on the finding's rank, for a
+per-rank check)."""
+
+
+def _amounts(m: dict[str, pl.DataFrame], check: str, rank: int | None
+             ) -> dict[tuple[str, str], float]:
+    """(scope, subject) → the check's amount there, over all ranks or on ``rank``."""
+    frame, subject, amount = AMOUNTS[check]
+    data = m[frame] if rank is None else m[frame].filter(pl.col("rank") == rank)
+    key = pl.col(subject).cast(pl.String) if subject else pl.lit("")
+    per = data.group_by("scope", key.alias("_s")).agg(pl.col(amount).cast(pl.Float64).sum())
+    return {(sc, sub): float(a or 0) for sc, sub, a in per.iter_rows()}
+
+
+def fold_stages(rows: list[dict[str, Any]], m: dict[str, pl.DataFrame], dominant: float,
+                keep: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """The whole trace's finding and a stage's finding of the same check and subject are one
+    problem when at least ``dominant`` of the check's amount lies in that stage: the stage's
+    row is folded into the whole trace's, which takes the stage and its ranks (its numbers
+    stay the whole trace's). A check without a saving (top kernel, variability, copies, …)
+    folds every stage that names the same subject, the stages and their shares said in the
+    evidence. ``keep``:
+    checks whose whole-trace row the findings list drops once stages are known (their stage
+    rows are the detail then)."""
+    dropped: set[int] = set()
+    for w in rows:
+        check = w["id"].split(".")[1]
+        if w["stage"] != WHOLE or check in keep or check not in AMOUNTS:
+            continue
+        amounts = _amounts(m, check, w[RANK])
+        whole = amounts.get((WHOLE, w[SUBJECT]), 0.0)
+        same = [i for i, r in enumerate(rows)
+                if r["id"] == w["id"] and r[SUBJECT] == w[SUBJECT] and r["stage"] != WHOLE]
+        if not whole or not same:
+            continue
+        share = {i: amounts.get((rows[i]["stage"], w[SUBJECT]), 0.0) / whole for i in same}
+        best = max(same, key=share.__getitem__)
+        folded = same if w["saving_ns"] is None else [best] if share[best] >= dominant else []
+        if not folded:
+            continue
+        if share[best] >= dominant:
+            w["stage"], w["ranks"] = rows[best]["stage"], rows[best]["ranks"]
+        listed = ", ".join(f"{rows[i]['stage']} {percent(share[i])}"
+                           for i in sorted(folded, key=share.__getitem__, reverse=True))
+        w["evidence"] += f"; where it lies: {listed} (that stage's own finding folded in here)"
+        dropped.update(folded)
+    return [r for i, r in enumerate(rows) if i not in dropped]
 
 
 def compute(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
             collective_waits: pl.DataFrame, steps: pl.DataFrame,
-            table: dict[str, Any] | None = None) -> pl.DataFrame:
+            table: dict[str, Any] | None = None, keep: frozenset[str] = frozenset()
+            ) -> pl.DataFrame:
     """The generic GPU findings (:data:`frames.FINDING_CANDIDATES`), whole trace first, then
-    each stage; savings are per step (the whole trace is one step when none are known)."""
+    each stage (those one with the whole trace's folded into it, :func:`fold_stages`); savings
+    are per step (the whole trace is one step when none are known)."""
     table = table or rules()
     m = measure(classified, stage_timeline, collective_waits, table)
     n = max(steps.height, 1)
@@ -617,7 +692,9 @@ def compute(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
         *_exposed_comm(m["exposed_comm"], table["exposed_comm"], n),
         *_idle_gaps(m["idle_gaps"], table["idle_gaps"], n),
     ]
-    out = pl.DataFrame(rows, schema=frames.FINDING_CANDIDATES)
+    rows = fold_stages(rows, m, table["merge"]["dominant_share"], keep)
+    out = pl.DataFrame([{k: r[k] for k in frames.FINDING_CANDIDATES} for r in rows],
+                       schema=frames.FINDING_CANDIDATES)
     scope_order = pl.col("stage") != WHOLE
     return out.with_columns(scope_order.alias("_o")).sort("_o", "stage", maintain_order=True).drop(
         "_o"
@@ -627,4 +704,5 @@ def compute(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
 @provides("gpu_findings", schema=frames.FINDING_CANDIDATES)
 def gpu_findings(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
                  collective_waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    return compute(classified, stage_timeline, collective_waits, steps)
+    keep = frozenset(i.removeprefix("gpu.") for i in finding_rules().superseded)
+    return compute(classified, stage_timeline, collective_waits, steps, keep=keep)

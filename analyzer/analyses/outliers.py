@@ -11,12 +11,21 @@ time (``breakdown``: a stage's time in a step is its slowest rank's, the control
 when no device rank ran it) are read; from the log's timers (``log_steps``, ``log_stages``)
 otherwise, which have stages but no ranks.
 
+A slow log step right after the traced steps is the profiler's own (``kind = profiler``): the
+trainer's profiler writes its trace when it stops (``torch.profiler``'s ``export_chrome_trace``
+after ``stop``; verl's profiler saves after its steps), and that delays the next step's first
+worker call. It is recognised only where the trace's steps are numbered as the log's (the
+``stepping`` product's match of stage timers, docs/assembly.md "Numbering from a log").
+
 ``outlier_findings`` turns the slow steps into finding candidates (``FINDING_CANDIDATES``):
 one per source and grown stage, its saving the slow steps' excess over the median divided by
-the number of steps (per step on average).
+the number of steps (per step on average); a profiler step is one low-confidence ``info``
+candidate without a saving, which says what the profiler cost.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import polars as pl
 
@@ -46,8 +55,9 @@ STEP_OUTLIERS = pl.Schema({
     "rank_excess_ns": pl.Int64(),
     "n_steps": pl.Int64(),
 })
-"""One row per slow (``kind = slow``) or warm-up (``warmup``) step of each ``source`` (``trace``,
-``log``): its wall time, the median over the steps after warm-up, the excess (wall − median)
+"""One row per slow (``kind = slow``), warm-up (``warmup``) or profiler-delayed (``profiler``: a
+slow log step right after the traced steps) step of each ``source`` (``trace``, ``log``): its
+wall time, the median over the steps after warm-up, the excess (wall − median)
 and ratio (wall ÷ median); the ``stage`` whose time grew most against its own median, and
 within it the ``rank`` that grew most (null from a log); ``n_steps`` counts the source's steps."""
 
@@ -58,6 +68,7 @@ SEVERE_FRACTION = 0.05
 """A slow-step finding is ``warn`` when its saving is at least this share of the median step."""
 SHOWN_STEPS = 3
 """How many of a finding's slow steps its evidence names."""
+PROFILER_ID = "step.profiler"
 
 
 def flag_steps(walls: pl.DataFrame, rules: StepRules = STEP_RULES) -> pl.DataFrame:
@@ -99,16 +110,22 @@ def grown(per: pl.DataFrame, key: str, steady: pl.Series, by: tuple[str, ...] = 
 
 
 def _rows(flags: pl.DataFrame, stage: pl.DataFrame, rank: pl.DataFrame | None,
-          source: str) -> pl.DataFrame:
+          source: str, profiler_step: int | None = None) -> pl.DataFrame:
     picked = flags.filter(pl.col("warmup") | pl.col("slow")).with_columns(
         pl.col("step").cast(pl.Int32)
+    )
+    kind = (
+        pl.when(pl.col("warmup")).then(pl.lit("warmup"))
+        .when(pl.lit(profiler_step is not None) & (pl.col("step") == (profiler_step or -1)))
+        .then(pl.lit("profiler"))
+        .otherwise(pl.lit("slow"))
     )
     if picked.height == 0:
         return frames.empty(STEP_OUTLIERS)
     out = picked.select(
         pl.lit(source).alias("source"),
         "step",
-        pl.when(pl.col("warmup")).then(pl.lit("warmup")).otherwise(pl.lit("slow")).alias("kind"),
+        kind.alias("kind"),
         pl.col("wall").alias("wall_ns"),
         pl.col("median").alias("median_ns"),
         (pl.col("wall") - pl.col("median")).alias("excess_ns"),
@@ -163,8 +180,10 @@ def trace_outliers(steps: pl.DataFrame, breakdown: pl.DataFrame,
     return _rows(flags, stage, rank, "trace")
 
 
-def log_outliers(log_steps: pl.DataFrame, log_stages: pl.DataFrame) -> pl.DataFrame:
-    """The log's slow and warm-up steps, by the flags and timers of the log analysis."""
+def log_outliers(log_steps: pl.DataFrame, log_stages: pl.DataFrame,
+                 traced: list[int] | None = None) -> pl.DataFrame:
+    """The log's slow and warm-up steps, by the flags and timers of the log analysis; a slow
+    step right after the ``traced`` steps (numbered as the log's) is the profiler's."""
     if log_steps.height == 0:
         return frames.empty(STEP_OUTLIERS)
     walls = log_steps.select("step", (pl.col("wall_s") * 1e9).alias("wall"), "warmup", "outlier")
@@ -178,7 +197,16 @@ def log_outliers(log_steps: pl.DataFrame, log_stages: pl.DataFrame) -> pl.DataFr
     per_stage = log_stages.group_by("step", "label").agg(
         (pl.col("seconds").sum() * 1e9).alias("value")
     ).rename({"label": "stage"})
-    return _rows(flags, grown(per_stage, "stage", steady["step"]), None, "log")
+    after = max(traced) + 1 if traced else None
+    return _rows(flags, grown(per_stage, "stage", steady["step"]), None, "log", after)
+
+
+def traced_log_steps(stepping: Stepping) -> list[int]:
+    """The trace's steps in the log's numbering, or none when the log did not number them (no
+    stage-timer match: a trace step's place among the log's steps is then unknown)."""
+    if stepping["origin"] == LOG_ORIGIN or not stepping["note"]:
+        return []
+    return sorted(stepping["steps"]["step"].drop_nulls().unique().to_list())
 
 
 @provides("step_outliers", schema=STEP_OUTLIERS)
@@ -186,7 +214,10 @@ def step_outliers(steps: pl.DataFrame, stepping: Stepping, breakdown: pl.DataFra
                   log_steps: pl.DataFrame, log_stages: pl.DataFrame) -> pl.DataFrame:
     """Trace rows only when a trace marks the steps (a logs-only run's windows are the log's)."""
     traced = steps if stepping["origin"] != LOG_ORIGIN else steps.clear()
-    return pl.concat([trace_outliers(traced, breakdown), log_outliers(log_steps, log_stages)])
+    return pl.concat([
+        trace_outliers(traced, breakdown),
+        log_outliers(log_steps, log_stages, traced_log_steps(stepping)),
+    ])
 
 
 def _duration(ns: float) -> str:
@@ -217,7 +248,8 @@ def _of(group: pl.DataFrame) -> str:
 def findings(outliers: pl.DataFrame, rules: StepRules = STEP_RULES) -> pl.DataFrame:
     """FINDING_CANDIDATES: one per source and grown stage of the slow steps."""
     slow = outliers.filter((pl.col("kind") == "slow") & pl.col("stage").is_not_null())
-    rows = []
+    profiled = outliers.filter(pl.col("kind") == "profiler")
+    rows = [_profiler(r) for r in profiled.iter_rows(named=True)]
     for (source, stage), group in slow.group_by("source", "stage", maintain_order=True):
         n_steps = int(group["n_steps"][0])
         saving = round(float(group["excess_ns"].sum()) / n_steps)
@@ -238,6 +270,7 @@ def findings(outliers: pl.DataFrame, rules: StepRules = STEP_RULES) -> pl.DataFr
                 f"{group.height} slow step(s) where {stage} grew most) divided by all {n_steps} "
                 f"steps: per step on average"
             ),
+            "measured_on": str(source),
             "recommendation": rules.advise(str(stage)),
             "confidence": "high" if source == "trace" else "medium",
         })
@@ -246,6 +279,37 @@ def findings(outliers: pl.DataFrame, rules: StepRules = STEP_RULES) -> pl.DataFr
     return pl.DataFrame(rows, schema=frames.FINDING_CANDIDATES).sort(
         ["saving_ns", "id"], descending=[True, False]
     )
+
+
+def _profiler(r: dict[str, Any]) -> dict[str, Any]:
+    """The profiler step's candidate: what it cost, said, and no saving (not a training cost)."""
+    grew = (f"; {r['stage']} grew most ({_duration(r['stage_ns'])} against its median "
+            f"{_duration(r['stage_median_ns'])})" if r["stage"] is not None else "")
+    return {
+        "id": PROFILER_ID,
+        "kind": "step",
+        "title": "The profiler's trace export slowed the step after the traced steps",
+        "severity": "info",
+        "ranks": "",
+        "steps": str(r["step"]),
+        "stage": "",
+        "evidence": (
+            f"log step {r['step']} took {_duration(r['wall_ns'])}, {r['ratio']:.2f}× the median "
+            f"{_duration(r['median_ns'])} (+{_duration(r['excess_ns'])}){grew}; it directly "
+            f"follows the traced steps (the last is log step {r['step'] - 1}), when the "
+            "profiler writes its trace (torch.profiler exports after stop; verl's profiler "
+            "saves after its steps) and delays that step's first worker call: the profiler's "
+            "cost, not the training's"
+        ),
+        "saving_ns": None,
+        "saving_basis": "",
+        "measured_on": "log",
+        "recommendation": (
+            "Nothing to change in training. Leave this step out when timing the run; profile "
+            "fewer or shorter steps to make the export smaller."
+        ),
+        "confidence": "low",
+    }
 
 
 @provides("outlier_findings", schema=frames.FINDING_CANDIDATES)

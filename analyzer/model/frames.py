@@ -273,6 +273,7 @@ FINDING_CANDIDATES = pl.Schema({
     "evidence": pl.String(),
     "saving_ns": pl.Int64(),
     "saving_basis": pl.String(),
+    "measured_on": pl.String(),
     "recommendation": pl.String(),
     "confidence": pl.String(),
 })
@@ -282,7 +283,8 @@ FINDING_CANDIDATES = pl.Schema({
 ``model.units.spans`` writes them (empty: all); ``stage`` is a taxonomy stage or empty;
 ``evidence`` gives the numbers with their definition; ``saving_ns`` is the estimated wall time
 saved per step if the problem were fixed (null when it cannot be estimated) and
-``saving_basis`` says which bound it comes from; ``severity`` is ``info``/``warn``/``error``,
+``saving_basis`` says which bound it comes from, ``measured_on`` whose steps it is measured on
+(``trace`` or ``log``); ``severity`` is ``info``/``warn``/``error``,
 ``confidence`` ``high``/``medium``/``low``."""
 
 FINDINGS = pl.Schema({
@@ -292,7 +294,8 @@ FINDINGS = pl.Schema({
 })
 """The ranked findings every report leads with: the candidates, deduplicated and ordered by
 saving (largest first; those without a saving after, by severity), ``position`` from 1;
-``saving_fraction`` is ``saving_ns`` over the median step time."""
+``saving_fraction`` is ``saving_ns`` over the mean step time of the steps it is measured on
+(``measured_on``: the trace's or the log's)."""
 
 DATA_QUALITY = pl.Schema({
     "file": pl.String(),
