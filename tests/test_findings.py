@@ -125,8 +125,10 @@ TRUTH = {
     RUNS / "verl_ppo_disaggregated": ({"G24", "bubble.stage_gap"}, harness_stage_gap),
     RUNS / "verl_ppo_multiprocess_nsys": ({"G24", "bubble.stage_gap"}, harness_stage_gap),
 }
-# trl_grpo is left out: its truth records no collective calls (TRL's and accelerate's gloo
-# calls are not wrapped), and its top finding is its exposed gloo communication.
+# trl_grpo is left out: its committed truth records no collective calls, and its top finding
+# is its exposed gloo communication (16.6 ms per rank and step). The harness now records the
+# Python collectives (truth.paired_collectives, tested below) for the next regeneration; DDP's
+# gradient all-reduce (24 of the 98 gloo calls) runs in its C++ reducer and stays unrecorded.
 TRACE_KINDS = ("guideline", "bubble", "what-if", "sync", "communication")
 """rlperf's own trace-derived candidates; the slow-step candidates (outlier_findings, from the
 log's step timers) are checked against their own generator truth in tests/test_outliers.py."""
@@ -366,3 +368,22 @@ def test_every_saving_share_is_of_its_own_steps_and_at_most_one(sample: Path) ->
                                                      rel=1e-9), r["id"]
     assert (found["saving_fraction"] <= 1).all()
     assert found["measured_on"].is_in(["trace", "log"]).all()
+
+
+def test_the_trl_truth_writer_pairs_collective_calls_across_ranks() -> None:
+    """The n-th Python collective of each rank is one instance; a rank's wait is from its entry
+    to the last member's; its step the rank's step at entry."""
+    from sample_traces.harness.truth import paired_collectives
+
+    ranks = [
+        {"rank": 0, "steps": [{"step": 1, "start_ns": 0}, {"step": 2, "start_ns": 100}],
+         "collectives": [{"coll": "all_gather", "index": 0, "start_ns": 10, "end_ns": 40},
+                         {"coll": "broadcast", "index": 1, "start_ns": 120, "end_ns": 130}]},
+        {"rank": 1, "steps": [{"step": 1, "start_ns": 0}, {"step": 2, "start_ns": 100}],
+         "collectives": [{"coll": "all_gather", "index": 0, "start_ns": 30, "end_ns": 41},
+                         {"coll": "broadcast", "index": 1, "start_ns": 105, "end_ns": 131}]},
+    ]
+    rows = paired_collectives(ranks)
+    assert [(r["rank"], r["instance"], r["step"], r["wait_ns"]) for r in rows] == [
+        (0, 0, 1, 20), (1, 0, 1, 0), (1, 1, 2, 15), (0, 1, 2, 0)]
+    assert paired_collectives([{"rank": 0, "steps": []}]) == []

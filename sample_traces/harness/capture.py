@@ -282,7 +282,7 @@ def trl_truth(ranks: list[dict[str, Any]], trl_run: Any) -> dict[str, Any]:
         "stages": sorted(stages, key=lambda s: (s["start_ns"], s["rank"])),
         "spans": sorted(spans, key=lambda s: (s["start_ns"], s["rank"])),
         "waits": [],
-        "collectives": [],
+        "collectives": truth.paired_collectives(ranks),
         "responses": [
             {"step": x["step"], "rank": r["rank"], "lengths": x["lengths"]}
             for r in ranks

@@ -36,6 +36,15 @@ SEED = 7
 _local = threading.local()
 RECORDS: list[dict[str, Any]] = []
 LENGTHS: list[dict[str, Any]] = []
+COLLECTIVES: list[dict[str, Any]] = []
+WRAPPED_COLLECTIVES = (
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+    "broadcast_object_list", "gather", "gather_object", "reduce", "reduce_scatter_tensor",
+    "barrier",
+)
+"""torch.distributed's Python collectives (what TRL and accelerate call: gather of rewards and
+completions, broadcast of objects). DDP's gradient all-reduce runs in its C++ reducer and is
+not seen here."""
 
 
 def check_pins() -> None:
@@ -149,6 +158,30 @@ def wrap_trl_timers() -> None:
     grpo_trainer.GRPOTrainer._save_checkpoint = timed_save
 
 
+def wrap_collectives() -> None:
+    """Record every outermost torch.distributed collective call on this rank: its kind and
+    epoch-ns interval, numbered per rank in call order (every rank calls them in one order,
+    so the n-th call of each rank is one instance)."""
+    import torch.distributed as dist
+
+    def timed(name: str, fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if getattr(_local, "in_collective", False):
+                return fn(*args, **kwargs)
+            _local.in_collective = True
+            start = time.time_ns()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _local.in_collective = False
+                COLLECTIVES.append({"coll": name, "index": len(COLLECTIVES),
+                                    "start_ns": start, "end_ns": time.time_ns()})
+        return call
+
+    for name in WRAPPED_COLLECTIVES:
+        setattr(dist, name, timed(name, getattr(dist, name)))
+
+
 def main(out: Path) -> None:
     check_pins()
     torch.set_num_threads(1)
@@ -160,6 +193,7 @@ def main(out: Path) -> None:
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     wrap_trl_timers()
+    wrap_collectives()
     tokenizer = build_tokenizer()
     g = torch.Generator().manual_seed(SEED)
     ab = torch.randint(0, 100, (64, 2), generator=g).tolist()
@@ -231,6 +265,7 @@ def main(out: Path) -> None:
                 "records": RECORDS,
                 "steps": steps,
                 "lengths": LENGTHS,
+                "collectives": COLLECTIVES,
                 "log_history": history if rank == 0 else None,
             }
         )

@@ -73,6 +73,26 @@ def _wait(rank: int, step: int, cause: str, a: int, b: int) -> dict[str, Any]:
     return {"rank": rank, "step": step, "cause": cause, "start_ns": a, "end_ns": b}
 
 
+def paired_collectives(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each rank's Python collective calls (``collectives``: coll, index, start_ns, end_ns, in
+    call order) as truth rows: the n-th call of every rank is one instance, its ``wait_ns``
+    the time from this rank's entry to the last member's (what it waited for the others),
+    ``step`` the rank's step at entry. Runs recorded before this existed have none."""
+    entries: dict[int, int] = {}
+    for r in ranks:
+        for c in r.get("collectives", []):
+            entries[c["index"]] = max(entries.get(c["index"], 0), c["start_ns"])
+    rows = []
+    for r in ranks:
+        starts = sorted((s["start_ns"], s["step"]) for s in r.get("steps", []))
+        for c in r.get("collectives", []):
+            step = max((k for t, k in starts if t <= c["start_ns"]), default=None)
+            rows.append({"rank": r["rank"], "step": step, "coll": c["coll"],
+                         "instance": c["index"], "start_ns": c["start_ns"],
+                         "end_ns": c["end_ns"], "wait_ns": entries[c["index"]] - c["start_ns"]})
+    return sorted(rows, key=lambda c: (c["start_ns"], c["rank"]))
+
+
 def kineto_ranges(path: Path) -> tuple[list[tuple[str, int, int]], tuple[int, int]]:
     """User annotations of a Kineto trace as (name, start epoch ns, end epoch ns), and the
     window."""
