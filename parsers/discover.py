@@ -55,6 +55,8 @@ class Discovery:
     """Files found in a folder and not read: (path, why)."""
     named: set[Path] = field(default_factory=set)
     """The resolved files the user named: their failures stop the run, a folder's are skipped."""
+    datasets: list[Path] = field(default_factory=list)
+    """rlperf datasets (``rlperf ingest``'s folders) met inside the folders given: not read."""
 
 
 def parser_modules() -> list[ModuleType]:
@@ -130,6 +132,9 @@ def discover(paths: Iterable[str | Path]) -> Discovery:
             seen.add(resolved)
             _classify(file, found)
     _drop_shadowed(found)
+    note = datasets_note(found.datasets)
+    if note:
+        found.notes.append(note)
     return found
 
 
@@ -168,6 +173,35 @@ def skipped_note(skipped: list[tuple[Path, str]]) -> str | None:
     return f"skipped {len(skipped)} {noun} found in the folders given: {shown}{tail}"
 
 
+DATASET_MANIFEST = "manifest.json"
+_DATASET = re.compile(rb'^\s*\{\s*"format"\s*:\s*"rlperf-dataset"')
+
+
+def is_dataset_folder(folder: Path) -> bool:
+    """A folder ``rlperf ingest`` wrote (its manifest says so; the dataset layer checks the
+    rest when the folder is read as a dataset)."""
+    try:
+        with (folder / DATASET_MANIFEST).open("rb") as fh:
+            return _DATASET.match(fh.read(512)) is not None
+    except OSError:
+        return False
+
+
+def datasets_note(datasets: list[Path]) -> str | None:
+    """One line for the datasets met in the folders given: their tables are derived from
+    traces (often the very traces beside them), so they are not read as sources."""
+    if not datasets:
+        return None
+    shown = ", ".join(str(p) for p in sorted(datasets)[:SKIPPED_SHOWN])
+    more = len(datasets) - SKIPPED_SHOWN
+    tail = f" and {more} more" if more > 0 else ""
+    what = "an rlperf dataset" if len(datasets) == 1 else f"{len(datasets)} rlperf datasets"
+    return (
+        f"{what} found in the folders given, not read as sources: {shown}{tail} "
+        "(to analyse a dataset, give its folder as the only path)"
+    )
+
+
 _OWN_OUTPUT = re.compile(
     rb'^\s*\{\s*"(?:format|schema)"\s*:\s*"rlperf-(?:truth|report|compare|crosscheck)/'
 )
@@ -196,6 +230,8 @@ def _walk(root: Path, found: Discovery, visited: set[tuple[int, int]]) -> Iterat
         problem = not_regular(child)
         if problem is None:
             yield child
+        elif child.is_dir() and is_dataset_folder(child):
+            found.datasets.append(child)
         elif child.is_dir():
             yield from _walk(child, found, visited)
         else:

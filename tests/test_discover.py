@@ -87,3 +87,55 @@ def test_emit_nvtx_calls_are_grouped_by_operator():
     to = run.annotations.filter(run.annotations["name"] == "aten::to")
     assert sorted(to["rank"]) == [0, 1] and (to["count"] > 100).all()
     assert (run.annotations.group_by("rank").agg(pl.col("share").sum())["share"] <= 1.0).all()
+
+
+SYNTH = ROOT / "sample_traces" / "synthetic" / "disaggregated"
+
+
+def ingested(traces: Path, out: Path) -> Path:
+    done = subprocess.run(
+        [sys.executable, "-c", "from analyzer.cli import main; main()", "ingest", str(traces),
+         "-o", str(out), "-q", "--no-cache"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_a_dataset_inside_an_input_folder_is_skipped_with_one_note(tmp_path: Path):
+    """``rlperf ingest run/ -o run/ds`` then ``rlperf analyze run/``: the dataset's Parquet and
+    JSON files are not sources nor unknown files (they would be the same traces twice), and one
+    note names the dataset."""
+    run = tmp_path / "run"
+    shutil.copytree(SYNTH, run)
+    before = discover([run])
+    ingested(run, run / "ds")
+    found = discover([run])
+    assert found.sources == before.sources and len(found.sources) == 8
+    assert found.unknown == before.unknown == []
+    assert found.datasets == [run / "ds"]
+    (note,) = [n for n in found.notes if "rlperf dataset" in n]
+    assert note.startswith("an rlperf dataset found in the folders given, not read as sources: ")
+    assert str(run / "ds") in note and "as the only path" in note
+
+
+def test_several_datasets_are_one_note_and_a_foreign_manifest_is_walked(tmp_path: Path):
+    """Five datasets (a parse cache kept under the input folder holds one per file) are one
+    counted note; a folder with another tool's manifest.json is an ordinary folder."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy2(SYNTH / "rank-0.synthetic.pt.trace.json.gz", run)
+    ds = ingested(run, tmp_path / "ds")
+    for k in range(5):
+        shutil.copytree(ds, run / "cache" / f"entry{k}")
+    other = run / "other"
+    other.mkdir()
+    (other / "manifest.json").write_text('{"format": "something-else"}')
+    shutil.copy2(SYNTH / "rank-1.synthetic.pt.trace.json.gz", other)
+    found = discover([run])
+    assert sorted(p.name for p, _ in found.sources) == [
+        "rank-0.synthetic.pt.trace.json.gz", "rank-1.synthetic.pt.trace.json.gz"]
+    assert found.unknown == [other / "manifest.json"]
+    (note,) = [n for n in found.notes if "rlperf dataset" in n]
+    assert note.startswith("5 rlperf datasets found in the folders given")
+    assert "entry0" in note and "entry2" in note and "entry3" not in note and "and 2 more" in note
