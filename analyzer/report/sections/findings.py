@@ -57,7 +57,8 @@ def _note(found: pl.DataFrame, failed: list[str]) -> str:
     estimated = found.filter(pl.col("saving_ns").is_not_null()).height
     text = (
         f"{found.height} findings, ranked by the estimated saving per step ({estimated} with an "
-        "estimate; the rest by severity). Saving % is of the median step; each finding's basis "
+        "estimate; the rest by severity). Saving % is of the mean step of the trace or log it is "
+        "measured on; each finding's basis "
         "says which bound it comes from (docs/analyses.md, Findings)."
     )
     return "; ".join([text, *failed])

@@ -17,7 +17,7 @@ def section(run: Run) -> Section | None:
     counts = _step_counts(run)
     if not counts:
         return None
-    notes = [*warmup_notes(found), f"slow: {STEP_RULES.describe()}"]
+    notes = [*warmup_notes(found), *profiler_notes(found), f"slow: {STEP_RULES.describe()}"]
     slow = found.filter(pl.col("kind") == "slow")
     if slow.height == 0:
         said = ", ".join(f"{n} from the {source}" for source, n in counts.items())
@@ -67,4 +67,13 @@ def warmup_notes(found: pl.DataFrame) -> list[str]:
         f"step {r['step']} excluded as warm-up: {r['ratio']:.1f}× the median (from the "
         f"{r['source']}; left out of the medians, shares and findings, kept in per-step tables)"
         for r in warm.iter_rows(named=True)
+    ]
+
+
+def profiler_notes(found: pl.DataFrame) -> list[str]:
+    """"log step 4 follows the traced steps: 3.9× the median, the profiler writing its trace"."""
+    return [
+        f"log step {r['step']} follows the traced steps: {r['ratio']:.1f}× the median, the "
+        "profiler writing its trace (not counted as slow)"
+        for r in found.filter(pl.col("kind") == "profiler").iter_rows(named=True)
     ]
