@@ -63,6 +63,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/logs_ingest.py
 	$(BIN)/python benchmarks/analyze_scale.py
 	$(BIN)/python benchmarks/dataset.py
+	$(BIN)/python benchmarks/dataset_scale.py --ranks 1024
 	$(BIN)/python benchmarks/vs_hta.py
 	$(BIN)/python benchmarks/scale.py --ranks 8,64,256
 
