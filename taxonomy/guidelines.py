@@ -19,6 +19,7 @@ from typing import Any
 import polars as pl
 
 from .tomlfile import read_toml
+from .vocab import PLACEMENTS
 
 CATALOGUE = Path(__file__).with_name("guidelines.toml")
 
@@ -45,7 +46,11 @@ GUIDELINE_FIELDS: tuple[str, ...] = (
     "source",
     "checks",
     "enabled",
+    "applies_to",
+    "device_notes",
 )
+APPLIES_TO_FIELDS: tuple[str, ...] = ("frameworks", "placements", "needs_rl_stages", "why")
+"""``applies_to``: the runs a guideline is about (docs/guidelines.md, Applicability)."""
 CHECK_FIELDS: tuple[str, ...] = (
     "formula",
     "unit",
@@ -121,6 +126,17 @@ class Check:
 
 
 @dataclass(frozen=True)
+class AppliesTo:
+    """The runs a guideline is about; empty fields restrict nothing."""
+
+    frameworks: tuple[str, ...] = ()
+    placements: tuple[str, ...] = ()
+    needs_rl_stages: bool = False
+    why: str = ""
+    """What the listed frameworks have that others lack (\"no single controller\")."""
+
+
+@dataclass(frozen=True)
 class Guideline:
     id: str
     title: str
@@ -129,6 +145,9 @@ class Guideline:
     source: str
     checks: tuple[Check, ...]
     origin: str = ""
+    applies_to: AppliesTo = AppliesTo()
+    device_notes: Mapping[str, str] = field(default_factory=dict)
+    """Device kind → a sentence of the recommendation true only on that kind of device."""
 
     @property
     def implemented(self) -> bool:
@@ -266,7 +285,33 @@ def _guideline(path: Path, gid: str, raw: Any) -> Guideline:
         source=raw["source"].strip(),
         checks=tuple(_check(path, gid, metric, fields) for metric, fields in checks.items()),
         origin=str(path),
+        applies_to=_applies_to(path, gid, raw.get("applies_to", {})),
+        device_notes=_texts(path, f"{gid}.device_notes", raw.get("device_notes", {})),
     )
+
+
+def _applies_to(path: Path, gid: str, raw: Any) -> AppliesTo:
+    where = f"{gid}.applies_to"
+    _fields(path, where, raw, APPLIES_TO_FIELDS, ())
+    lists = {k: _string_lists(path, {k: raw[k]}, where)[k] for k in ("frameworks", "placements")
+             if k in raw}
+    for placement in lists.get("placements", ()):
+        _one_of(path, where, "placements", placement, PLACEMENTS)
+    needs = raw.get("needs_rl_stages", False)
+    if not isinstance(needs, bool):
+        raise GuidelineError(path, f"{where}.needs_rl_stages must be true or false")
+    return AppliesTo(
+        frameworks=lists.get("frameworks", ()),
+        placements=lists.get("placements", ()),
+        needs_rl_stages=needs,
+        why=_texts(path, where, {"why": raw.get("why", "")})["why"],
+    )
+
+
+def _texts(path: Path, where: str, raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise GuidelineError(path, f"{where} must be a table of texts")
+    return {str(k): " ".join(v.split()) for k, v in raw.items()}
 
 
 def _check(path: Path, gid: str, metric: str, raw: Any) -> Check:
@@ -432,8 +477,26 @@ def markdown(catalogue: Catalogue | None = None) -> str:
                 + (f" {c.note[0].upper()}{c.note[1:]}." if c.note else "")
             )
             lines.append(f"  Needs: {c.needs}.")
-        lines += [f"- **Recommendation**: {g.recommendation}", f"- **Source**: {g.source}"]
+        lines += [f"- **Recommendation**: {g.recommendation}"]
+        notes = g.device_notes.items()
+        lines += [f"  On {kind.upper()} devices only: {note}" for kind, note in notes]
+        if g.applies_to != AppliesTo():
+            lines.append(f"- **Applies to**: {applies_words(g.applies_to)}.")
+        lines.append(f"- **Source**: {g.source}")
     return "\n".join(lines) + "\n"
+
+
+def applies_words(rule: AppliesTo) -> str:
+    """``applies_to`` as a reader wants it."""
+    parts = []
+    if rule.needs_rl_stages:
+        parts.append("runs of an RL framework or with RL stages")
+    if rule.frameworks:
+        why = f" (others: {rule.why})" if rule.why else ""
+        parts.append(f"the frameworks {', '.join(rule.frameworks)}{why}")
+    if rule.placements:
+        parts.append(f"{' or '.join(rule.placements)} placement")
+    return "; ".join(parts)
 
 
 DOCS_BEGIN = (

@@ -69,8 +69,9 @@ def make_run(
     **products: pl.DataFrame,
 ) -> Run:
     """A run whose products are exactly ``products`` (every other product the guidelines read is
-    injected empty), with one source carrying ``meta`` and the logged ``metrics``."""
-    source = SourceInfo(0, Path("run.log"), "test", -1, meta or {}, [])
+    injected empty), with one source carrying ``meta`` and the logged ``metrics``; the run is a
+    verl run unless ``meta`` names another framework (guidelines about RL apply to it)."""
+    source = SourceInfo(0, Path("run.log"), "test", -1, {"framework": "verl", **(meta or {})}, [])
     logged = pl.DataFrame(
         [(0, s, k, v) for s, k, v in metrics], schema=empty_metrics().schema, orient="row"
     ) if metrics else empty_metrics()
@@ -660,10 +661,13 @@ def test_g22_g23_g24_on_the_real_verl_log():
     )
 
 
-def test_g23_counts_no_checkpoint_as_zero_but_g24_needs_stage_timers():
+def test_g23_counts_no_checkpoint_as_zero_and_g24_is_not_about_trl():
+    """TRL has no single controller: G24 (controller dispatch gaps) is not evaluated for it."""
     trl = logs_run(RUNS / "trl_grpo" / "logs" / "trainer_state.json")
     passed(trl, "G23", 0.0)
-    not_evaluated(trl, "G24", "a step timer next to stage timers")
+    got = row(trl, "G24")
+    assert (got["status"], got["value"]) == ("not_evaluated", None)
+    assert got["evidence"].startswith("does not apply: no single controller (framework trl;")
     not_evaluated(trl, "G1", "a rollout timer (the log has none)")
 
 

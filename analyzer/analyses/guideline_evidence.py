@@ -68,6 +68,20 @@ class Inapplicable:
 
 Result = Measured | Missing | Inapplicable
 
+RL_STAGES: tuple[str, ...] = (
+    "rollout",
+    "reward",
+    "old_logprob",
+    "ref_logprob",
+    "values",
+    "advantage",
+    "critic_update",
+    "weight_sync",
+)
+"""Stages only RL post-training has: a plain training loop has data loading, an update
+(``actor_update`` is what the generic profile calls any optimizer step), checkpoints and
+evaluation, never these."""
+
 
 def per_step(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` shaped to :data:`PER_STEP` (absent columns null), sorted by step."""
@@ -133,6 +147,30 @@ class Evidence:
             return facts["placement"], facts.get("execution"), "trace"
         stated = self.config("placement")
         return (str(stated) if stated else None), None, "config"
+
+    @cached_property
+    def framework(self) -> tuple[str, bool]:
+        """(profile name, whether it is an RL framework): not the generic fallback, not an
+        inference engine."""
+        found = self.products["profile"]
+        profile = found["profile"]
+        return found["name"], found["name"] != profiles.GENERIC and not profile.engine
+
+    @cached_property
+    def rl_stages(self) -> tuple[str, ...]:
+        """The RL-only stages (:data:`RL_STAGES`) the trace's timeline or the log's timers hold."""
+        seen: set[str] = set()
+        for name in ("stage_timeline", LOG_STAGES):
+            frame = self.frame(name)
+            if frame is not None and "stage" in frame.columns:
+                seen |= set(frame["stage"].cast(pl.String).unique().drop_nulls().to_list())
+        return tuple(s for s in RL_STAGES if s in seen)
+
+    @cached_property
+    def device(self) -> str | None:
+        """The device kind a log header states (``cuda``, ``tpu``, ``npu``), lower case."""
+        stated = self.config("device")
+        return str(stated).strip().lower() or None if stated is not None else None
 
     @cached_property
     def windows(self) -> pl.DataFrame | None:

@@ -297,20 +297,22 @@ def engine_memory_share(ev: Evidence, check: Check) -> Result:
         return Missing("whether the engine frees its KV cache before training (free_cache_engine)")
     graphs = (
         "; CUDA graphs are captured (enforce_eager off) and stay resident"
-        if not eager and ev.config("device") in (None, "cuda")
+        if not eager and (ev.device or "cuda") == "cuda"
         else ""
     )
+    told = f"{placement} placement from the {ev.placement[2]}"
     if freed:
         return Measured(
             per_step(pl.DataFrame({"value": [0.0]})),
-            f"config: free_cache_engine = true, the KV cache is freed before training{graphs}",
+            f"config: free_cache_engine = true, the KV cache is freed before training{graphs}; "
+            f"{told}",
         )
     if share is None:
         return Missing("the engine's gpu_memory_utilization")
     return Measured(
         per_step(pl.DataFrame({"value": [share]})),
         f"config: free_cache_engine = false, the engine keeps gpu_memory_utilization = {share} "
-        f"through training{graphs}",
+        f"through training{graphs}; {told}",
     )
 
 

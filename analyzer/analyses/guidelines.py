@@ -10,7 +10,13 @@ it. A guideline is
   step, rank and time window where its per-step value was worst;
 - ``passed`` when every check that could be measured stays within its thresholds, or the run
   cannot break the guideline (evidence says why);
-- ``not_evaluated`` when no check could be measured: evidence says "needs …", never passed.
+- ``not_evaluated`` when no check could be measured: evidence says "needs …", never passed;
+  or when the run is not the kind its ``applies_to`` names (no RL framework or RL stages, a
+  framework without a single controller): evidence says "does not apply: …". A guideline for a
+  placement passes ("does not apply") on a run known to have another placement and needs the
+  placement when nobody states it.
+
+The recommendation carries a guideline's ``device_notes`` sentence only on that kind of device.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import polars as pl
 from parsers.errors import InputError
 from taxonomy.guidelines import (
     SEVERITIES,
+    AppliesTo,
     Catalogue,
     Check,
     Guideline,
@@ -68,6 +75,7 @@ EVIDENCE = (
     "metrics",
     "events",
     "sources",
+    "profile",
 )
 """What the metrics may read (:class:`Evidence`), each only when a metric asks for it."""
 SCHEMA: dict[str, pl.DataType] = {
@@ -139,6 +147,14 @@ def _judged(g: Guideline, evidence: Evidence, failures: dict[str, Failure]) -> t
 
 
 def _judge(g: Guideline, evidence: Evidence) -> tuple[Any, ...]:
+    outside = _outside(g.applies_to, evidence)
+    if outside is not None:
+        status, text = outside
+        check = g.checks[0]
+        return _row(
+            g, check, status, None, None, check.first_threshold, None, None, None, None, text,
+            evidence,
+        )
     results: list[tuple[Check, Result]] = [
         (
             c,
@@ -185,6 +201,7 @@ def _judge(g: Guideline, evidence: Evidence) -> tuple[Any, ...]:
             start,
             end,
             text,
+            evidence,
         )
     applicable = [(c, r) for c, r in results if isinstance(r, Inapplicable)]
     if applicable:
@@ -194,7 +211,8 @@ def _judge(g: Guideline, evidence: Evidence) -> tuple[Any, ...]:
             [f"does not apply: {result.reason}", *(f"not evaluated: {m}" for m in missing)]
         )
         return _row(
-            g, check, "passed", None, None, check.first_threshold, None, None, None, None, text
+            g, check, "passed", None, None, check.first_threshold, None, None, None, None, text,
+            evidence,
         )
     check = g.checks[0]
     text = "; ".join(
@@ -203,8 +221,46 @@ def _judge(g: Guideline, evidence: Evidence) -> tuple[Any, ...]:
         if isinstance(r, Missing)
     )
     return _row(
-        g, check, "not_evaluated", None, None, check.first_threshold, None, None, None, None, text
+        g, check, "not_evaluated", None, None, check.first_threshold, None, None, None, None, text,
+        evidence,
     )
+
+
+def _outside(rule: AppliesTo, ev: Evidence) -> tuple[str, str] | None:
+    """(status, evidence) when the run is not one ``rule`` is about, else None."""
+    name, rl_framework = ev.framework
+    if rule.needs_rl_stages and not rl_framework and not ev.rl_stages:
+        return "not_evaluated", (
+            f"does not apply: no RL framework or RL stages recognised (framework {name}; "
+            "a plain training or inference run)"
+        )
+    if rule.frameworks and name not in rule.frameworks:
+        why = rule.why or "not a framework it is about"
+        return "not_evaluated", (
+            f"does not apply: {why} (framework {name}; "
+            f"applies to {', '.join(rule.frameworks)})"
+        )
+    if rule.placements:
+        placement, _, told = ev.placement
+        wanted = " or ".join(rule.placements)
+        if placement is None:
+            return "not_evaluated", (
+                f"needs the placement ({wanted}): neither the trace's stages nor the config "
+                "state it"
+            )
+        if placement not in rule.placements:
+            return "passed", (
+                f"does not apply: the placement is {placement} (from the {told}), not {wanted}"
+            )
+    return None
+
+
+def recommendation(g: Guideline, ev: Evidence) -> str:
+    """The recommendation with the sentences of ``device_notes`` true on the run's device; a
+    run that states no device is taken as CUDA (what GPU traces and most logs are)."""
+    device = ev.device or "cuda"
+    notes = [text for kind, text in g.device_notes.items() if kind == device]
+    return " ".join([g.recommendation, *notes])
 
 
 def _where(result: Measured, check: Check) -> tuple[int | None, int | None, int | None, int | None]:
@@ -228,6 +284,7 @@ def _row(
     start: int | None,
     end: int | None,
     evidence: str,
+    ev: Evidence | None = None,
 ) -> tuple[Any, ...]:
     return (
         g.id,
@@ -242,7 +299,7 @@ def _row(
         start,
         end,
         evidence,
-        g.recommendation,
+        g.recommendation if ev is None else recommendation(g, ev),
         g.source,
         check.metric,
         check.heuristic,

@@ -5,6 +5,12 @@ rules (``taxonomy/collectives.toml``) — except for a call whose process group 
 and whose communication family names a dimension (``taxonomy/comm_families.toml``: DeepEP →
 ep, an engine's custom all-reduce → tp): the family decides first, the group then being only a
 guess from which ranks make the same calls.
+
+The send/recv pattern rule (→ pp) holds only in a run that shows a pipeline: a pipeline group
+(a description or the rank layout says pp), pp > 1 in ``--layout``, or pipeline-schedule or
+chunk ranges in the trace (``taxonomy/pipeline_phases.toml``). Elsewhere a send/recv is
+``unknown``: DDP and all-to-all implementations, CP rings and recommender embedding exchanges
+send and receive too.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from taxonomy import collectives as tc
+from taxonomy.pipeline_phases import SCHEDULE, phase_of
 from taxonomy.vocab import DIM
 
 from ..assemble.collectives import fill_groups, pg_config
@@ -24,6 +31,23 @@ from .timeline import stage_at, window_step
 
 PATTERN_FIRST = ("send", "recv", "send_recv", "all_to_all")
 """Collective kinds whose pattern rules outrank a rank pattern read without layout degrees."""
+P2P = ("send", "recv", "send_recv")
+PIPELINE_NAME_KINDS = ("annotation", "gpu_annotation")
+
+
+def pipeline_ranges(events: pl.DataFrame) -> bool:
+    """Whether the trace names a pipeline schedule, or chunks only a pipeline runs (a chunk
+    name as common as ``forward`` counts only inside a schedule, so it is no evidence alone)."""
+    names = events.filter(pl.col("kind").is_in(PIPELINE_NAME_KINDS))["name"]
+    if names.len() == 0:
+        return False
+    phases = phase_of(names)
+    return phases.filter(
+        (pl.col("phase") == SCHEDULE)
+        | (pl.col("phase").is_not_null() & ~pl.col("within_schedule").fill_null(False))
+    ).height > 0
+
+
 def _dim_rules(options: Options) -> tc.CollectiveRules:
     rules = tc.load_rules(options.collective_rules)
     if options.layout:
@@ -98,11 +122,14 @@ def _family_dims(names: pl.Series, options: Options) -> pl.DataFrame:
     )
 
 
-def _dims_for(rows: pl.DataFrame, options: Options, pools: pl.DataFrame) -> pl.DataFrame:
+def _dims_for(
+    rows: pl.DataFrame, options: Options, pools: pl.DataFrame, *, pipeline_seen: bool = True
+) -> pl.DataFrame:
     """``rows`` (group, pg_desc, name, coll, stage, bytes, group_recorded) → dim and
     ``dim_by``. A family's dimension decides only where no process group was recorded (the
     group then is a guess from which ranks make the same calls, which says nothing of the
-    dimension)."""
+    dimension). Without ``pipeline_seen`` (pipeline ranges in the trace), a pattern-only pp
+    send/recv is ``unknown`` unless a group or the layout shows a pipeline."""
     rules = _dim_rules(options)
     g = group_dims(pools, rows.select("group", "pg_desc"), rules)
     names = rows["name"].unique()
@@ -128,7 +155,7 @@ def _dims_for(rows: pl.DataFrame, options: Options, pools: pl.DataFrame) -> pl.D
         .otherwise(pl.col("_layout"))
         .alias("_layout")
     )
-    return out.with_columns(
+    out = out.with_columns(
         pl.coalesce("_fdim", "gdim", in_sync, "_layout", "_kdim", pattern.cast(pl.String))
         .cast(DIM)
         .alias("dim"),
@@ -141,6 +168,24 @@ def _dims_for(rows: pl.DataFrame, options: Options, pools: pl.DataFrame) -> pl.D
             pl.lit("pattern"),
         ).alias("dim_by"),
     ).drop("gdim", "by", "_kdim", "_fdim", "_layout", "_weak")
+    return _no_pipeline(out, pipeline_seen or _rules_pp(options))
+
+
+def _rules_pp(options: Options) -> bool:
+    return _dim_rules(options).layout.degrees.get("pp", 1) > 1
+
+
+def _no_pipeline(out: pl.DataFrame, pipeline_seen: bool) -> pl.DataFrame:
+    """Pattern-only pp send/recv → ``unknown`` when nothing shows a pipeline: no trace ranges
+    (``pipeline_seen``) and no call whose group or layout position is pp."""
+    by_pattern = (pl.col("dim") == "pp") & (pl.col("dim_by") == "pattern")
+    if pipeline_seen or out.filter((pl.col("dim") == "pp") & ~by_pattern).height:
+        return out
+    guess = by_pattern & pl.col("coll").cast(pl.String).is_in(list(P2P))
+    return out.with_columns(
+        pl.when(guess).then(pl.lit("unknown")).otherwise(pl.col("dim").cast(pl.String))
+        .cast(DIM).alias("dim")
+    )
 
 
 def row_dims(
@@ -166,7 +211,7 @@ def row_dims(
         "stage",
     )
     filled = fill_groups(calls, pg_config(sources), tc.load_families(options.collective_rules))
-    dims = _dims_for(filled, options, pools)
+    dims = _dims_for(filled, options, pools, pipeline_seen=pipeline_ranges(ev))
     return (
         pl.DataFrame({"_row": pl.int_range(ev.height, eager=True).cast(pl.UInt32)})
         .join(dims.select(pl.col("_row").cast(pl.UInt32), "dim"), on="_row", how="left")
@@ -183,6 +228,7 @@ def collectives(
     options: Options,
     pools: pl.DataFrame,
     incomplete_steps: pl.DataFrame,
+    events: pl.DataFrame,
 ) -> pl.DataFrame:
     calls = collective_calls
     offsets = clock.select("rank", "offset_ns")
@@ -197,7 +243,7 @@ def collectives(
         pl.coalesce(hit["seg_step"], window_step(points, steps)).alias("step"),
         (pl.col("kind") == "kernel").alias("on_device"),
     )
-    calls = _dims_for(calls, options, pools)
+    calls = _dims_for(calls, options, pools, pipeline_seen=pipeline_ranges(events))
     out = calls.select(
         "instance",
         "rank",
