@@ -3,7 +3,7 @@ first analysis from its sources, same run, same machine: time and peak memory pe
 whether the reports agree.
 
 For each ``--ranks`` count, a synthetic run (``sample_traces/synth``, 3 steps) is generated in a
-temporary folder (removed at the end) and measured as whole processes (``benchmarks/measure``:
+temporary folder (removed at the end) and measured as whole processes (``benchmarks/measure.py``:
 the main process's peak RSS and the sampled peak of the whole process tree):
 - **ingest**: ``rlperf ingest RUN -o DS --no-cache`` (each pool worker writes its sources);
 - **from dataset**: ``rlperf analyze DS -f json --no-cache`` (the tables read, not parsed; no
