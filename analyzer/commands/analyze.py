@@ -19,6 +19,7 @@ from ..progress import Steps, load
 from ..report import json as json_report
 from ..report import text as text_report
 from ..report.files import console, emit_text
+from ..report.formats import check as check_format
 from ..report.sections import sections
 from .ingest import Reuse
 from .shared import (
@@ -127,6 +128,7 @@ def analyze(
         layout=layout,
         guidelines=guidelines,
     )
+    check_format(fmt.value, output)  # -f png without -o: said before any parsing
     steps = Steps(quiet)
     reuse = Reuse.of(paths, output, no_cache, asked)
     if reuse.replay(steps):
@@ -217,7 +219,7 @@ def emit(
     """Write ``run``'s report in ``fmt`` to ``output`` (or stdout); the terminal report at
     ``width`` columns (:func:`report_width`), cut long lists unless ``verbose``."""
     if fmt in ("md", "html", "png"):
-        from ..report.formats import write_report  # deferred: its renderers load altair
+        from ..report.formats import write_report
 
         write_report(run, fmt, output, steps)
         return

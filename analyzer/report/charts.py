@@ -5,6 +5,9 @@ is not provided (or is empty) the figure carries no chart but says what it needs
 shows the analysis the moment its product lands. A figure also keeps the numbers it draws
 (``table``), which the Markdown and PNG reports use.
 
+A figure's chart is drawn only when it is asked for (:attr:`Figure.chart`, :meth:`Figure.spec`):
+altair, seconds of import, is loaded then and not by the Markdown report, which shows the tables.
+
 Large runs stay responsive: a timeline with more than :data:`MAX_TIMELINE_MARKS` segments is
 aggregated to a fixed number of time slices per rank, each drawn as the stage that filled most of
 it (the figure's note says so).
@@ -14,15 +17,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-import altair as alt
 import polars as pl
 
 from taxonomy.vocab import CAUSE_COLORS, IDLE_CAUSES, IDLE_COLOR, STAGE_COLORS, STAGE_NAMES
 
 from ..analyses.overview import frame_of as product
 from ..model.scalars import as_float, as_int
+
+if TYPE_CHECKING:
+    import altair as alt
 
 OVERLAP_COLORS: dict[str, str] = {
     "exposed": "#e15759",
@@ -46,7 +52,8 @@ MARKED_BUBBLES = 20
 class Figure:
     key: str
     title: str
-    chart: alt.TopLevelMixin | None = None
+    draw: Callable[[], alt.TopLevelMixin] | None = None
+    """Builds the chart (altair); ``None`` when there is nothing to draw."""
     table: pl.DataFrame | None = None
     formats: dict[str, str] = field(default_factory=dict)
     """Column → section format (``duration``, ``percent``, …) for rendering ``table``."""
@@ -54,8 +61,17 @@ class Figure:
     needs: str = ""
     """When there is nothing to draw: what is missing."""
 
+    @property
+    def drawable(self) -> bool:
+        return self.draw is not None
+
+    @property
+    def chart(self) -> alt.TopLevelMixin | None:
+        return self.draw() if self.draw is not None else None
+
     def spec(self) -> dict[str, Any] | None:
-        return self.chart.to_dict() if self.chart is not None else None
+        chart = self.chart
+        return chart.to_dict() if chart is not None else None
 
 
 def figures(run) -> list[Figure]:
@@ -104,6 +120,7 @@ def _ms(column: str, t0: int) -> pl.Expr:
 
 def _scale(colors: dict[str, str], present: pl.Series) -> alt.Scale:
     """Fixed colours per category (the same in every chart), the legend limited to those present."""
+    import altair as alt
     seen = set(present.cast(pl.String).to_list())
     domain = [k for k in colors if k in seen]
     return alt.Scale(domain=domain, range=[colors[k] for k in domain])
@@ -119,6 +136,8 @@ def _rank_of(column: str, order: tuple[str, ...]) -> pl.Expr:
 
 
 def _values(frame: pl.DataFrame) -> alt.Data:
+    import altair as alt
+
     return alt.Data(values=frame.to_dicts())
 
 
@@ -150,6 +169,33 @@ def timeline(run) -> Figure:
         ((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("duration_ms"),
     )
     ranks = _who_order(segments)
+    marks = _marked_bubbles(run, t0)
+    if marks is not None:
+        note += f" Red outlines: the {marks.height} largest bubbles (idle runs of one cause)."
+    return Figure(key, title, draw=lambda: _timeline_chart(data, ranks, marks, title), note=note)
+
+
+def _marked_bubbles(run, t0: int) -> pl.DataFrame | None:
+    """The :data:`MARKED_BUBBLES` longest bubbles, in the timeline's coordinates."""
+    bubbles = product(run, "largest_bubbles", "rank", "step", "cause", "start_ns", "end_ns")
+    if bubbles is None or bubbles.height == 0:
+        return None
+    top = (
+        bubbles.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("_d"))
+        .sort("_d", descending=True)
+        .head(MARKED_BUBBLES)
+    )
+    return top.select(
+        _who(), "step", pl.col("cause").cast(pl.String), _ms("start_ns", t0), _ms("end_ns", t0),
+        (pl.col("_d") / 1e6).alias("duration_ms"),
+    )
+
+
+def _timeline_chart(
+    data: pl.DataFrame, ranks: list[str], marks: pl.DataFrame | None, title: str
+) -> alt.TopLevelMixin:
+    import altair as alt
+
     y = alt.Y("rank:N", sort=ranks, title="rank")
     zoom = alt.selection_interval(bind="scales", encodings=["x"])
     bars = (
@@ -179,17 +225,7 @@ def timeline(run) -> Figure:
         .add_params(zoom)
     )
     layers: list[alt.Chart] = [bars]
-    bubbles = product(run, "largest_bubbles", "rank", "step", "cause", "start_ns", "end_ns")
-    if bubbles is not None and bubbles.height:
-        top = (
-            bubbles.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("_d"))
-            .sort("_d", descending=True)
-            .head(MARKED_BUBBLES)
-        )
-        marks = top.select(
-            _who(), "step", pl.col("cause").cast(pl.String), _ms("start_ns", t0), _ms("end_ns", t0),
-            (pl.col("_d") / 1e6).alias("duration_ms"),
-        )
+    if marks is not None:
         layers.append(
             alt.Chart(_values(marks))
             .mark_bar(
@@ -211,9 +247,7 @@ def timeline(run) -> Figure:
                 ],
             )
         )
-        note += f" Red outlines: the {marks.height} largest bubbles (idle runs of one cause)."
-    chart = alt.layer(*layers).properties(width=WIDTH, height=ROW_PX * len(ranks), title=title)
-    return Figure(key, title, chart=chart, note=note)
+    return alt.layer(*layers).properties(width=WIDTH, height=ROW_PX * len(ranks), title=title)
 
 
 def aggregate_timeline(segments: pl.DataFrame, slices: int) -> pl.DataFrame:
@@ -280,7 +314,22 @@ def stage_share(run) -> Figure:
         .drop("_ranks")
     )
     table = with_idle(table).sort("step", "order")
-    chart = (
+    wide = table.pivot(on="stage", index="step", values="share", sort_columns=False).sort("step")
+    return Figure(
+        key,
+        title,
+        draw=lambda: _stage_share_chart(table, title),
+        table=wide,
+        formats={c: "percent" for c in wide.columns if c != "step"},
+        note="Each bar: the step's wall time by stage, averaged over ranks; idle is the time "
+        "no stage of the rank covers, so each bar reaches 100%.",
+    )
+
+
+def _stage_share_chart(table: pl.DataFrame, title: str) -> alt.TopLevelMixin:
+    import altair as alt
+
+    return (
         alt.Chart(_values(table))
         .mark_bar(stroke="#ffffff", strokeWidth=0.5)
         .encode(
@@ -297,16 +346,6 @@ def stage_share(run) -> Figure:
             tooltip=["step:O", "stage:N", alt.Tooltip("share:Q", format=".1%")],
         )
         .properties(width=min(WIDTH, 60 * table["step"].n_unique() + 120), height=260, title=title)
-    )
-    wide = table.pivot(on="stage", index="step", values="share", sort_columns=False).sort("step")
-    return Figure(
-        key,
-        title,
-        chart=chart,
-        table=wide,
-        formats={c: "percent" for c in wide.columns if c != "step"},
-        note="Each bar: the step's wall time by stage, averaged over ranks; idle is the time "
-        "no stage of the rank covers, so each bar reaches 100%.",
     )
 
 
@@ -353,8 +392,26 @@ def bubble_causes(run) -> Figure:
         .with_columns(_rank_of("cause", IDLE_CAUSES))
         .sort("rank", "cause")
     )
+    totals = (
+        per.group_by("cause").agg(pl.col("idle_ns").sum())
+        .with_columns((pl.col("idle_ns") / windows["window_ns"].sum()).alias("fraction"))
+        .sort("idle_ns", descending=True)
+    )
+    return Figure(
+        key,
+        title,
+        draw=lambda: _bubble_chart(per, title),
+        table=totals,
+        formats={"idle_ns": "duration", "fraction": "percent"},
+        note="Idle (non-productive) time per rank, split by cause (docs/analyses.md §4).",
+    )
+
+
+def _bubble_chart(per: pl.DataFrame, title: str) -> alt.TopLevelMixin:
+    import altair as alt
+
     ranks = sorted(per["rank"].unique().to_list())
-    chart = (
+    return (
         alt.Chart(
             _values(
                 per.select(
@@ -380,19 +437,6 @@ def bubble_causes(run) -> Figure:
             ],
         )
         .properties(width=WIDTH - 200, height=max(60, ROW_PX * len(ranks)), title=title)
-    )
-    totals = (
-        per.group_by("cause").agg(pl.col("idle_ns").sum())
-        .with_columns((pl.col("idle_ns") / windows["window_ns"].sum()).alias("fraction"))
-        .sort("idle_ns", descending=True)
-    )
-    return Figure(
-        key,
-        title,
-        chart=chart,
-        table=totals,
-        formats={"idle_ns": "duration", "fraction": "percent"},
-        note="Idle (non-productive) time per rank, split by cause (docs/analyses.md §4).",
     )
 
 
@@ -432,7 +476,23 @@ def collectives(run) -> Figure:
         .drop_nulls("ms")
         .with_columns(pl.format("{} {}", "dim", "coll").alias("group"))
     )
-    chart = (
+    formats = {"count": "number", "bytes": "bytes", "time_ns": "duration", "exposed_ns": "duration",
+               "wait_ns": "duration", "busbw_gbps": "bandwidth"}
+    return Figure(
+        key,
+        title,
+        draw=lambda: _collectives_chart(parts, table.height, title),
+        table=table,
+        formats=formats,
+        note="Exposed: collective time no computation on "
+             "the same device hides (docs/analyses.md §5).",
+    )
+
+
+def _collectives_chart(parts: pl.DataFrame, groups: int, title: str) -> alt.TopLevelMixin:
+    import altair as alt
+
+    return (
         alt.Chart(_values(parts))
         .mark_bar()
         .encode(
@@ -445,18 +505,7 @@ def collectives(run) -> Figure:
             ),
             tooltip=["group:N", "part:N", alt.Tooltip("ms:Q", format=".3f")],
         )
-        .properties(width=WIDTH - 260, height=max(60, 22 * table.height), title=title)
-    )
-    formats = {"count": "number", "bytes": "bytes", "time_ns": "duration", "exposed_ns": "duration",
-               "wait_ns": "duration", "busbw_gbps": "bandwidth"}
-    return Figure(
-        key,
-        title,
-        chart=chart,
-        table=table,
-        formats=formats,
-        note="Exposed: collective time no computation on "
-             "the same device hides (docs/analyses.md §5).",
+        .properties(width=WIDTH - 260, height=max(60, 22 * groups), title=title)
     )
 
 
@@ -492,23 +541,6 @@ def workdepth(run) -> Figure:
         .drop_nulls("ns")
         .with_columns(pl.col("what").replace_strict(names), (pl.col("ns") / 1e6).alias("ms"))
     )
-    chart = (
-        alt.Chart(_values(long.select("step", "what", "ms")))
-        .mark_bar()
-        .encode(
-            x=alt.X(
-                "what:N",
-                title=None,
-                sort=list(names.values()),
-                axis=alt.Axis(labels=False, ticks=False),
-            ),
-            y=alt.Y("ms:Q", title="time (ms)"),
-            color=alt.Color("what:N", sort=list(names.values()), legend=alt.Legend(title=None)),
-            column=alt.Column("step:O", title="step"),
-            tooltip=["step:O", "what:N", alt.Tooltip("ms:Q", format=".3f")],
-        )
-        .properties(width=max(60, min(140, WIDTH // max(1, wd.height) - 20)), height=220, title="")
-    )
     table = wd.select(
         "step",
         "work_ns",
@@ -523,14 +555,32 @@ def workdepth(run) -> Figure:
         "parallelism": "number",
         "async_overlap_bound": "number",
     }
+    bars = long.select("step", "what", "ms")
     return Figure(
         key,
         title,
-        chart=chart,
+        draw=lambda: _workdepth_chart(bars, list(names.values()), wd.height),
         table=table,
         formats=formats,
         note="W = device-busy time, D = critical path, W/D the parallelism the step exposed "
              "(docs/analyses.md §7).",
+    )
+
+
+def _workdepth_chart(bars: pl.DataFrame, order: list[str], steps: int) -> alt.TopLevelMixin:
+    import altair as alt
+
+    return (
+        alt.Chart(_values(bars))
+        .mark_bar()
+        .encode(
+            x=alt.X("what:N", title=None, sort=order, axis=alt.Axis(labels=False, ticks=False)),
+            y=alt.Y("ms:Q", title="time (ms)"),
+            color=alt.Color("what:N", sort=order, legend=alt.Legend(title=None)),
+            column=alt.Column("step:O", title="step"),
+            tooltip=["step:O", "what:N", alt.Tooltip("ms:Q", format=".3f")],
+        )
+        .properties(width=max(60, min(140, WIDTH // max(1, steps) - 20)), height=220, title="")
     )
 
 
@@ -577,23 +627,34 @@ def comparison_figures(comparison) -> list[Figure]:
         if prefix == "stage.":
             part = part.with_columns(pl.col("value") / 1e6)
         part = part.with_columns(_rank_of("part", tuple(colors)))
-        chart = (
-            alt.Chart(_values(part.select("run", "part", "value", "order")))
-            .mark_bar()
-            .encode(
-                y=alt.Y("run:N", sort=labels, title=None),
-                x=alt.X(
-                    "value:Q",
-                    title=axis,
-                    axis=alt.Axis(format="%") if fmt.endswith("%") else alt.Axis(),
-                ),
-                color=alt.Color(
-                    "part:N", scale=_scale(colors, part["part"]), legend=alt.Legend(title=key)
-                ),
-                order=alt.Order("order:Q"),
-                tooltip=["run:N", "part:N", alt.Tooltip("value:Q", format=fmt)],
-            )
-            .properties(width=WIDTH - 220, height=max(60, 28 * len(labels)), title=title)
-        )
-        out.append(Figure(f"compare-{key}", title, chart=chart))
+        out.append(Figure(
+            f"compare-{key}", title,
+            draw=partial(_comparison_chart, part, labels, title, colors, axis, fmt, key),
+        ))
     return out
+
+
+def _comparison_chart(
+    part: pl.DataFrame, labels: list[str], title: str, colors: dict[str, str], axis: str,
+    fmt: str, key: str,
+) -> alt.TopLevelMixin:
+    import altair as alt
+
+    return (
+        alt.Chart(_values(part.select("run", "part", "value", "order")))
+        .mark_bar()
+        .encode(
+            y=alt.Y("run:N", sort=labels, title=None),
+            x=alt.X(
+                "value:Q",
+                title=axis,
+                axis=alt.Axis(format="%") if fmt.endswith("%") else alt.Axis(),
+            ),
+            color=alt.Color(
+                "part:N", scale=_scale(colors, part["part"]), legend=alt.Legend(title=key)
+            ),
+            order=alt.Order("order:Q"),
+            tooltip=["run:N", "part:N", alt.Tooltip("value:Q", format=fmt)],
+        )
+        .properties(width=WIDTH - 220, height=max(60, 28 * len(labels)), title=title)
+    )

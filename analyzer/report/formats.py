@@ -2,7 +2,8 @@
 
 Kept apart from :mod:`analyzer.report.files` (the safe writing every command uses): these
 renderers draw charts (altair), which ``rlperf --help`` and the text and JSON reports need not
-load.
+load. Each renderer is imported when its format is written, and :func:`check` refuses a PNG
+report with nowhere to go before any input is read.
 """
 
 from __future__ import annotations
@@ -11,18 +12,27 @@ from pathlib import Path
 
 from parsers.errors import InputError
 
-from . import html, markdown, png
 from .files import check_output, emit_text, title_of
+
+
+def check(fmt: str, output: Path | None) -> None:
+    """A PNG report needs ``-o`` (a file or folder that can take it): said before any parsing."""
+    if fmt != "png":
+        return
+    if output is None:
+        raise InputError(
+            "--format png", "writes image files: name them with -o FILE.png or -o FOLDER"
+        )
+    check_output(output, folder=True)
 
 
 def write_report(run, fmt: str, output: Path | None, steps) -> list[Path]:
     """Render ``run`` as ``fmt`` (``md``, ``html`` or ``png``); returns the files written."""
     if fmt == "png":
-        if output is None:
-            raise InputError(
-                "--format png", "writes image files: name them with -o FILE.png or -o FOLDER"
-            )
-        check_output(output, folder=True)
+        from . import png
+
+        check(fmt, output)
+        assert output is not None  # checked: a PNG report always names its file or folder
         with steps.step("Drawing charts"):
             try:
                 written = png.render(run, output)
@@ -33,6 +43,7 @@ def write_report(run, fmt: str, output: Path | None, steps) -> list[Path]:
         return written
     title = title_of(run)
     with steps.step("Writing the report"):
-        render = html.render if fmt == "html" else markdown.render
-        text = render(run, title=title)
+        from . import html, markdown
+
+        text = (html.render if fmt == "html" else markdown.render)(run, title=title)
     return emit_text(text, output, steps, f"{fmt} report")
