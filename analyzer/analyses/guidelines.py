@@ -231,8 +231,8 @@ def _outside(rule: AppliesTo, ev: Evidence) -> tuple[str, str] | None:
     name, rl_framework = ev.framework
     if rule.needs_rl_stages and not rl_framework and not ev.rl_stages:
         return "not_evaluated", (
-            f"does not apply: no RL framework or RL stages recognised (framework {name}; "
-            "a plain training or inference run)"
+            f"does not apply: no RL framework or RL stages recognised (framework {name}; no "
+            "rollout, reward, log-prob, value, advantage, critic-update or weight-sync stage)"
         )
     if rule.frameworks and name not in rule.frameworks:
         why = rule.why or "not a framework it is about"
