@@ -20,8 +20,7 @@ from parsers.discover import Discovery, parser_modules, skipped_note
 
 from .. import dataset, engines
 from ..dataset import cache as parse_cache
-from ..engines.base import Written
-from .runs import statement
+from ..engines.base import Written, written
 
 
 @dataclass
@@ -132,8 +131,7 @@ def write_into(
 
 
 def _staged_hit(hit: ParsedSource, root: Path, index: int) -> Written:
-    record = dataset.write_source(hit, root, index)
-    return Written(record, hit.meta, hit.warnings, statement(hit))
+    return written(hit, dataset.write_source(hit, root, index))
 
 
 def _found(given: list[Path]) -> Discovery:

@@ -27,6 +27,9 @@ class Written:
     record: dict[str, Any]
     """Its manifest record (:func:`analyzer.dataset.write_source`)."""
     meta: dict[str, Any]
+    """The part of its meta that run identity reads (:data:`RUN_META`); the rest is in its
+    source record only (a 1,024-rank run's process groups, kept per source, would be
+    hundreds of MB on the driver)."""
     warnings: list[str]
     said: Statement
 
@@ -38,6 +41,7 @@ class Written:
 
 
 Wrote = tuple[int, Written | InputError]
+RUN_META = ("rank", "world_size", "framework", "time_base")
 
 
 class OutputError(InputError):
@@ -83,4 +87,9 @@ def write_one(job: Job, root: Path, keep: bool) -> Wrote:
         record = write_source(parsed, root, index)
     except OSError as exc:
         return index, OutputError(root, f"cannot be written: {exc.strerror or exc}")
-    return index, Written(record, parsed.meta, parsed.warnings, statement(parsed))
+    return index, written(parsed, record)
+
+
+def written(parsed: ParsedSource, record: dict[str, Any]) -> Written:
+    meta = {k: parsed.meta[k] for k in RUN_META if k in parsed.meta}
+    return Written(record, meta, parsed.warnings, statement(parsed))
