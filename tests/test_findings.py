@@ -387,3 +387,123 @@ def test_the_trl_truth_writer_pairs_collective_calls_across_ranks() -> None:
     assert [(r["rank"], r["instance"], r["step"], r["wait_ns"]) for r in rows] == [
         (0, 0, 1, 20), (1, 0, 1, 0), (1, 1, 2, 15), (0, 1, 2, 0)]
     assert paired_collectives([{"rank": 0, "steps": []}]) == []
+
+
+# --- corpus regressions: what a new user was told (issue 13) -------------------------------------
+
+TRACELENS = CORPUS / "TraceLens"
+SGLANG_DECODE = TRACELENS / "sglang_Qwen3-8B_decode.json.gz"
+CAPTURE = TRACELENS / "inference" / (
+    "vllm_decode_full__capture_traces__graph_capture_rank_0.1773709742341309550.pt.trace.json.gz")
+CUDA_GRAPHS = "enforce_eager=False"
+
+
+def _corpus(*paths: Path, run: int | None = None) -> analyzer.Run:
+    if not all(p.exists() for p in paths):
+        pytest.skip("corpus not present")
+    return analyzer.load(list(paths), run=run)
+
+
+def _note(run: analyzer.Run) -> str:
+    return next(s for s in sections(run) if s.title == "Findings").note or ""
+
+
+def test_a_graph_capture_trace_gets_no_idle_saving_and_one_finding_that_says_why() -> None:
+    """A vLLM capture trace opened with 'GPUs idle … 100%' and 'use CUDA graphs': the idle
+    candidates (58.4 ms host-bound, 57.5 ms idle gaps) measure capture, not serving."""
+    found = _corpus(CAPTURE).findings
+    assert found.filter(pl.col("id").is_in(list(fmod.rules().capture_drops))).height == 0
+    capture = found.filter(pl.col("id") == "trace.graph_capture").row(0, named=True)
+    assert capture["position"] == 1 and capture["saving_ns"] is None
+    assert "421 launch(es) captured" in capture["evidence"]
+    assert "58.4 ms" in capture["evidence"]
+    assert not found["recommendation"].str.contains(CUDA_GRAPHS).any()
+
+
+@pytest.mark.parametrize("name", ["vllm_decode_full__graph_execution.json.gz",
+                                  "vllm_prefilldecode_piecewise__graph_execution.json.gz"])
+def test_a_trace_that_replays_cuda_graphs_is_not_told_to_use_them(name: str) -> None:
+    found = _corpus(TRACELENS / "inference" / name).findings
+    host = found.filter(pl.col("id") == "bubble.host_bound").row(0, named=True)
+    assert host["recommendation"].startswith("The engine already replays CUDA graphs")
+    assert not found["recommendation"].str.contains(CUDA_GRAPHS).any()
+
+
+def test_an_inference_trace_gets_no_training_advice() -> None:
+    """sglang decode (rollout-only, an engine's trace) was told 'more DataLoader workers'."""
+    run = _corpus(SGLANG_DECODE)
+    assert fmod.workload(run.sources, run.placement, run.profile).kind == "inference"
+    advice = " ".join(run.findings["recommendation"].to_list())
+    assert "DataLoader" not in advice and "pin_memory" not in advice
+    assert "micro-batch" not in advice
+
+
+def test_one_gap_seen_three_times_is_one_finding_led_by_the_sync_that_covers_it() -> None:
+    """sglang decode: one 463 ms gap was findings 1-3 (host-bound 464 ms, idle gaps 463 ms);
+    a 463 ms hipMemcpyWithStream covers it and is the one finding."""
+    found = _corpus(SGLANG_DECODE).findings
+    top = found.row(0, named=True)
+    assert top["id"] == "gpu.sync_blocking"
+    assert top["saving_ns"] == pytest.approx(463e6, rel=0.005)
+    assert "hipMemcpyWithStream" in top["evidence"] and "(merged here)" in top["evidence"]
+    idle = ["bubble.host_bound", "gpu.host_bound", "gpu.idle_gaps"]
+    assert found.filter(pl.col("id").is_in(idle)).height == 0
+
+
+@pytest.mark.parametrize(("path", "lacks"), [
+    (CORPUS / "VERL-Maze" / "verl_demo.log", "no step recorded and no trace (logs only)"),
+    (CORPUS / "alpa" / "report1.nsys-rep", "no step recorded and no GPU kernel in the trace"),
+])
+def test_inputs_with_nothing_to_analyse_say_what_they_lack(path: Path, lacks: str) -> None:
+    run = _corpus(path)
+    assert run.findings.height == 0
+    note = _note(run)
+    assert note.startswith(f"nothing to analyse: {lacks}")
+    assert "nothing found to fix" not in note
+
+
+def test_the_rl_insight_stubs_have_nothing_to_analyse() -> None:
+    run = _corpus(CORPUS / "rl-insight", run=1)
+    assert _note(run).startswith("nothing to analyse: no step recorded and no GPU kernel")
+
+
+@pytest.mark.parametrize(("path", "window_s"), [
+    (CORPUS / "nvFuser" / "report1.sqlite", 7.32),
+    (CORPUS / "nsys-ai" / "h100_2gpu_1s.sqlite", None),
+])
+def test_without_steps_a_saving_is_of_the_whole_trace(path: Path, window_s: float | None) -> None:
+    """No steps: 'Saving/step 3.16 s' was a whole-trace saving with no share; now it says so
+    and its share is of the trace window (first to last event of the ranks)."""
+    run = _corpus(path)
+    assert run.steps.height == 0
+    ranked = run.events.filter(pl.col("rank") >= 0)
+    window = float(ranked["end_ns"].max() - ranked["start_ns"].min())
+    if window_s is not None:
+        assert window / 1e9 == pytest.approx(window_s, abs=0.005)
+    saved = run.findings.filter(pl.col("saving_ns").is_not_null())
+    assert saved.height > 0
+    for r in saved.iter_rows(named=True):
+        assert r["saving_basis"].startswith("saving (whole trace, ")
+        assert r["saving_fraction"] == pytest.approx(r["saving_ns"] / window, rel=1e-9)
+    assert "saving (whole trace)" in _note(run)
+
+
+def test_checkpointing_seen_by_a_guideline_and_the_slow_steps_is_one_finding() -> None:
+    """verl log: G23 (2.67 s) and 'Slow steps: checkpoint grew' (2.62 s) were two findings."""
+    found = _corpus(*sorted((CORPUS / "logs" / "verl").glob("*.log"))).findings
+    assert found.filter(pl.col("id") == "step.slow.log.checkpoint").height == 0
+    g23 = found.filter(pl.col("id") == "G23").row(0, named=True)
+    assert g23["position"] == 1 and g23["saving_ns"] == pytest.approx(2.667e9, rel=0.001)
+    assert "checkpoint" in g23["evidence"] and "slow:" in g23["evidence"]
+
+
+def test_overlapping_savings_say_so() -> None:
+    """mi250_minitoy: host-bound 83.4% and idle gaps 71.0% are the same idle time in part."""
+    run = _corpus(CORPUS / "HolisticTraceAnalysis" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    found = run.findings
+    assert found["id"].to_list()[:2] == ["bubble.host_bound", "gpu.idle_gaps"]
+    assert found["saving_fraction"].to_list()[:2] == pytest.approx([0.834, 0.710], abs=0.001)
+    assert found["evidence"][1].endswith("overlaps finding 1 (the same GPU idle time, counted "
+                                         "by another bound)")
+    assert "overlaps finding" not in found["evidence"][0]
+    assert "Savings overlap and do not add up." in _note(run)

@@ -567,3 +567,32 @@ def test_the_thresholds_are_data() -> None:
     m = gf.compute(_table(_busy_trace()), _timeline(), _waits(),
                    pl.DataFrame(schema=frames.STEPS), table)
     assert m["severity"].to_list() == ["warn"]
+
+
+def test_a_communication_kernel_on_top_is_not_given_tensor_core_advice() -> None:
+    """nccl_data: ncclKernel_AllReduce_RING_LL_Sum_float (28.8% of kernel time) was the 'Top
+    kernel' told to use Tensor Cores and flash attention; the top compute kernel is named now,
+    the communication share beside it."""
+    path = HTA / "nccl_data.json.gz"
+    if not path.exists():
+        pytest.skip("corpus not present")
+    found = analyzer.load([path]).findings.filter(pl.col("id") == "gpu.top_kernel")
+    assert found.height > 0
+    assert not found["title"].str.contains("(?i)nccl").any()
+    whole = found.filter(pl.col("stage") == "").row(0, named=True)
+    assert whole["title"] == "Top kernel: nchwToNhwcKernel"
+    assert ("communication kernels take 28.8% of kernel time (the first kernel overall is "
+            "ncclKernel_AllReduce_RING_LL_Sum_float, 28.8%)") in whole["evidence"]
+
+
+def test_a_scope_of_communication_kernels_only_gets_communication_advice() -> None:
+    kernels = pl.DataFrame({
+        "scope": ["", ""], "name": ["ncclDevKernel_AllGather_RING_LL", "ncclKernel_Reduce"],
+        "rank": [0, 0], "start_ns": [0, 100], "end_ns": [90, 120],
+    })
+    table = gf.rules()
+    m = gf.top_kernels(kernels, table["top_kernel"] | table["names"])
+    (row,) = gf._top_kernel(m, table["top_kernel"], 1)
+    assert row["title"] == "Top kernel is communication: ncclDevKernel_AllGather_RING_LL"
+    assert row["recommendation"] == table["top_kernel"]["recommendation_comm"]
+    assert "communication kernels take 100.0% of kernel time" in row["evidence"]

@@ -64,9 +64,53 @@ class Rules:
     share_saving: frozenset[str]
     superseded: frozenset[str]
     finding: dict[str, dict[str, str]] = field(default_factory=dict)
+    same_time: tuple[str, ...] = ()
+    same_time_share: float = 0.9
+    capture_drops: frozenset[str] = frozenset()
 
     def text(self, fid: str, key: str) -> str:
         return self.finding.get(fid, {}).get(key, "")
+
+    def advice(self, fid: str, work: Workload) -> str:
+        """``fid``'s recommendation for ``work``: its most specific variant present."""
+        return next((t for k in work.variants() if (t := self.text(fid, k))), "")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the trace records, which decides the advice: training or inference (a rollout-only
+    run or an inference engine's trace), and whether it replays CUDA graphs or was recorded
+    while capturing them (then "use CUDA graphs" is advice the run already follows)."""
+
+    kind: str = "training"
+    graphs: str = ""
+    capture: dict[str, int] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+
+    def variants(self) -> tuple[str, ...]:
+        """Recommendation keys of a rule table to try, most specific first."""
+        keys = ["recommendation_graphs"] if self.graphs else []
+        if self.kind == "inference":
+            keys.append("recommendation_inference")
+        return (*keys, "recommendation")
+
+
+def workload(sources: Iterable[Any], placement: dict[str, Any] | None,
+             profile: dict[str, Any] | None) -> Workload:
+    """The run's :class:`Workload` from its sources' graph facts (``meta["graph_capture"]``,
+    ``meta["graph_replay"]``), its placement (``rollout_only``) and its profile (an engine's)."""
+    captured = [s for s in sources if s.meta.get("graph_capture")]
+    replayed = any((s.meta.get("graph_replay") or {}).get("launches") for s in sources)
+    engine = bool(getattr((profile or {}).get("profile"), "engine", False))
+    rollout_only = (placement or {}).get("placement") == "rollout_only"
+    capture = {k: sum(s.meta["graph_capture"].get(k, 0) for s in captured)
+               for k in ("captures", "captured_launches")}
+    return Workload(
+        kind="inference" if engine or rollout_only else "training",
+        graphs="capture" if captured else "replay" if replayed else "",
+        capture=capture if captured else {},
+        files=tuple(s.path.name for s in captured),
+    )
 
 
 def _error(path: Path, problem: str) -> FindingRulesError:
@@ -101,6 +145,9 @@ def rules(path: Path = RULES_PATH) -> Rules:
         share_saving=frozenset(data.get("share_saving", {}).get("guidelines", [])),
         superseded=frozenset(data.get("staged", {}).get("superseded", [])),
         finding=data.get("finding", {}),
+        same_time=tuple(data.get("same_time", {}).get("members", [])),
+        same_time_share=float(data.get("same_time", {}).get("merge_share", 0.9)),
+        capture_drops=frozenset(data.get("graph_capture", {}).get("drops", [])),
     )
 
 
@@ -116,6 +163,10 @@ OWN = (
     "steps",
     "log_steps",
     "step_outliers",
+    "sources",
+    "placement",
+    "profile",
+    "events",
 )
 """What rlperf's own candidates read, each on demand."""
 SOURCES = ("trace", "log")
@@ -132,12 +183,16 @@ class Steps:
     median_ns: float | None
     on: str = "trace"
     log_mean_ns: float | None = None
+    whole_ns: float | None = None
+    """Without steps: the trace's window, what whole-trace savings are a share of."""
 
     def base(self, on: str) -> float | None:
         """The mean step of the steps a saving measured ``on`` the trace or the log is per:
         a per-step saving of the same steps is at most that, so its share is at most 1."""
         if on == "log" and self.log_mean_ns:
             return self.log_mean_ns
+        if on == "trace" and self.count == 0:
+            return self.whole_ns
         return self.mean_ns if on == self.on else None
 
     def bases(self) -> dict[str, float | None]:
@@ -149,6 +204,7 @@ class Context:
     lazy: Lazy
     steps: Steps
     rules: Rules
+    work: Workload = field(default_factory=Workload)
     rows: list[dict[str, Any]] = field(default_factory=list)
     staged: bool = False
     """Whether idle causes were computed (the trace has stages and steps)."""
@@ -188,7 +244,7 @@ class Context:
             "saving_ns": saving,
             "saving_basis": (basis or self.rules.text(fid, "basis")) if saving is not None else "",
             "measured_on": on,
-            "recommendation": recommendation or self.rules.text(fid, "recommendation"),
+            "recommendation": recommendation or self.rules.advice(fid, self.work),
             "confidence": confidence or self.rules.text(fid, "confidence") or "medium",
         })
 
@@ -204,8 +260,17 @@ def _step_times(lazy: Lazy) -> Steps:
     times = (steps["end_ns"] - steps["start_ns"]).cast(pl.Float64)
     log_mean = _log_mean(lazy)
     if times.len() == 0:
-        return Steps(0, None, None, on, log_mean)
+        return Steps(0, None, None, on, log_mean, _trace_window(lazy["events"]))
     return Steps(times.len(), _scalar(times.mean()), _scalar(times.median()), on, log_mean)
+
+
+def _trace_window(events: pl.DataFrame) -> float | None:
+    """First to last event of the ranks (the controller and logs left out)."""
+    ranked = events.filter(pl.col("rank") >= 0)
+    if ranked.height == 0:
+        return None
+    window = ranked.select(pl.col("end_ns").max() - pl.col("start_ns").min()).item()
+    return _scalar(window) or None
 
 
 def _log_mean(lazy: Lazy) -> float | None:
@@ -478,11 +543,12 @@ def _product(lazy: Lazy, name: str) -> pl.DataFrame:
     return frame.select(list(frames.FINDING_CANDIDATES))
 
 
-def candidates(lazy: Lazy, failures: dict[str, Failure], rules_: Rules, steps: Steps
-               ) -> pl.DataFrame:
+def candidates(lazy: Lazy, failures: dict[str, Failure], rules_: Rules, steps: Steps,
+               work: Workload | None = None) -> pl.DataFrame:
     """Every candidate (:data:`frames.FINDING_CANDIDATES`): rlperf's own, then each product of
-    ``rules_.products`` that some module provides."""
-    ctx = Context(lazy, steps, rules_)
+    ``rules_.products`` that some module provides; on a graph-capture trace the idle ones are
+    replaced by one finding that says why (:func:`_capture`)."""
+    ctx = Context(lazy, steps, rules_, work or Workload())
     for what, family in FAMILIES:
         before = len(ctx.rows)
         if _guarded(what, failures, partial(_built, family, ctx)) is None:
@@ -498,7 +564,28 @@ def candidates(lazy: Lazy, failures: dict[str, Failure], rules_: Rules, steps: S
     if ctx.staged:
         generic = pl.col("id").is_in(list(rules_.superseded)) & (pl.col("stage") == "")
         found = found.filter(~generic)
-    return found
+    return _capture(found, ctx) if ctx.work.graphs == "capture" else found
+
+
+def _capture(found: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """A graph-capture trace records capture, not serving: the GPU idle between its launches
+    (host-bound, idle gaps, tiny kernels) is what capturing costs once, so those candidates
+    give way to one finding that says so and names what was left out (first of those
+    without a saving: it says how to read the rest)."""
+    drop = pl.col("id").is_in(list(ctx.rules.capture_drops))
+    left = [f"{t} ({duration(v)})" if v is not None else t
+            for t, v in found.filter(drop).select("title", "saving_ns").iter_rows()]
+    cap = ctx.work.capture
+    evidence = (
+        f"{', '.join(ctx.work.files)}: {cap.get('captured_launches', 0)} launch(es) captured "
+        f"into a graph in {cap.get('captures', 0)} stream capture(s); captured kernels are not "
+        "executed, so the GPU idle between launches measures capture, not serving"
+        + (f"; left out: {'; '.join(left)}" if left else "")
+    )
+    note = Context(ctx.lazy, ctx.steps, ctx.rules, ctx.work)
+    note.add("trace.graph_capture", "trace", evidence, None, severity="warn")
+    return pl.concat([pl.DataFrame(note.rows, schema=frames.FINDING_CANDIDATES, orient="row"),
+                      found.filter(~drop)])
 
 
 def _worth(frame: pl.DataFrame, ctx: Context) -> pl.Series:
@@ -569,6 +656,58 @@ def deduplicate(cands: pl.DataFrame, problems: Iterable[Problem]) -> pl.DataFram
                         orient="row")
 
 
+def same_time(cands: pl.DataFrame, rules_: Rules) -> pl.DataFrame:
+    """Candidates whose savings are the same GPU idle time (``[same_time]`` members: host
+    blocked in a sync, host-bound gaps, idle gaps) and agree to within ``merge_share`` are one
+    finding: a sync that covers the gap leads (it is the cause), else the first member in
+    ``members`` order; the others' titles and savings join its evidence."""
+    members = rules_.same_time
+    rows = list(cands.iter_rows(named=True))
+    timed = [i for i, r in enumerate(rows)
+             if r["id"] in members and r["saving_ns"] is not None]
+    if len(timed) < 2:
+        return cands
+    top = max(rows[i]["saving_ns"] for i in timed)
+    group = [i for i in timed if rows[i]["saving_ns"] >= rules_.same_time_share * top]
+    if len(group) < 2:
+        return cands
+    lead = min(group, key=lambda i: (members.index(rows[i]["id"]), i))
+    merged = dict(rows[lead])
+    seen = "; ".join(f"{rows[i]['title']} ({duration(rows[i]['saving_ns'])})"
+                     for i in group if i != lead)
+    merged["evidence"] += f"; the same GPU idle time seen as: {seen} (merged here)"
+    merged["severity"] = max((rows[i]["severity"] for i in group), key=_severity_rank)
+    keep = [merged if i == lead else r for i, r in enumerate(rows) if i == lead or i not in group]
+    return pl.DataFrame(keep, schema=frames.FINDING_CANDIDATES, orient="row")
+
+
+def overlaps(ranked: pl.DataFrame, rules_: Rules) -> pl.DataFrame:
+    """Savings are not additive: a ``[same_time]`` finding ranked under another one with a
+    saving counts part of the same GPU idle time, and its evidence says which."""
+    member = pl.col("id").is_in(list(rules_.same_time)) & pl.col("saving_ns").is_not_null()
+    top = _scalar(ranked.filter(member)["position"].min())
+    if top is None:
+        return ranked
+    first = int(top)
+    tail = f"; overlaps finding {first} (the same GPU idle time, counted by another bound)"
+    return ranked.with_columns(
+        pl.when(member & (pl.col("position") != first))
+        .then(pl.col("evidence") + pl.lit(tail)).otherwise("evidence").alias("evidence")
+    )
+
+
+def _whole_trace(cands: pl.DataFrame, steps: Steps) -> pl.DataFrame:
+    """Without steps a trace saving is over the whole trace: its basis says so."""
+    if steps.count or not steps.whole_ns:
+        return cands
+    label = f"saving (whole trace, {duration(steps.whole_ns)} window): "
+    return cands.with_columns(
+        pl.when((pl.col("measured_on") == "trace") & pl.col("saving_ns").is_not_null())
+        .then(pl.lit(label) + pl.col("saving_basis")).otherwise("saving_basis")
+        .alias("saving_basis")
+    )
+
+
 def rank(cands: pl.DataFrame, bases: dict[str, float | None]) -> pl.DataFrame:
     """:data:`frames.FINDINGS`: by saving, largest first; those without one after, by severity;
     ties in candidate order. ``saving_fraction``: the saving over ``bases`` (the mean step of
@@ -592,5 +731,8 @@ def rank(cands: pl.DataFrame, bases: dict[str, float | None]) -> pl.DataFrame:
 @provides("findings", schema=frames.FINDINGS, lazy=(*OWN, *rules().products))
 def findings(lazy: Lazy, failures: dict[str, Failure]) -> pl.DataFrame:
     steps = _guarded("step times", failures, lambda: _step_times(lazy)) or Steps(0, None, None)
-    found = candidates(lazy, failures, rules(), steps)
-    return rank(deduplicate(found, rules().problems), steps.bases())
+    work = _guarded("workload", failures, lambda: workload(
+        lazy["sources"], lazy["placement"], lazy["profile"])) or Workload()
+    found = candidates(lazy, failures, rules(), steps, work)
+    merged = same_time(deduplicate(found, rules().problems), rules())
+    return overlaps(rank(_whole_trace(merged, steps), steps.bases()), rules())

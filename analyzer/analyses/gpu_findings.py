@@ -23,6 +23,7 @@ from taxonomy.tomlfile import read_toml
 from ..model import frames, intervals
 from ..model.products import provides
 from ..model.units import duration, percent, size, spans
+from .findings import Workload, workload
 from .findings import rules as finding_rules
 
 RULES_FILE = Path(__file__).parents[2] / "taxonomy" / "gpu_findings.toml"
@@ -124,9 +125,14 @@ def top_kernels(kernels: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
         _dur().mean().alias("mean_ns"), _dur().max().alias("max_ns"), _dur().min().alias("min_ns"),
         pl.col("rank").unique().sort().alias("ranks"),
     )
-    return per.with_columns(
+    comm = pl.col("name").cast(pl.String).str.contains(rule["communication"])
+    compute_ns = pl.when(~pl.col("comm")).then("total_ns")
+    return per.with_columns(comm.alias("comm")).with_columns(
         (pl.col("total_ns") / pl.col("total_ns").sum().over("scope")).alias("share"),
         pl.col("total_ns").rank("ordinal", descending=True).over("scope").alias("place"),
+        compute_ns.rank("ordinal", descending=True).over("scope").alias("compute_place"),
+        (pl.col("total_ns").filter("comm").sum().over("scope") / pl.col("total_ns").sum()
+         .over("scope")).fill_null(0.0).alias("comm_share"),
         _family(pl.col("name")).alias("family"),
         (pl.col("max_ns") / pl.col("mean_ns")).alias("ratio"),
     ).sort("scope", "place")
@@ -224,10 +230,12 @@ def host_bound(gpu: pl.DataFrame, launches: pl.DataFrame, stage_spans: pl.DataFr
     )
 
 
-def sync_blocking(events: pl.DataFrame, stage_spans: pl.DataFrame, win: pl.DataFrame,
-                  names: dict[str, Any]) -> pl.DataFrame:
+def sync_blocking(events: pl.DataFrame, gpu: pl.DataFrame, stage_spans: pl.DataFrame,
+                  win: pl.DataFrame, names: dict[str, Any], min_gap_ns: int) -> pl.DataFrame:
     """Per scope and rank: the union of the host's blocking waits (blocking runtime calls and
-    host-side CUDA sync records), its share of the wall window, and the call that waits most."""
+    host-side CUDA sync records), its share of the wall window, the part of it the GPU spent
+    idle (gaps of at least ``min_gap_ns`` in all GPU activity: the wait is the gap's cause,
+    ``idle_ns``) and the call that waits most."""
     name = pl.col("name").cast(pl.String)
     blocking = (
         (pl.col("kind") == "runtime") & name.str.contains(names["blocking"])
@@ -238,7 +246,12 @@ def sync_blocking(events: pl.DataFrame, stage_spans: pl.DataFrame, win: pl.DataF
     )
     merged = intervals.union(waits, ["rank"]).with_row_index("_id")
     pieces = _clip_scoped(merged, stage_spans)
-    per = pieces.group_by("scope", "rank").agg(_dur().sum().alias("blocked_ns"))
+    pieces = pieces.with_columns(
+        intervals.overlap_each(pieces, _busy_gaps(gpu, min_gap_ns), ["rank"]).alias("idle_ns")
+    )
+    per = pieces.group_by("scope", "rank").agg(
+        _dur().sum().alias("blocked_ns"), pl.col("idle_ns").sum()
+    )
     top = waits.filter(pl.col("name").str.starts_with("cu") | pl.col("name").str.starts_with("hip"))
     top = top.group_by("rank", "name").agg(_dur().sum().alias("call_ns"), pl.len().alias("calls"))
     top = top.sort("call_ns", descending=True).group_by("rank", maintain_order=True).first()
@@ -341,11 +354,12 @@ def measure(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
     kernels = _scoped(gpu.filter(pl.col("kind") == "kernel"))
     waits = collective_waits.filter(pl.col("rank") >= 0)
     return {
-        "top_kernel": top_kernels(kernels, table["top_kernel"]),
+        "top_kernel": top_kernels(kernels, table["top_kernel"] | names),
         "small_kernels": small_kernels(kernels, launch, win, table["small_kernels"]),
         "idle_gaps": idle_gaps(gpu, spans_, win, table["idle_gaps"]),
         "host_bound": host_bound(gpu, launch, spans_, win, table["host_bound"]),
-        "sync_blocking": sync_blocking(ev, spans_, win, names),
+        "sync_blocking": sync_blocking(ev, gpu, spans_, win, names,
+                                       table["host_bound"]["min_gap_ns"]),
         "copies": copies(gpu, win, names, table["copies"]),
         "nccl_variability": nccl_variability(waits, table["nccl_variability"]),
         "straggler": stragglers(waits, win),
@@ -389,30 +403,47 @@ def _finding(key: str, rule: dict[str, Any], scope: str, severity: str, ranks: s
 
 
 def _top_kernel(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
+    """The scope's top compute kernel (Tensor Core and fusion advice is for compute): the
+    communication kernels' share is said beside it, and a scope whose kernel time is all
+    communication gets communication advice instead."""
     out = []
     big = (pl.col("scope") == WHOLE) | (
         pl.col("total_ns").sum().over("scope") >= rule["stage_min_ns"]
     )
-    for (scope,), rows in m.filter(big).filter(pl.col("place") <= rule["listed"]).group_by(
-        "scope", maintain_order=True
-    ):
-        top = rows.row(0, named=True)
+    shown = (pl.col("compute_place") <= rule["listed"]) | (pl.col("comm") & (pl.col("place") == 1))
+    for (scope,), rows in m.filter(big).filter(shown).group_by("scope", maintain_order=True):
+        compute = rows.filter(~pl.col("comm")).sort("compute_place")
+        comm = rows.filter(pl.col("comm"))
+        top = (compute if compute.height else comm).row(0, named=True)
         severity = _level(top["share"], rule["share_info"], rule["share_warn"])
         if severity is None:
             continue
         listed = "; ".join(
-            f"{r['family']} {percent(r['share'])}" for r in rows.iter_rows(named=True)
+            f"{r['family']} {percent(r['share'])}" for r in compute.iter_rows(named=True)
         )
         evidence = (
             f"{top['family']}: {duration(top['total_ns'])} in {top['count']} launches "
             f"(mean {duration(top['mean_ns'])}) = {percent(top['share'])} of all kernel time"
-            f"{'' if scope == WHOLE else ' in the stage'} (sum of kernel durations over ranks); "
-            f"top {rows.height}: {listed}"
+            f"{'' if scope == WHOLE else ' in the stage'} (sum of kernel durations over ranks)"
+            + (f"; top {compute.height} compute kernels: {listed}" if compute.height else "")
+            + _comm_said(top, comm)
         )
+        title, advice = (rule["title"], rule["recommendation"]) if compute.height else (
+            rule["title_comm"], rule["recommendation_comm"])
         out.append(_finding("top_kernel", rule, scope, severity, _ranks(top["ranks"]), evidence,
-                            None, "high", title=f"{rule['title']}: {top['family']}",
-                            subject=top["family"]))
+                            None, "high", title=f"{title}: {top['family']}",
+                            subject=top["family"]) | {"recommendation": advice})
     return out
+
+
+def _comm_said(top: dict[str, Any], comm: pl.DataFrame) -> str:
+    """The communication kernels' share of the scope's kernel time, when they lead it."""
+    if comm.height == 0 or not top["comm_share"]:
+        return ""
+    first = comm.row(0, named=True)
+    return (f"; communication kernels take {percent(top['comm_share'])} of kernel time (the "
+            f"first kernel overall is {first['family']}, {percent(first['share'])}): the "
+            "exposed-communication and collective findings judge them")
 
 
 def _kernel_variability(m: pl.DataFrame, rule: dict[str, Any], n_steps: int
@@ -502,15 +533,17 @@ def _sync_blocking(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[
     for r in _per_rank(m, "share", rule["share_info"]).iter_rows(named=True):
         top = f"; most in {r['name']} ({r['calls']} calls, {duration(r['call_ns'])})" \
             if r["name"] else ""
+        idle = r["idle_ns"] or 0
         evidence = (
             f"rank {r['rank']}: the host is blocked in synchronisation for "
             f"{duration(r['blocked_ns'])} = {percent(r['share'])} of its wall time "
             f"({duration(r['wall_ns'])}; union of blocking sync/memcpy calls and host-side "
-            f"CUDA sync records){top}"
+            f"CUDA sync records){top}; the GPU idles for {duration(idle)} of it"
         )
         severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
         out.append(_finding("sync_blocking", rule, r["scope"], severity, _ranks(r["_ranks"]),
-                            evidence, None, "high", rank=r["rank"]))
+                            evidence, idle // n_steps if idle else None, "high",
+                            rank=r["rank"]))
     return out
 
 
@@ -672,8 +705,8 @@ def fold_stages(rows: list[dict[str, Any]], m: dict[str, pl.DataFrame], dominant
 
 def compute(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
             collective_waits: pl.DataFrame, steps: pl.DataFrame,
-            table: dict[str, Any] | None = None, keep: frozenset[str] = frozenset()
-            ) -> pl.DataFrame:
+            table: dict[str, Any] | None = None, keep: frozenset[str] = frozenset(),
+            work: Workload | None = None) -> pl.DataFrame:
     """The generic GPU findings (:data:`frames.FINDING_CANDIDATES`), whole trace first, then
     each stage (those one with the whole trace's folded into it, :func:`fold_stages`); savings
     are per step (the whole trace is one step when none are known)."""
@@ -693,6 +726,7 @@ def compute(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
         *_idle_gaps(m["idle_gaps"], table["idle_gaps"], n),
     ]
     rows = fold_stages(rows, m, table["merge"]["dominant_share"], keep)
+    _advise(rows, table, work or Workload())
     out = pl.DataFrame([{k: r[k] for k in frames.FINDING_CANDIDATES} for r in rows],
                        schema=frames.FINDING_CANDIDATES)
     scope_order = pl.col("stage") != WHOLE
@@ -701,8 +735,19 @@ def compute(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
     )
 
 
+def _advise(rows: list[dict[str, Any]], table: dict[str, Any], work: Workload) -> None:
+    """Each row's recommendation for the workload: its check's most specific variant
+    (``recommendation_graphs``, ``recommendation_inference``), where it has the default."""
+    for r in rows:
+        rule = table[r["id"].split(".")[1]]
+        if r["recommendation"] == rule["recommendation"]:
+            r["recommendation"] = next(rule[k] for k in work.variants() if k in rule)
+
+
 @provides("gpu_findings", schema=frames.FINDING_CANDIDATES)
 def gpu_findings(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
-                 collective_waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+                 collective_waits: pl.DataFrame, steps: pl.DataFrame, sources: list[Any],
+                 placement: dict[str, Any], profile: dict[str, Any]) -> pl.DataFrame:
     keep = frozenset(i.removeprefix("gpu.") for i in finding_rules().superseded)
-    return compute(classified, stage_timeline, collective_waits, steps, keep=keep)
+    return compute(classified, stage_timeline, collective_waits, steps, keep=keep,
+                   work=workload(sources, placement, profile))

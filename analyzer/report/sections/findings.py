@@ -10,6 +10,10 @@ from ...model.run import Run
 from ..section import Column, Section
 
 TITLE = "Findings"
+WHOLE = "saving (whole trace"
+"""How a whole-trace saving's basis begins (analyses/findings.py, no steps)."""
+WHY = ("no step record", "kernels may be missing", "no GPU", "no kernel", "no events")
+"""Parts of warnings that say why the inputs hold nothing to analyse (quoted in the note)."""
 COLUMNS = [
     Column("position", "#", "number"),
     Column("title", "Finding"),
@@ -27,13 +31,25 @@ def section(run: Run) -> Section:
     found: pl.DataFrame = run.findings
     failed = [f.marker for what, f in run.failures.items() if what.startswith("findings: ")]
     if found.height == 0:
-        note = "nothing found to fix: no guideline violated and no idle cause, bound or " \
-               "generic check above its threshold"
-        return Section(TITLE, None, note="; ".join([note, *failed]))
+        return Section(TITLE, None, note="; ".join([_nothing(run), *failed]))
     shown = found.with_columns(
         pl.Series("where", [_where(r) for r in found.iter_rows(named=True)], dtype=pl.String)
     )
-    return Section(TITLE, shown, COLUMNS, note=_note(found, failed))
+    return Section(TITLE, shown, COLUMNS, note=_note(found, failed, run.steps.height))
+
+
+def _nothing(run: Run) -> str:
+    """Why the list is empty: the inputs hold nothing to judge (no step and no kernel; the
+    warnings that say why), or they were judged and nothing crossed a threshold."""
+    kernels = run.activity.filter(pl.col("kind") == "kernel").height > 0
+    steps = run.steps.height > 0 or run.log_steps.height > 0
+    if kernels or steps:
+        return "nothing found to fix: no guideline violated and no idle cause, bound or " \
+               "generic check above its threshold"
+    traced = any(not s.format.endswith("log") for s in run.sources)
+    lacks = ["no step recorded", "no GPU kernel in the trace" if traced else "no trace (logs only)"]
+    why = [w for w in run.warnings if any(k in w for k in WHY)]
+    return f"nothing to analyse: {' and '.join(lacks)}" + (f" — {'; '.join(why)}" if why else "")
 
 
 def _where(row: dict[str, Any]) -> str:
@@ -53,12 +69,16 @@ def _label(noun: str, spans: str) -> str:
     return f"{noun}{'s' if many else ''} {spans}"
 
 
-def _note(found: pl.DataFrame, failed: list[str]) -> str:
+def _note(found: pl.DataFrame, failed: list[str], steps: int) -> str:
     estimated = found.filter(pl.col("saving_ns").is_not_null()).height
     text = (
         f"{found.height} findings, ranked by the estimated saving per step ({estimated} with an "
         "estimate; the rest by severity). Saving % is of the mean step of the trace or log it is "
         "measured on; each finding's basis "
-        "says which bound it comes from (docs/analyses.md, Findings)."
+        "says which bound it comes from (docs/analyses.md, Findings). Savings overlap and do "
+        "not add up."
     )
+    if steps == 0 and found.filter(pl.col("saving_basis").str.starts_with(WHOLE)).height:
+        text += " No steps were found: each saving is a saving (whole trace), over the trace's " \
+                "whole window, and Saving % is a share of that window."
     return "; ".join([text, *failed])
