@@ -441,9 +441,10 @@ def _comm_said(top: dict[str, Any], comm: pl.DataFrame) -> str:
     if comm.height == 0 or not top["comm_share"]:
         return ""
     first = comm.row(0, named=True)
-    return (f"; communication kernels take {percent(top['comm_share'])} of kernel time (the "
-            f"first kernel overall is {first['family']}, {percent(first['share'])}): the "
-            "exposed-communication and collective findings judge them")
+    lead = "" if top["comm"] else \
+        f" (the first kernel overall is {first['family']}, {percent(first['share'])})"
+    return (f"; communication kernels take {percent(top['comm_share'])} of kernel time{lead}: "
+            "the exposed-communication and collective findings judge them")
 
 
 def _kernel_variability(m: pl.DataFrame, rule: dict[str, Any], n_steps: int
