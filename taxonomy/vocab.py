@@ -94,6 +94,12 @@ DIMENSIONS: tuple[str, ...] = (
 )
 """Parallelism dimension of a collective (``weight_sync`` is inter-model, not a parallelism)."""
 
+DIMENSION_WORDS: dict[str, str] = {
+    "dp": "DP", "fsdp": "FSDP", "tp": "TP", "pp": "PP", "sp": "SP", "cp": "CP", "ep": "EP",
+    "weight_sync": "Weight-sync", "world": "World-group", "unknown": "Unattributed",
+}
+"""How a report names a dimension in a sentence (``unknown``: rlperf could not tell which)."""
+
 POOLS: tuple[str, ...] = ("rollout", "train", "shared")
 PLACEMENTS: tuple[str, ...] = ("colocated", "disaggregated", "split", "rollout_only")
 EXECUTION_MODES: tuple[str, ...] = ("sync", "one_step_off", "async", "stage_fused")

@@ -25,9 +25,11 @@ import polars as pl
 from parsers.events import GPU_ACTIVITY_KINDS
 from taxonomy import tomlfile
 from taxonomy.guidelines import SEVERITIES
+from taxonomy.vocab import DIMENSION_WORDS
 
 from ..model import frames
 from ..model.failures import Failure, record, user_errors
+from ..model.intervals import union_length
 from ..model.products import Lazy, providers, provides
 from ..model.units import duration, percent, spans
 
@@ -485,10 +487,23 @@ def _exposed(ctx: Context) -> None:
         .otherwise(pl.col("dim").cast(pl.String)).alias("family"),
         (pl.col("exposed_ns") - pl.col("wait_ns")).clip(lower_bound=0).alias("transfer"),
     )
-    per = calls.group_by("family").agg(
-        pl.col("transfer").sum(), pl.col("exposed_ns").sum(), pl.col("rank").n_unique().alias("n"),
-        pl.col("dim").cast(pl.String).unique().sort().str.join("/").alias("dims"),
-    ).sort("family")
+    keys = ["family", "rank", "step"]
+    per_device = (
+        calls.group_by(keys)
+        .agg(pl.col("transfer").sum(), pl.col("exposed_ns").sum())
+        .join(union_length(calls, keys, "covered"), on=keys, how="left")
+        .with_columns(pl.min_horizontal(c, "covered").alias(c) for c in ("transfer", "exposed_ns"))
+    )
+    dim_names = calls.group_by("family").agg(
+        pl.col("dim").cast(pl.String).unique().sort().str.join("/").alias("dims")
+    )
+    per = (
+        per_device.group_by("family")
+        .agg(pl.col("transfer").sum(), pl.col("exposed_ns").sum(),
+             pl.col("rank").n_unique().alias("n"))
+        .join(dim_names, on="family")
+        .sort("family")
+    )
     for family, transfer, exposed, n, dims in per.iter_rows():
         saving = transfer / (n * steps)
         if not ctx.worth(saving):
@@ -496,15 +511,21 @@ def _exposed(ctx: Context) -> None:
         fid = "comm.exposed.update" if family == "update" else f"comm.exposed.{family}"
         ctx.add(
             fid, "communication",
-            f"{dims} collectives: {duration(exposed / (n * steps))} exposed per device and step, "
+            f"{_dimension_words(dims)} collectives: {duration(exposed / (n * steps))} exposed "
+            "per device and step (overlapping calls on a rank counted once), "
             f"of which {duration(saving)} transfer and the rest sync wait "
             f"({n} ranks, {steps} steps)",
             saving,
             title=ctx.rules.text(fid, "title")
-            or f"{dims.upper()} communication is not hidden behind compute",
+            or f"{_dimension_words(dims)} communication is not hidden behind compute",
             **{key: ctx.rules.text(fid, key) or ctx.rules.text("comm.exposed", key)
                for key in ("recommendation", "confidence", "basis")},
         )
+
+
+def _dimension_words(dims: str) -> str:
+    """``dp/fsdp`` as a sentence names it: ``DP/FSDP``; ``unknown`` as ``Unattributed``."""
+    return "/".join(DIMENSION_WORDS.get(d, d) for d in dims.split("/"))
 
 
 FAMILIES: tuple[tuple[str, Callable[[Context], None]], ...] = (
