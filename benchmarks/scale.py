@@ -8,7 +8,10 @@ RSS and the sampled peak of the whole process tree (main process + parser worker
 "grows linearly" means. The first analysis, no cache: what a user waits for.
 
     .venv/bin/python benchmarks/scale.py [--ranks 8,64,256,1024] [--scenario disaggregated]
-        [--steps 3] [--per-rank-mb MB] [--no-gzip] [--json OUT]
+        [--steps 3] [--per-rank-mb MB] [--no-gzip] [--dataset] [--json OUT]
+
+``--dataset`` also writes each run into a dataset (``rlperf ingest``, measured) and analyses the
+dataset (measured), checking that report's sections equal the report from the files.
 
 ``--per-rank-mb`` raises the decode length until each rank's trace holds about that many MB
 of JSON (the "64 ranks × 100 MB" run: ``--ranks 64 --per-rank-mb 100 --steps 1``).
@@ -55,15 +58,38 @@ def one(ranks: int, args: argparse.Namespace, tmp: Path) -> dict:
         _env(),
     )
     document = json.loads(report.read_text())
+    extra = _from_dataset(run, tmp, rlperf, report, args) if args.dataset else {}
     shutil.rmtree(run)
     report.unlink()
     return {
+        **extra,
         "ranks": ranks,
         "file_mb": size / 1e6,
         "generate_s": generated,
         "sections": len(document),
         **figures,
     }
+
+
+def _from_dataset(run: Path, tmp: Path, rlperf: Path, report: Path, args) -> dict:
+    """``rlperf ingest`` of the run into a dataset, then ``rlperf analyze`` of the dataset, each
+    measured; the second report must equal the one analysed from the files."""
+    dataset = tmp / "dataset"
+    ingest = measure([str(rlperf), "ingest", str(run), "-o", str(dataset), "--quiet", "--jobs",
+                      str(args.jobs)], _env())
+    again = tmp / "again.json"
+    analyse = measure([str(rlperf), "analyze", str(dataset), "--format", "json", "-o", str(again),
+                       "--quiet"], _env())
+    same = _numbers(again) == _numbers(report)
+    shutil.rmtree(dataset)
+    again.unlink()
+    return {"ingest": ingest, "from_dataset": analyse, "dataset_report_equal": same}
+
+
+def _numbers(report: Path) -> dict:
+    """The report less what names where its inputs lie (files or a dataset)."""
+    document = json.loads(report.read_text())
+    return {k: v for k, v in document.items() if k not in ("sources", "inputs", "run")}
 
 
 def _json_bytes(path: Path) -> int:
@@ -95,6 +121,8 @@ def main() -> None:
     parser.add_argument("--scenario", default="disaggregated")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--per-rank-mb", type=float, default=0.0)
+    parser.add_argument("--dataset", action="store_true",
+                        help="also ingest each run into a dataset and analyse that")
     parser.add_argument("--no-gzip", action="store_true", help="write plain JSON (faster)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -112,6 +140,11 @@ def main() -> None:
                   f"{row['peak_rss_mib']:9.0f} {row['tree_peak_mib']:9.0f} "
                   f"{row['seconds'] / ranks:7.3f} {row['tree_peak_mib'] / ranks:9.2f}",
                   flush=True)
+            if args.dataset:
+                i, d = row["ingest"], row["from_dataset"]
+                print(f"       rlperf ingest {i['seconds']:.2f} s / {i['tree_peak_mib']:.0f} MiB; "
+                      f"analyze DATASET {d['seconds']:.2f} s / {d['tree_peak_mib']:.0f} MiB; "
+                      f"report equal to the files': {row['dataset_report_equal']}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 
