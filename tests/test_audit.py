@@ -51,10 +51,10 @@ def test_a_broken_budget_exits_1_and_a_met_one_0(reports, tmp_path: Path):
         tmp_path,
         '[[check]]\nname = "trainer idle"\nmetric = "overview.trainer_idle_fraction"\nmax = 0.20\n',
     )
-    done = cli("audit", str(reports["disaggregated"]), "--budget", str(broken))
+    done = cli("audit", str(reports["disaggregated"]), "--budget", str(broken), "--width", "1000")
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("rlperf audit FAILED: 1 check(s), 1 failed")
+    assert lines[0].startswith("rlperf audit FAILED: 1 check, 1 failed")
     assert (
         lines[1].split()[0] == "FAIL"
         and f"= {100 * idle:.1f}%" in lines[1]
@@ -65,7 +65,7 @@ def test_a_broken_budget_exits_1_and_a_met_one_0(reports, tmp_path: Path):
     )
     done = cli("audit", str(reports["disaggregated"]), "--budget", str(met))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.startswith("rlperf audit passed: 1 check(s), 0 failed")
+    assert done.stdout.startswith("rlperf audit passed: 1 check, 0 failed")
 
 
 def test_budgets_on_a_sample_run(tmp_path: Path):
@@ -99,7 +99,8 @@ def test_budgets_on_a_sample_run(tmp_path: Path):
 def test_baseline_regressions(reports):
     same = cli("audit", str(reports["colocated"]), "--baseline", str(reports["colocated"]))
     assert same.returncode == 0 and "vs baseline" in same.stdout
-    worse = cli("audit", str(reports["disaggregated"]), "--baseline", str(reports["colocated"]))
+    worse = cli("audit", str(reports["disaggregated"]), "--baseline", str(reports["colocated"]),
+                "--width", "1000")
     assert worse.returncode == 1
     failed = [line for line in worse.stdout.splitlines() if line.strip().startswith("FAIL")]
     assert any(

@@ -44,17 +44,17 @@ def test_a_relative_limit_without_a_baseline_passes_with_a_note(report, tmp_path
     path = budget(
         tmp_path, 'name = "step time"\nmetric = "overview.step_time_ns"\nmax_increase = 0.10'
     )
-    done = rlperf("audit", str(report), "--budget", str(path))
+    done = rlperf("audit", str(report), "--budget", str(path), "--width", "1000")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("rlperf audit passed: 1 check(s), 0 failed")
+    assert lines[0].startswith("rlperf audit passed: 1 check, 0 failed")
     assert lines[1].split()[0] == "PASS" and lines[1].endswith(f"<- {audit.NO_BASELINE}")
 
 
 def test_without_a_baseline_the_absolute_limits_of_the_check_still_hold(report, tmp_path):
     ranks = overview(report, "ranks")
     path = budget(tmp_path, f'metric = "overview.ranks"\nmax = {ranks - 1}\nmax_increase = 0.1')
-    done = rlperf("audit", str(report), "--budget", str(path))
+    done = rlperf("audit", str(report), "--budget", str(path), "--width", "1000")
     assert done.returncode == 1
     line = done.stdout.splitlines()[1]
     assert line.split()[0] == "FAIL" and line.endswith(
@@ -84,12 +84,13 @@ def test_an_internal_error_is_exit_3_and_its_checks_are_errors(tmp_path):
                   'name = "ranks"\nmetric = "overview.ranks"\nmin = 1')
     junit = tmp_path / "junit.xml"
     done = rlperf(
-        "audit", str(RUN), "--budget", str(path), "--junit", str(junit), "--quiet", fail=SECTION
+        "audit", str(RUN), "--budget", str(path), "--junit", str(junit), "--quiet",
+        "--width", "1000", fail=SECTION
     )
     assert done.returncode == 3, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith(
-        "rlperf audit INCOMPLETE: 2 check(s), 0 failed, 1 not evaluated (internal error)"
+        "rlperf audit INCOMPLETE: 2 checks, 0 failed, 1 not evaluated (internal error)"
     )
     assert lines[1].split()[:2] == ["ERROR", "bubbles"]
     assert (
@@ -131,9 +132,9 @@ def test_a_report_that_lists_failures_audits_as_exit_3(tmp_path):
     )
     assert made.returncode == 3
     path = budget(tmp_path, 'metric = "overview.ranks"\nmin = 1')
-    done = rlperf("audit", str(written), "--budget", str(path))
+    done = rlperf("audit", str(written), "--budget", str(path), "--width", "1000")
     assert done.returncode == 3
-    assert done.stdout.startswith("rlperf audit passed: 1 check(s), 0 failed")
+    assert done.stdout.startswith("rlperf audit passed: 1 check, 0 failed")
     assert done.stderr.strip().splitlines() == [
         "rlperf: internal error in section bubbles "
         "(analyzer.report.sections.bubbles): TypeError: boom in "
@@ -148,9 +149,11 @@ def test_the_corpus_trace_that_crashed_audits_normally(tmp_path):
         'metric = "overview.ranks"\nmin = 1',
         'metric = "overview.guideline_errors"\nmax = 1000',
     )
-    done = rlperf("audit", str(HTA / "test.json.gz"), "--budget", str(path), "--quiet")
+    done = rlperf(
+        "audit", str(HTA / "test.json.gz"), "--budget", str(path), "--quiet", "--width", "1000"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.startswith("rlperf audit passed: 2 check(s), 0 failed")
+    assert done.stdout.startswith("rlperf audit passed: 2 checks, 0 failed")
 
 
 # --- GitHub annotations --------------------------------------------------------------------

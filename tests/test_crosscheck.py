@@ -66,11 +66,44 @@ def test_text_output_names_the_reasons():
         env={"HTA_DISABLE_NS_ROUNDING": "0", "COLUMNS": "200"},
     )
     assert done.returncode == 0, done.stderr
-    assert (
-        "rlperf vs HTA" in done.stdout
-        and "ns_rounding" in done.stdout
-        and "DIFFERS" not in done.stdout
-    )
+    assert "rlperf vs HTA" in done.stdout and "ns_rounding" in done.stdout
+    assert verdicts(done.stdout) == ["agree"] * 5
+
+
+def verdicts(report: str) -> list[str]:
+    """The verdict cells (the last column of each table row)."""
+    return [line.split("│")[-1].strip() for line in report.splitlines()
+            if line.count("│") >= 2 and line.split("│")[-1].strip()]
+
+
+def test_at_80_columns_every_header_and_number_is_whole():
+    """Was: ``differen…``, ``unexplain…``, an untitled verdict column and ``660,551.0 µs`` wrapped
+    over two lines; now the analyze report's fitting and its units."""
+    done = cli("crosscheck", str(HTA_TRACES / "nccl_data.json.gz"), "--quiet",
+               env={"HTA_DISABLE_NS_ROUNDING": "0", "COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in done.stdout
+    heads = " ".join(line for line in lines if "┃" in line).split()
+    for title in ("metric", "rlperf", "HTA", "difference", "explained", "unexplained", "verdict"):
+        assert title in heads
+    window = next(line for line in lines if line.startswith(" GPU window"))
+    assert window.split("│")[1:3] == ["  661 ms ", " 661 ms "]  # 660,551.0 µs and 660,550.0 µs
+    assert "+1.01 µs" in window
+    assert "comm/compute overlap │   15.6% │  15.1% │ +0.5 points" in done.stdout
+
+
+def test_a_difference_the_known_reasons_explain_is_not_called_agree():
+    """test.json.gz: rlperf's idle 27.3 ms against HTA's 51.7 ms, all of it work without a launch
+    record: ``explained``, not ``agree``; the JSON keeps ``agree`` and says the verdict."""
+    document = crosscheck_json(HTA_TRACES / "test.json.gz")
+    rows = by_metric(document)
+    assert rows["idle_us"]["agree"] and rows["idle_us"]["verdict"] == "explained"
+    assert rows["window_us"]["verdict"] == "agree"
+    done = cli("crosscheck", str(HTA_TRACES / "test.json.gz"), "--quiet", "--width", "120")
+    idle = next(line for line in done.stdout.splitlines() if line.startswith(" idle "))
+    assert "27.3 ms" in idle and "51.7 ms" in idle and idle.rstrip().endswith("explained")
 
 
 def test_without_hta_installed_one_line_error():

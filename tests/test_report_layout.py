@@ -4,10 +4,21 @@ prints it."""
 
 from __future__ import annotations
 
+import io
+import re
 import subprocess
 import sys
+from pathlib import Path
 
-from report_truth import REPO, RUNS
+import polars as pl
+import pytest
+from report_truth import REPO, RUNS, cli
+from rich.cells import cell_len
+from rich.console import Console
+
+from analyzer.model.units import plural
+from analyzer.report import fit, text
+from analyzer.report.section import Column, Section
 
 CORPUS = REPO.parent / "shared" / "corpus"
 
@@ -55,3 +66,111 @@ def test_png_without_output_is_refused_before_reading_anything(tmp_path):
     assert "--format png: writes image files" in done.stderr
     assert "no-such-run" not in done.stderr
     assert "altair loaded: False" in done.stdout
+
+
+# --- terminal layout: lists, titles, name/value tables -------------------------------------------
+
+
+def _printed(section, width: int = 80) -> str:
+    console = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    text._section(section, console)
+    return console.export_text()
+
+
+STEPS = [*range(110, 440, 10), 435]
+WHERE = "checkpoint · steps " + ",".join(map(str, STEPS))
+"""The findings "Where" of the verl log (``…,350,360,3`` / ``70,380,…`` at 80 columns)."""
+
+
+def _numbers_whole(report: str) -> None:
+    found = [int(n) for n in re.findall(r"\d+", report)]
+    assert set(STEPS) <= set(found), sorted(set(STEPS) - set(found))
+
+
+def test_a_stacked_step_list_breaks_between_steps():
+    frame = pl.DataFrame({"place": [1], "title": ["Slow steps: checkpoint grew"], "where": [WHERE]})
+    report = _printed(Section("Findings", frame, name="findings"))
+    _numbers_whole(report)
+    assert max(cell_len(line) for line in report.splitlines()) <= 80
+
+
+def test_a_step_list_in_a_table_cell_breaks_between_steps():
+    frame = pl.DataFrame({"stage": ["checkpoint"], "steps": [WHERE]})
+    report = _printed(Section("Slow", frame, columns=[Column("stage", "stage"),
+                                                      Column("steps", "steps")]), 60)
+    _numbers_whole(report)
+    assert max(cell_len(line) for line in report.splitlines()) <= 60
+
+
+def test_a_number_with_thousands_separators_is_never_broken():
+    assert fit.wrap("took 1,234,567 µs of 9,876,543 µs", 10) == [
+        "took", "1,234,567", "µs of", "9,876,543", "µs"]
+
+
+def test_a_wrapped_title_keeps_its_indent():
+    """verl-tpu: "…engine memory before" then ``training`` alone at column 0."""
+    title = "In colocated mode, free or offload the KV cache and engine memory before training"
+    frame = pl.DataFrame({"place": [1], "title": [title], "where": ["all"]})
+    lines = _printed(Section("Findings", frame, name="findings")).splitlines()
+    assert lines[2].startswith("1. In colocated mode")
+    assert lines[3] == "   training"
+
+
+def test_a_two_column_headline_table_stays_a_table():
+    """The headline numbers of a logs-only run stacked into ``ranks (devices)`` / ``value 0``
+    blocks because a name and a "needs …" value were both long; the value wraps instead."""
+    values = ["0", "– needs a weight-sync range in a trace or a weight-sync timer in a log"]
+    frame = pl.DataFrame({"metric": ["ranks (devices)", "guideline violations: error"],
+                          "value": values})
+    columns = [Column("metric", "metric"), Column("value", "value")]
+    for width in (80, 60, 40):
+        report = _printed(Section("Headline numbers", frame, columns=columns), width)
+        lines = report.splitlines()
+        assert any("┃" in line for line in lines), (width, report)
+        assert max(cell_len(line) for line in lines) <= width
+        if width >= 60:
+            assert any(line.startswith(" guideline violations: error │ – needs") for line in lines)
+        assert "  value  " not in report
+
+
+def test_a_long_name_beside_a_long_detail_keeps_the_name_whole():
+    """Only the widest text column wraps when that is enough (the run section's facts)."""
+    laid = fit.plan(["fact", "value", "detail"],
+                    [["version assumed"], ["101–435 (335)"], ["x " * 60]],
+                    [True, True, True], 80)
+    assert laid.kind == "table"
+    widths = dict(laid.parts[0])
+    assert widths[0] == len("version assumed") and widths[1] == len("101–435 (335)")
+
+
+def test_plurals_agree_with_their_count():
+    assert [plural(1, "device"), plural(2, "device"), plural(1, "launch"), plural(3, "launch"),
+            plural(0, "gap"), plural(1_024, "call")] == [
+        "1 device", "2 devices", "1 launch", "3 launches", "0 gaps", "1,024 calls"]
+
+
+# --- audit fits the width ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("audit") / "base.json"
+    done = cli("analyze", str(RUNS / "verl_ppo_disaggregated"), "-f", "json", "-o", str(path),
+               "--quiet")
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def test_audit_fits_columns_and_keeps_each_verdict_with_its_name(baseline):
+    """Was 120–133 characters a line whatever COLUMNS said."""
+    run = str(RUNS / "verl_grpo_colocated")
+    narrow = cli("audit", run, "--baseline", str(baseline), "--quiet", env={"COLUMNS": "80"})
+    assert narrow.returncode == 1
+    lines = narrow.stdout.splitlines()
+    assert max(cell_len(line) for line in lines) <= 80
+    wide = cli("audit", run, "--baseline", str(baseline), "--quiet", "--width", "400")
+    checks = [line for line in wide.stdout.splitlines() if line.startswith(("  PASS", "  FAIL"))]
+    assert len(checks) == 10 and max(cell_len(line) for line in checks) > 100
+    verdicts = [line.split()[0] for line in lines if line.startswith(("  PASS", "  FAIL"))]
+    assert verdicts == [line.split()[0] for line in checks]
+    assert " ".join(" ".join(lines).split()) == " ".join(" ".join(wide.stdout.split()).split())

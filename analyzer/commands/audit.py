@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from ..ops import audit as budgets
 from ..progress import Steps, load
@@ -39,6 +40,17 @@ EXAMPLES = (
 )
 """Shown under ``rlperf audit --help`` (analyzer/cli.py)."""
 
+Width = Annotated[
+    int | None,
+    typer.Option(
+        "--width",
+        min=40,
+        max=1000,
+        help="Width of the summary in columns (default: the terminal's, else COLUMNS, else 80); "
+        "a check too long for it continues indented on the next lines.",
+    ),
+]
+
 def audit(
     paths: Paths,
     budget: Annotated[
@@ -67,6 +79,7 @@ def audit(
     ray_address: RayAddress = None,
     quiet: Quiet = False,
     run_choice: RunChoice = None,
+    width: Width = None,
     strict: Strict = False,
     debug: Debug = False,
 ) -> None:
@@ -96,7 +109,7 @@ def audit(
         hold_strict([run])
     subject = ", ".join(str(p) for p in paths)
     result = budgets.audit(document, checks, base, subject=subject)
-    lines = budgets.summary_lines(result)
+    lines = budgets.summary_lines(result, width or Console().width)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         lines += budgets.github_annotations(result)
     sys.stdout.write("\n".join(lines) + "\n")

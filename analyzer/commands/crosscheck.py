@@ -9,12 +9,17 @@ from typing import Annotated
 import polars as pl
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
-from ..ops.crosscheck import METRICS, REASONS, load_hta
+from ..model.units import cell, duration
+from ..ops.crosscheck import METRICS, REASONS, VERDICTS, load_hta
 from ..ops.crosscheck import crosscheck as run_crosscheck
 from ..progress import Steps, load
 from ..report.files import console, emit_text
+from ..report.fit import wrap
+from ..report.section import Column
+from ..report.text import plain, table
+from .analyze import Width, report_width
 from .shared import (
     Debug,
     EngineChoice,
@@ -55,6 +60,7 @@ def crosscheck(
     ray_address: RayAddress = None,
     quiet: Quiet = False,
     run_choice: RunChoice = None,
+    width: Width = None,
     strict: Strict = False,
     debug: Debug = False,
 ) -> None:
@@ -75,48 +81,78 @@ def crosscheck(
             steps,
             "json cross-check",
         )
+    elif output is None and width is not None:
+        render_text(result, Console(width=width))
     else:
-        with console(output, 140) as out:
+        with console(output, report_width(width)) as out:
             render_text(result, out)
     conclude([run])
+
+
+COLUMNS = [
+    Column("metric", "metric"),
+    Column("rlperf", "rlperf", "preformatted"),
+    Column("hta", "HTA", "preformatted"),
+    Column("difference", "difference", "preformatted"),
+    Column("explained", "explained", "preformatted"),
+    Column("unexplained", "unexplained", "preformatted"),
+    Column("verdict", "verdict"),
+]
+"""The table per rank: numbers formatted here (durations, percentages, signed differences),
+laid out by the terminal report's fitting (whole, split or stacked; no header cut)."""
 
 
 def render_text(result, console: Console) -> None:
     titles = dict(METRICS)
     for rank in sorted(result.table["rank"].unique().to_list()):
         rows = result.table.filter(pl.col("rank") == rank)
-        table = Table(title=f"rank {rank}: rlperf vs HTA", title_justify="left", show_edge=False)
-        for column in ("metric", "rlperf", "HTA", "difference", "explained", "unexplained", ""):
-            table.add_column(column, justify="left" if column in ("metric", "") else "right")
-        for row in rows.iter_rows(named=True):
-            unit = "" if row["metric"] == "overlap_pct" else " µs"
-            table.add_row(
-                titles[row["metric"]],
-                *(
-                    _num(row[c], unit)
-                    for c in ("rlperf", "hta", "difference", "explained", "unexplained")
-                ),
-                "agree" if row["agree"] else "DIFFERS",
-            )
-        console.print(table)
+        console.print(plain(f"rank {rank}: rlperf vs HTA", "bold"))
+        cells = [
+            [titles[row["metric"]], *_values(row), row["verdict"]]
+            for row in rows.iter_rows(named=True)
+        ]
+        table(COLUMNS, cells, console)
         for reason, effect in (
             result.reasons.filter(pl.col("rank") == rank).select("reason", "effect_us").iter_rows()
         ):
-            console.print(
-                f"  known reason [bold]{reason}[/bold] "
-                f"({effect:+,.1f} µs of idle): {REASONS[reason]}",
-                highlight=False,
-            )
+            line = f"known reason {reason} ({_signed(effect * 1e3)} of idle): {REASONS[reason]}"
+            console.print(Text("\n".join(wrap(line, console.width, initial="  ", indent="    "))))
+        console.print()
     for problem in result.problems:
-        console.print(f"[yellow]{problem}[/yellow]", highlight=False)
-    console.print(
-        "[dim]rlperf: its own definitions (docs/analyses.md "
-        "§6). explained: the part of the difference the "
-        "known reasons account for; unexplained: what "
-        "remains (agree = within 1% of the GPU window).[/dim]",
-        highlight=False,
-    )
+        console.print(plain(problem, "yellow"))
+    verdicts = "; ".join(f"{k}: {v}" for k, v in VERDICTS.items())
+    console.print(plain(
+        "rlperf: its own definitions (docs/analyses.md §6). explained: the part of the "
+        "difference the known reasons account for; unexplained: what remains. Tolerance: 1% of "
+        f"the GPU window, 1 point of overlap. {verdicts}.", "dim",
+    ))
 
 
-def _num(value: float | None, unit: str) -> str:
-    return "–" if value is None else f"{value:,.1f}{unit}"
+def _values(row: dict) -> list[str]:
+    """rlperf, HTA and the three differences of one row in the metric's unit."""
+    if row["metric"] == "overlap_pct":
+        return [
+            *(_overlap(row[c]) for c in ("rlperf", "hta")),
+            *(_points(row[c]) for c in ("difference", "explained", "unexplained")),
+        ]
+    return [
+        *(cell(None if row[c] is None else row[c] * 1e3, "duration") for c in ("rlperf", "hta")),
+        *(_signed(None if row[c] is None else row[c] * 1e3)
+          for c in ("difference", "explained", "unexplained")),
+    ]
+
+
+def _signed(ns: float | None) -> str:
+    text = duration(ns)
+    return f"+{text}" if ns is not None and ns > 0 and duration(ns) != "0 ns" else text
+
+
+def _overlap(pct: float | None) -> str:
+    return cell(None if pct is None else pct / 100, "percent")
+
+
+def _points(points: float | None) -> str:
+    """A difference of two percentages, in percentage points."""
+    if points is None:
+        return "–"
+    return f"{points:+.1f} points" if round(points, 1) else "0.0 points"

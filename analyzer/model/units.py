@@ -36,6 +36,17 @@ def bandwidth(gbps: float | None) -> str:
     return "–" if gbps is None else f"{gbps:.3g} GB/s"
 
 
+def plural(n: float | int, noun: str, many: str | None = None) -> str:
+    """``1 device``, ``2 devices``, ``1,024 launches``: a count with its noun agreeing (``many``
+    for an irregular plural)."""
+    shown = f"{n:,}" if isinstance(n, int) else number(n)
+    if n == 1:
+        return f"{shown} {noun}"
+    if many is None:
+        many = f"{noun}es" if noun.endswith(("s", "sh", "ch", "x", "z")) else f"{noun}s"
+    return f"{shown} {many}"
+
+
 def number(value: float | int | None) -> str:
     if value is None:
         return "–"

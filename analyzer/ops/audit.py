@@ -33,11 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.cells import cell_len
+
 from parsers.errors import InputError
 from taxonomy.tomlfile import read_toml
 
 from ..analyses.overview import METRICS
-from ..model.units import cell, unit_format
+from ..model.units import cell, plural, unit_format
+from ..report.fit import wrap
 from ..report.json import SCHEMA as REPORT_SCHEMA
 
 DEFAULT_REGRESSION = 0.10
@@ -394,20 +397,33 @@ def value_format(document: dict[str, Any], path: MetricPath) -> str:
 # --- output -------------------------------------------------------------------------------------
 
 
-def summary_lines(result: Result) -> list[str]:
-    """The CI log view: one line per check with its verdict, value and limit, then the total."""
-    width = max((len(o.check.name) for o in result.outcomes), default=0)
+def summary_lines(result: Result, width: int | None = None) -> list[str]:
+    """The CI log view: one line per check with its verdict, value and limit, then the total.
+    At ``width`` a check too long for one line keeps its verdict and name on the first and the
+    rest wrapped under them (indented), so ``grep FAIL`` still finds each failed check."""
+    name_width = max((len(o.check.name) for o in result.outcomes), default=0)
     lines = []
     for o in result.outcomes:
         shown = _shown(o, path=o.check.name != o.check.path.text)
-        lines.append(f"  {o.status.upper():4}  {o.check.name:<{width}}  {shown}")
+        line = f"  {o.status.upper():4}  {o.check.name:<{name_width}}  {shown}"
+        if width is None or cell_len(line) <= width:
+            lines.append(line)
+        else:
+            lines.append(f"  {o.status.upper():4}  {o.check.name}")
+            lines += wrap(shown, width, indent=CONTINUED, initial=CONTINUED)
     failed, skipped = len(result.failed), sum(o.status == "skip" for o in result.outcomes)
     errors = len(result.errors)
     verdict = "FAILED" if failed else "INCOMPLETE" if errors else "passed"
-    head = f"rlperf audit {verdict}: {len(result.outcomes)} check(s), {failed} failed"
+    head = f"rlperf audit {verdict}: {plural(len(result.outcomes), 'check')}, {failed} failed"
     head += f", {skipped} skipped" if skipped else ""
     head += f", {errors} not evaluated (internal error)" if errors else ""
-    return [f"{head}{f' ({result.subject})' if result.subject else ''}", *lines]
+    head += f" ({result.subject})" if result.subject else ""
+    heading = [head] if width is None else wrap(head, width, indent="  ")
+    return [*heading, *lines]
+
+
+CONTINUED = " " * 8
+"""Where a wrapped check's value and limits start: under its name."""
 
 
 def _shown(o: Outcome, *, path: bool = True) -> str:

@@ -45,7 +45,7 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("idle_us", "idle"),
     ("compute_us", "compute"),
     ("non_compute_us", "non-compute"),
-    ("overlap_pct", "comm overlapped by compute (%)"),
+    ("overlap_pct", "comm/compute overlap"),
 )
 HTA_COLUMNS = {
     "window_us": "kernel_time(us)",
@@ -57,12 +57,18 @@ HTA_ROUNDED_KINDS = (*GPU_ACTIVITY_KINDS, "gpu_sync")
 """The GPU rows whose timestamps HTA rounds (its busy time counts stream syncs too)."""
 AGREE_FRACTION = 0.01
 """Numbers within 1% of the GPU window (1 percentage point for overlap) agree."""
+VERDICTS = {
+    "agree": "the numbers themselves are within the tolerance",
+    "explained": "they differ, but the known reasons account for the difference",
+    "DIFFERS": "a difference beyond the tolerance that no known reason explains",
+}
+"""A row's verdict: ``agree`` (the JSON's boolean) holds for the first two."""
 
 
 @dataclass
 class CrossCheck:
     table: pl.DataFrame
-    """rank, metric, rlperf, hta, difference, explained, unexplained, agree."""
+    """rank, metric, rlperf, hta, difference, explained, unexplained, agree, verdict."""
     reasons: pl.DataFrame
     """rank, reason, effect (µs of idle time it accounts for)."""
     problems: list[str] = field(default_factory=list)
@@ -126,6 +132,7 @@ def crosscheck(run, progress=lambda **_: None) -> CrossCheck:
             "explained": pl.Float64,
             "unexplained": pl.Float64,
             "agree": pl.Boolean,
+            "verdict": pl.String,
         },
     )
     return CrossCheck(
@@ -248,6 +255,7 @@ def _compare(rank: int, events: pl.DataFrame, theirs: dict[str, float], meta: di
         agree = (value is None and hta is None) or (
             unexplained is not None and abs(unexplained) <= tolerance
         )
+        close = difference is None or abs(difference) <= tolerance
         rows.append(
             {
                 "rank": rank,
@@ -258,6 +266,7 @@ def _compare(rank: int, events: pl.DataFrame, theirs: dict[str, float], meta: di
                 "explained": explained,
                 "unexplained": unexplained,
                 "agree": agree,
+                "verdict": "DIFFERS" if not agree else "agree" if close else "explained",
             }
         )
     return rows, reasons

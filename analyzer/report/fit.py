@@ -8,6 +8,8 @@ long text (a recommendation, a detail) that cannot fit on one line anyway.
 
 from __future__ import annotations
 
+import re
+import textwrap
 from dataclasses import dataclass, field
 
 from rich.cells import cell_len
@@ -42,7 +44,15 @@ def span(widths: list[int]) -> int:
 
 
 def longest_word(text: str) -> int:
-    return max((cell_len(w) for w in text.split()), default=0)
+    """The widest piece of ``text`` that :func:`wrap` never breaks: a word, or in a list written
+    without spaces (``110,120,130,…``, longer than :data:`LONG_TEXT`) one of its items."""
+    return max((_unbreakable(w) for w in text.split()), default=0)
+
+
+def _unbreakable(word: str) -> int:
+    if cell_len(word) <= LONG_TEXT or "," not in word:
+        return cell_len(word)
+    return max(cell_len(piece) for piece in _LIST_COMMA.split(word))
 
 
 def plan(titles: list[str], columns: list[list[str]], text: list[bool], width: int) -> Plan:
@@ -57,6 +67,8 @@ def plan(titles: list[str], columns: list[list[str]], text: list[bool], width: i
     wrapped = _wrapped(columns, text, content, least, width)
     if wrapped is not None:
         return Plan("table", [wrapped])
+    if len(titles) == 2 and text[1]:
+        return Plan("table", [_pair(columns, content, least, width)])
     if any(t and c > LONG_TEXT for t, c in zip(text, content, strict=True)):
         return Plan("stacked")
     keys = _keys(text, least, width)
@@ -83,12 +95,25 @@ def _grown(
 def _wrapped(
     columns: list[list[str]], text: list[bool], content: list[int], least: list[int], width: int
 ) -> list[tuple[int, int]] | None:
-    """Every column whole but the (at most :data:`MAX_WRAPPED`) long text ones, which share the
-    room left in proportion to their widest value; ``None`` when one would get less than
-    :data:`LONG_TEXT` or less than its longest word."""
+    """Every column whole but the widest long text one, else the two widest (at most
+    :data:`MAX_WRAPPED`), which share the room left in proportion to their widest value; ``None``
+    when one would get less than :data:`LONG_TEXT` or less than its longest word. A long name
+    beside a long detail stays whole when the detail alone can wrap."""
     long = [i for i, (t, c) in enumerate(zip(text, content, strict=True)) if t and c > LONG_TEXT]
     if not long or len(long) > MAX_WRAPPED:
         return None
+    widest = sorted(long, key=lambda i: -content[i])
+    for n in range(1, len(widest) + 1):
+        shared = _shared(columns, content, least, width, sorted(widest[:n]))
+        if shared is not None:
+            return shared
+    return None
+
+
+def _shared(
+    columns: list[list[str]], content: list[int], least: list[int], width: int, long: list[int]
+) -> list[tuple[int, int]] | None:
+    """The room beside the other columns (whole) shared by the ``long`` ones."""
     fixed = [least[i] for i in range(len(least)) if i not in long]
     room = width - span(fixed) - SEP * len(long) - (0 if fixed else -1)
     total = sum(content[i] for i in long)
@@ -99,6 +124,22 @@ def _wrapped(
             return None
     widths = [share.get(i, least[i]) for i in range(len(least))]
     return list(enumerate(widths))
+
+
+def _pair(
+    columns: list[list[str]], content: list[int], least: list[int], width: int
+) -> list[tuple[int, int]]:
+    """A name and its value (a headline table) stay a table at any width: the name whole while
+    the value keeps :data:`LONG_TEXT` columns (else wrapped between its words), the value
+    wrapped in the rest."""
+    value_least = max(LONG_TEXT, longest_word_of(columns[1]))
+    name = max(longest_word_of(columns[0]), min(least[0], width - SEP * 2 + 1 - value_least))
+    value = max(longest_word_of(columns[1]), width - span([name]) - SEP)
+    return [(0, name), (1, min(value, content[1]))]
+
+
+def longest_word_of(column: list[str]) -> int:
+    return max((longest_word(v) for v in column), default=0)
 
 
 def _keys(text: list[bool], least: list[int], width: int) -> list[int]:
@@ -128,3 +169,34 @@ def _split(
         else:
             parts.append([i])
     return [_grown([*keys, *part], least, natural, width) for part in parts]
+
+
+class _Wrapper(textwrap.TextWrapper):
+    """Breaks between words; a word longer than the line (and than :data:`LONG_TEXT`) that is a
+    list (``110,120,130,…``) breaks after a comma, so no number is split; only what has no comma
+    (a kernel name) is cut. A shorter word keeps its commas (``1,234,567`` is one number)."""
+
+    def _split(self, text: str) -> list[str]:
+        chunks = super()._split(text)
+        return [
+            piece
+            for chunk in chunks
+            for piece in (_LIST_COMMA.split(chunk) if _is_list(chunk, self.width) else [chunk])
+            if piece
+        ]
+
+
+def _is_list(chunk: str, width: int) -> bool:
+    return len(chunk) > max(width, LONG_TEXT) and "," in chunk
+
+
+_LIST_COMMA = re.compile(r"(?<=,)(?=[^\s,])")
+
+
+def wrap(text: str, width: int, *, indent: str = "", initial: str = "") -> list[str]:
+    """``text`` as lines of at most ``width`` characters, broken at spaces or a list's commas;
+    the first line starts with ``initial``, the others with ``indent`` (a wrapped title keeps its
+    place)."""
+    return _Wrapper(
+        width, initial_indent=initial, subsequent_indent=indent, break_on_hyphens=False
+    ).wrap(text)

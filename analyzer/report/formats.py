@@ -12,6 +12,7 @@ from pathlib import Path
 
 from parsers.errors import InputError
 
+from ..model.units import plural
 from .files import check_output, emit_text, title_of
 
 
@@ -39,7 +40,7 @@ def write_report(run, fmt: str, output: Path | None, steps) -> list[Path]:
             except OSError as exc:
                 raise InputError(output, f"cannot write: {exc.strerror or exc}") from None
         shown = ", ".join(str(p) for p in written) or "none (nothing to draw)"
-        steps.say(f"rlperf: wrote {len(written)} chart image(s): {shown}")
+        steps.say(f"rlperf: wrote {plural(len(written), 'chart image')}: {shown}")
         return written
     title = title_of(run)
     with steps.step("Writing the report"):

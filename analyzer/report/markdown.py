@@ -13,7 +13,7 @@ import polars as pl
 
 from parsers.errors import printable
 
-from ..model.units import cell
+from ..model.units import cell, plural
 from .charts import NOT_DRAWN, Figure, figures, remarks
 from .comparison import NOTE, Compared, display, display_columns
 from .sections import FIGURES, SOURCES, Column, Section, arranged, sections
@@ -31,7 +31,7 @@ def render(run, *, title: str = "rlperf report", level: int = 1) -> str:
 
 def run_lines(run, level: int = 2) -> list[str]:
     h = "#" * level
-    lines = [f"{len(run.sources)} source(s), {len(run.ranks)} rank(s).", ""]
+    lines = [f"{plural(len(run.sources), 'source')}, {plural(len(run.ranks), 'rank')}.", ""]
     for part in arranged(sections(run)):
         if isinstance(part, Section):
             lines += section_lines(part, h)

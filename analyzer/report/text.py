@@ -9,9 +9,9 @@ JSON report always holds everything).
 
 from __future__ import annotations
 
-import textwrap
 from collections import Counter
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -19,8 +19,8 @@ from rich.text import Text
 from parsers.errors import printable
 
 from ..model.run import Run
-from ..model.units import cell, spans
-from .fit import Plan, plan
+from ..model.units import cell, plural, spans
+from .fit import Plan, plan, wrap
 from .sections import SOURCES, Column, Section, arranged, sections
 from .sources import source_ranks
 
@@ -41,7 +41,10 @@ EVERYTHING = "--verbose lists all of them; --format json holds them"
 
 
 def render(run: Run, console: Console, *, verbose: bool = False) -> None:
-    console.print(f"[bold]rlperf[/bold] — {len(run.sources)} source(s), {len(run.ranks)} rank(s)")
+    console.print(Text.assemble(
+        ("rlperf", "bold"),
+        f" — {plural(len(run.sources), 'source')}, {plural(len(run.ranks), 'rank')}",
+    ))
     for part in arranged(sections(run)):
         if isinstance(part, Section):
             _section(part, console, verbose=verbose)
@@ -90,8 +93,14 @@ def table(
                 justify="left" if columns[i].format == "text" else "right",
             )
         for row in rows:
-            grid.add_row(*(Text(row[i]) for i, _ in part))
+            grid.add_row(*(Text(_cell_lines(row[i], width)) for i, width in part))
         console.print(grid)
+
+
+def _cell_lines(value: str, width: int) -> str:
+    """A cell wider than its column, broken where :func:`wrap` breaks (rich would cut a long
+    list of steps inside a number)."""
+    return value if cell_len(value) <= width else "\n".join(wrap(value, width))
 
 
 def shown_rows(layout: Plan) -> int:
@@ -127,13 +136,14 @@ def _stacked(
             if value in ("", "–"):
                 continue
             lines += _field(title, value, label, width)
-        console.print(Text(textwrap.fill(key, width, break_on_hyphens=False), style="bold"))
+        hang = " " * (len(f"{row[0]}. ") if numbered else 2)
+        console.print(Text("\n".join(wrap(key, width, indent=hang)), style="bold"))
         console.print(Text("\n".join(lines)))
 
 
 def _field(title: str, value: str, label: int, width: int) -> list[str]:
     indent = " " * (label + 4)
-    wrapped = textwrap.wrap(value, max(8, width - len(indent)), break_on_hyphens=False) or [""]
+    wrapped = wrap(value, max(8, width - len(indent))) or [""]
     head = f"  {title.ljust(label)}  "
     if len(head) > len(indent):
         return [f"  {title}", *(indent + w for w in wrapped)]
@@ -194,7 +204,7 @@ def _listed(prefix: str, items: list[str], style: str, console: Console, verbose
 
 
 def _more(n: int, noun: str) -> str:
-    return f"{n:,} more {noun}{'' if n == 1 else 's'}"
+    return plural(n, f"more {noun}")
 
 
 def plain(text: str, style: str = "") -> Text:

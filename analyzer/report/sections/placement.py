@@ -7,7 +7,7 @@ import polars as pl
 
 from ...model.run import Run
 from ...model.scalars import as_int
-from ...model.units import spans
+from ...model.units import duration, plural, spans
 from ..section import Column, Section
 
 
@@ -17,6 +17,14 @@ def number_ranges(numbers: list[int]) -> str:
     return spans(numbers, ", ", "–") + (
         f" ({count})" if count > 2 else ""
     )
+
+
+def _hosts(hosts: list[str]) -> str:
+    """``on 2 hosts: a, b`` (the first four named); a trace that records no host says so."""
+    if not hosts:
+        return "host not recorded in the traces"
+    more = " …" if len(hosts) > 4 else ""
+    return f"on {plural(len(hosts), 'host')}: {', '.join(hosts[:4])}{more}"
 
 
 def summary(run: Run) -> pl.DataFrame:
@@ -32,7 +40,7 @@ def summary(run: Run) -> pl.DataFrame:
             (
                 "ranks",
                 str(pools.height),
-                f"on {len(hosts)} host(s): {', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''}",
+                _hosts(hosts),
             )
         )
     else:
@@ -47,14 +55,14 @@ def summary(run: Run) -> pl.DataFrame:
     rows.append(("execution mode", facts["execution"] or "–", "; ".join(facts["evidence"][1:])))
     steps = run.steps
     if steps.height:
-        lengths = (steps["end_ns"] - steps["start_ns"]) / 1e6
+        lengths = steps["end_ns"] - steps["start_ns"]
         src = steps["source"][0]
         numbering = run.stepping["note"]
         rows.append(
             (
                 "steps",
                 number_ranges(steps["step"].to_list()),
-                f"from {src}; median {lengths.median():.1f} ms"
+                f"from {src}; median {duration(lengths.median())}"
                 + (f"; {numbering}" if numbering else ""),
             )
         )
@@ -69,7 +77,7 @@ def summary(run: Run) -> pl.DataFrame:
             detail = "no matched collectives: clocks taken as recorded"
         elif shifted.height:
             detail = (
-                f"{shifted.height} rank(s) shifted, largest offset "
+                f"{plural(shifted.height, 'rank')} shifted, largest offset "
                 f"{as_int(shifted['offset_ns'].abs().max()) / 1e3:.0f} µs; "
                 f"residual uncertainty up to {worst / 1e3:.0f} µs"
             )
