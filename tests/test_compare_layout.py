@@ -80,7 +80,7 @@ def test_wins_name_each_metric_with_its_scope(four):
     """'wins 10: idle, all devices, idle, train pool' read two ways; each item is one metric."""
     titles = set(four.table["title"].to_list())
     assert {"idle (all devices)", "idle (train pool)", "idle (rollout pool)",
-            "stage time (rollout)", "idle (pool_wait)", "exposed comm (dp)",
+            "stage time (rollout)", "idle (pool_wait)", "exposed comm (DP group)",
             "guideline violations (warn)"} <= titles
     assert not any(", " in t or ": " in t for t in titles)
     console = Console(width=400, record=True, color_system=None)

@@ -5,6 +5,7 @@ prints it."""
 from __future__ import annotations
 
 import io
+import json
 import re
 import subprocess
 import sys
@@ -16,9 +17,11 @@ from report_truth import REPO, RUNS, cli
 from rich.cells import cell_len
 from rich.console import Console
 
+import analyzer
 from analyzer.model.units import plural
 from analyzer.report import fit, text
 from analyzer.report.section import Column, Section
+from analyzer.report.sections import placement as placement_section
 
 CORPUS = REPO.parent / "shared" / "corpus"
 
@@ -174,3 +177,67 @@ def test_audit_fits_columns_and_keeps_each_verdict_with_its_name(baseline):
     verdicts = [line.split()[0] for line in lines if line.startswith(("  PASS", "  FAIL"))]
     assert verdicts == [line.split()[0] for line in checks]
     assert " ".join(" ".join(lines).split()) == " ".join(" ".join(wide.stdout.split()).split())
+
+
+# --- compare: names that read one way, 0 where 0 is known ----------------------------------------
+
+
+def test_no_compare_row_reads_like_the_percentage_points_of_the_note():
+    """``exposed comm (pp)`` beside a note saying "(pp)" means percentage points."""
+    from analyzer.ops.compare import DIM_TITLES
+    from analyzer.report.comparison import NOTE
+    from taxonomy.vocab import DIMENSIONS
+
+    assert "(pp)" in NOTE
+    assert set(DIM_TITLES) == set(DIMENSIONS)
+    assert DIM_TITLES["pp"] == "PP group"
+    assert not any(t.lower() in ("pp", "dp", "tp") for t in DIM_TITLES.values())
+
+
+def test_exposed_communication_is_zero_when_a_searched_trace_has_no_collective():
+    from analyzer.analyses.overview import compute
+
+    empty = pl.DataFrame(schema={"dim": pl.String, "exposed_ns": pl.Int64})
+    activity = pl.DataFrame({"rank": [0], "start_ns": [0], "end_ns": [5]})
+    searched = compute({"collectives_by_dim": empty, "activity": activity})
+    nothing = compute({"collectives_by_dim": empty, "activity": activity.clear()})
+    value = dict(zip(searched["metric"], searched["value"], strict=True))
+    assert value["exposed_comm_ns"] == 0.0
+    value = dict(zip(nothing["metric"], nothing["value"], strict=True))
+    assert value["exposed_comm_ns"] is None
+
+
+NSYS = CORPUS / "nsys-ai"
+
+
+@pytest.mark.skipif(not NSYS.exists(), reason="the corpus is not beside this checkout")
+def test_compare_shows_zero_exposed_communication_for_a_run_without_collectives():
+    done = cli("compare", str(NSYS / "mfu_2gpu_before.sqlite"), str(NSYS / "h100_2gpu_1s.sqlite"),
+               "-f", "json", "--quiet")
+    assert done.returncode == 0, done.stderr
+    rows = {r["metric"]: r for r in json.loads(done.stdout)["metrics"]}
+    total = rows["overview.exposed_comm_ns"]["values"]
+    assert total["mfu_2gpu_before.sqlite"] > 1e6 and total["h100_2gpu_1s.sqlite"] == 0
+    dims = [r for m, r in rows.items() if m.startswith("exposed.")]
+    assert dims and all(r["values"]["h100_2gpu_1s.sqlite"] == 0 for r in dims)
+    assert all("(pp)" not in r["title"] for r in rows.values())
+
+
+def test_a_logs_only_run_leaves_exposed_communication_unknown():
+    run = analyzer.load([RUNS / "trl_grpo" / "logs"])
+    overview = run.overview
+    value = dict(zip(overview["metric"], overview["value"], strict=True))
+    assert value["exposed_comm_ns"] is None
+
+
+# --- the run section's wording ----------------------------------------------------------------
+
+
+def test_the_run_section_names_no_zero_hosts_and_gives_the_median_step_as_a_duration():
+    trace = analyzer.load([CORPUS / "HolisticTraceAnalysis" / "nccl_data.json.gz"])
+    facts = {r["fact"]: r for r in placement_section.summary(trace).to_dicts()}
+    assert facts["ranks"]["detail"] == "host not recorded in the traces"
+    assert "median 222 ms" in facts["steps"]["detail"]
+    log = analyzer.load([CORPUS / "logs" / "verl"])
+    steps = {r["fact"]: r for r in placement_section.summary(log).to_dicts()}["steps"]
+    assert "median 10.6 s" in steps["detail"] and "10630" not in steps["detail"]

@@ -262,7 +262,13 @@ def _weight_sync(products: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _collectives(products: Mapping[str, Any]) -> dict[str, Any]:
+    """Exposed communication; 0 when a trace's activity was searched and holds no collective
+    (unknown, null, only when nothing was recorded to search)."""
     coll = _in(products, "collectives_by_dim", "exposed_ns")
+    if coll is not None and coll.height == 0:
+        activity = products.get("activity")
+        searched = isinstance(activity, pl.DataFrame) and activity.height > 0
+        return {"exposed_comm_ns": 0} if searched else {}
     if coll is None or coll["exposed_ns"].null_count() == coll.height:
         return {}
     return {"exposed_comm_ns": coll["exposed_ns"].sum()}

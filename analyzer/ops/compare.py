@@ -151,6 +151,17 @@ def _idle(run) -> pl.DataFrame | None:
     )
 
 
+PARALLEL_DIMS = ("dp", "fsdp", "tp", "pp", "sp", "cp", "ep")
+DIM_TITLES: dict[str, str] = {
+    **{d: f"{d.upper()} group" for d in PARALLEL_DIMS},
+    "weight_sync": "weight sync",
+    "world": "all ranks",
+    "unknown": "group unknown",
+}
+"""A dimension as a row names it: ``exposed comm (PP group)``, not ``(pp)``, which the note
+uses for percentage points."""
+
+
 def _exposed(run) -> pl.DataFrame | None:
     coll = frame_of(run, "collectives_by_dim", "dim", "exposed_ns")
     if coll is None or coll.height == 0 or coll["exposed_ns"].null_count() == coll.height:
@@ -162,7 +173,8 @@ def _exposed(run) -> pl.DataFrame | None:
     )
     return dims.select(
         pl.format("exposed.{}", "dim").alias("metric"),
-        pl.format("exposed comm ({})", "dim").alias("title"),
+        pl.format("exposed comm ({})", pl.col("dim").replace_strict(DIM_TITLES, default=None)
+                  .fill_null(pl.col("dim"))).alias("title"),
         pl.lit("ns").alias("unit"),
         pl.lit("lower").alias("better"),
         pl.col("exposed_ns").cast(pl.Float64).alias("value"),
@@ -187,6 +199,7 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
     for i in range(len(runs)):
         if str(i) not in wide.columns:
             wide = wide.with_columns(pl.lit(None, pl.Float64).alias(str(i)))
+    wide = _known_zero(wide, frames)
     wide = wide.rename({str(i): label for i, label in enumerate(labels)})
     table = keys.join(wide, on="metric").sort("_order").drop("_order")
     base = pl.col(labels[0])
@@ -214,6 +227,21 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
             "winner",
         ),
     )
+
+
+def _known_zero(wide: pl.DataFrame, frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Exposed communication per dimension is 0, not unknown, in a run whose trace was searched
+    and holds no collective (its overview says 0): another run's dimension reads 0 there."""
+    exposed = pl.col("metric").str.starts_with("exposed.")
+    for i, frame in enumerate(frames):
+        total = frame.filter(pl.col("metric") == "overview.exposed_comm_ns")["value"]
+        if total.len() and total[0] == 0:
+            column = str(i)
+            wide = wide.with_columns(
+                pl.when(exposed).then(pl.col(column).fill_null(0.0)).otherwise(pl.col(column))
+                .alias(column)
+            )
+    return wide
 
 
 FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
