@@ -323,3 +323,41 @@ def test_a_stacked_record_wraps_its_values_under_themselves():
     assert lines[1:3] == ["Guidelines", "G4"]
     assert lines[3].startswith("  a  x x") and lines[4].startswith("     x x")
     assert max(len(line) for line in lines) <= 60
+
+
+WORD_PROBE = (
+    "<script>addEventListener('load',()=>{let words=0,split=[];"
+    "for(const td of document.querySelectorAll('td')){const w=document.createTreeWalker(td,"
+    "NodeFilter.SHOW_TEXT);let n;while((n=w.nextNode())){for(const m of n.data.matchAll(/[^\\s-]+/g))"
+    "{if(m[0].length>LONG)continue;words++;const r=document.createRange();r.setStart(n,m.index);"
+    "r.setEnd(n,m.index+m[0].length);const tops=new Set([...r.getClientRects()].map("
+    "x=>Math.round(x.top)));if(tops.size>1)split.push(m[0]);}}}"
+    "document.body.setAttribute('data-words',"
+    "words+'/'+split.length+'/'+split.slice(0,5).join(' '));});</script></body>"
+).replace("LONG", str(html.LONG_TOKEN))
+
+
+@pytest.mark.skipif(browser.chromium() is None, reason="needs Chromium")
+def test_no_ordinary_word_is_split_across_lines_in_an_html_table(tmp_path: Path):
+    """Measured in Chromium at 1,400 px: every word of a table cell up to ``LONG_TOKEN``
+    characters sits on one line (``overflow-wrap: anywhere`` drew "Communicatio n" and
+    "actor_up date" in the findings while the page had room); only longer tokens (kernel
+    names, lists of steps) break, at their separators; a hyphen is a break as in any text."""
+    run = analyzer.load([RUNS / "verl_ppo_disaggregated"])
+    page = tmp_path / "r.html"
+    page.write_text(html.render(run).replace("</body>", WORD_PROBE))
+    drawn = browser.render(page, width=1400)
+    found = re.search(r'data-words="(\d+)/(\d+)/([^"]*)"', drawn.dom)
+    assert found, "the probe did not run"
+    words, split = int(found.group(1)), int(found.group(2))
+    assert words > 1000
+    assert split == 0, found.group(3)
+
+
+def test_only_long_words_get_break_opportunities():
+    assert html.breakable("actor_update · rank 0") == "actor_update · rank 0"
+    kernel = "ncclDevKernel_AllGather_RING_LL_Sum_bf16(ncclDevKernelArgsStorage<4096ul>)"
+    cut = html.breakable(kernel)
+    assert cut.replace("<wbr>", "") == html.esc(kernel)
+    assert max(len(p) for p in cut.split("<wbr>")) <= html.LONG_TOKEN + len("&lt;&gt;") * 2
+    assert html.breakable("a" * 60).count("<wbr>") == 2

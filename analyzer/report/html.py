@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ h1{font-size:1.6em;margin-bottom:4px} h2{font-size:1.25em;margin-top:32px;\
 border-bottom:1px solid #ddd;padding-bottom:4px}
 h3{font-size:1.05em;margin-top:22px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0;max-width:100%} th,td{padding:3px 9px;\
-border-bottom:1px solid #eee;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+border-bottom:1px solid #eee;text-align:left;vertical-align:top;overflow-wrap:break-word}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap} \
 th{background:#f6f6f6;overflow-wrap:normal}
 .note{color:#555;font-size:13px;margin:4px 0} .needs{color:#8a6d3b;background:#fcf8e3;\
@@ -179,7 +180,7 @@ def frame_html(frame: pl.DataFrame, columns: Sequence[Column]) -> str:
         cells = "".join(
             f'<td class="num">{esc(cell(v, c.format))}</td>'
             if c.format != "text"
-            else f"<td>{esc(cell(v, c.format))}</td>"
+            else f"<td>{breakable(cell(v, c.format))}</td>"
             for v, c in zip(row, columns, strict=True)
         )
         rows.append(f'<tr class="{css}">{cells}</tr>' if css else f"<tr>{cells}</tr>")
@@ -234,6 +235,30 @@ def write(text: str, output: Path) -> Path:
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+LONG_TOKEN = 24
+"""A word longer than this (a kernel name, a list of steps) may break inside; shorter ones never
+do. ``overflow-wrap: anywhere`` broke every word ("Communicatio n", "actor_up date") because it
+lets a table column shrink below its words."""
+_AFTER_SEPARATOR = re.compile(r"(?<=[_/.,:;=(])")
+
+
+def breakable(text: str) -> str:
+    """``text`` escaped, with break opportunities (``<wbr>``) inside its long words only: after
+    their separators, or every :data:`LONG_TOKEN` characters where they have none."""
+    return " ".join(_breakable_word(word) for word in text.split(" "))
+
+
+def _breakable_word(word: str) -> str:
+    if len(word) <= LONG_TOKEN:
+        return esc(word)
+    pieces = [
+        chunk[i : i + LONG_TOKEN]
+        for chunk in _AFTER_SEPARATOR.split(word)
+        for i in range(0, len(chunk), LONG_TOKEN)
+    ]
+    return "<wbr>".join(esc(piece) for piece in pieces if piece)
 
 
 def _json_in_html(value: object) -> str:
