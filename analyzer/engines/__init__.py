@@ -18,11 +18,10 @@ from parsers import InputError
 
 from .base import Engine, Job, OutputError, Parsed, Progress, Written, parse_one
 from .local import LocalEngine
-from .on_ray import RayEngine
 
 __all__ = [
-    "ENGINES", "Engine", "Job", "LocalEngine", "OutputError", "Parsed", "Progress", "RayEngine",
-    "Written", "choose", "parse_one", "selected", "using",
+    "ENGINES", "Engine", "Job", "LocalEngine", "OutputError", "Parsed", "Progress", "Written",
+    "choose", "parse_one", "selected", "using",
 ]
 
 ENGINES = ("local", "ray")
@@ -66,7 +65,18 @@ def selected() -> Engine:
     if choice.engine not in ENGINES:
         raise InputError("--engine", f"unknown engine {choice.engine!r} (one of: local, ray)")
     if choice.engine == "ray":
+        from .on_ray import RayEngine  # imported only when chosen (every command imports this)
+
         return RayEngine(choice.address)
     if choice.address is not None:
         raise InputError("--ray-address", "is for --engine ray (add --engine ray)")
     return LocalEngine()
+
+
+def __getattr__(name: str) -> object:
+    """``RayEngine`` imported on first use, not with every command (``--engine ray`` is rare)."""
+    if name == "RayEngine":
+        from .on_ray import RayEngine
+
+        return RayEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
