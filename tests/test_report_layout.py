@@ -241,3 +241,10 @@ def test_the_run_section_names_no_zero_hosts_and_gives_the_median_step_as_a_dura
     log = analyzer.load([CORPUS / "logs" / "verl"])
     steps = {r["fact"]: r for r in placement_section.summary(log).to_dicts()}["steps"]
     assert "median 10.6 s" in steps["detail"] and "10630" not in steps["detail"]
+
+
+def test_help_and_the_text_report_never_import_altair():
+    done = _python(AFTER_MAIN, "analyze", "--help")
+    assert done.returncode == 0 and "altair loaded: False" in done.stdout
+    done = _python(AFTER_MAIN, "analyze", str(RUNS / "trl_grpo" / "logs"), "--quiet")
+    assert done.returncode == 0 and "altair loaded: False" in done.stdout

@@ -156,7 +156,8 @@ def test_reports_show_hostile_names_as_text(tmp_path: Path, fmt: str):
     text = out.read_text()
     assert "alert(1)" in text
     assert SCRIPT not in text and "<script>alert" not in text
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    shown = text.replace("<wbr>", "")  # a long name may break in an HTML cell; it is still text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in shown
     if fmt == "md":
         shown = [t for t in tables(text) if any("alert(1)&lt;/script" in line for line in t)]
         assert shown and all(len({len(cells(line)) for line in t}) == 1 for t in shown)

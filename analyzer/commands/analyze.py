@@ -20,6 +20,7 @@ from ..report import json as json_report
 from ..report import text as text_report
 from ..report.files import console, emit_text
 from ..report.formats import check as check_format
+from ..report.formats import write_report
 from ..report.sections import sections
 from .ingest import Reuse
 from .shared import (
@@ -219,8 +220,6 @@ def emit(
     """Write ``run``'s report in ``fmt`` to ``output`` (or stdout); the terminal report at
     ``width`` columns (:func:`report_width`), cut long lists unless ``verbose``."""
     if fmt in ("md", "html", "png"):
-        from ..report.formats import write_report
-
         write_report(run, fmt, output, steps)
         return
     if fmt == "json":

@@ -20,6 +20,8 @@ from ..ops.compare import default_labels
 from ..progress import Steps, load
 from ..report.comparison import NOTE, TEXT_COLUMNS, display, wins_line
 from ..report.files import console, emit_text
+from ..report.html import render_comparison as render_html
+from ..report.markdown import render_comparison
 from .shared import (
     Debug,
     EngineChoice,
@@ -117,12 +119,8 @@ def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None
     if fmt == "json":
         text = json.dumps(comparison.to_json(), indent=2, default=str) + "\n"
     elif fmt == "md":
-        from ..report.markdown import render_comparison  # deferred: it loads altair
-
         text = render_comparison(comparison)
     elif fmt == "html":
-        from ..report.html import render_comparison as render_html  # deferred: altair
-
         with steps.step("Writing the report"):
             text = render_html(comparison, runs=runs)
     else:

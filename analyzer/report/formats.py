@@ -1,9 +1,9 @@
 """A run's report in the file formats (Markdown, HTML, PNG), written to ``-o`` or stdout.
 
-Kept apart from :mod:`analyzer.report.files` (the safe writing every command uses): these
-renderers draw charts (altair), which ``rlperf --help`` and the text and JSON reports need not
-load. Each renderer is imported when its format is written, and :func:`check` refuses a PNG
-report with nowhere to go before any input is read.
+Kept apart from :mod:`analyzer.report.files` (the safe writing every command uses). The
+renderers load altair only when a chart is drawn (:mod:`analyzer.report.charts`), so a Markdown
+report never does, and :func:`check` refuses a PNG report with nowhere to go before any input is
+read.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from parsers.errors import InputError
 
 from ..model.units import plural
+from . import html, markdown, png
 from .files import check_output, emit_text, title_of
 
 
@@ -30,8 +31,6 @@ def check(fmt: str, output: Path | None) -> None:
 def write_report(run, fmt: str, output: Path | None, steps) -> list[Path]:
     """Render ``run`` as ``fmt`` (``md``, ``html`` or ``png``); returns the files written."""
     if fmt == "png":
-        from . import png
-
         check(fmt, output)
         assert output is not None  # checked: a PNG report always names its file or folder
         with steps.step("Drawing charts"):
@@ -44,7 +43,5 @@ def write_report(run, fmt: str, output: Path | None, steps) -> list[Path]:
         return written
     title = title_of(run)
     with steps.step("Writing the report"):
-        from . import html, markdown
-
         text = (html.render if fmt == "html" else markdown.render)(run, title=title)
     return emit_text(text, output, steps, f"{fmt} report")
