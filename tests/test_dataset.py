@@ -448,3 +448,72 @@ def test_a_run_chosen_with_run_keeps_only_its_sources(tmp_path: Path, capsys) ->
         manifest = json.loads((out / MANIFEST).read_text())
         folders = {Path(r["path"]).relative_to(both).parts[0] for r in manifest["sources"]}
         assert len(folders) == 1 and manifest["run"]["choice"] == k, folders
+
+
+# --- many ranks: the process pool's path -------------------------------------------------------
+
+
+def test_ranks_past_nine_keep_their_partitions_and_row_order(tmp_path: Path) -> None:
+    """``rank=10`` sorts before ``rank=2`` as text: a source of ranks 1, 2, 10, 11 is read back
+    in the parser's row order with the manifest's partitions in rank order."""
+    from analyzer.dataset import read_manifest, read_sources, write_dataset
+    from parsers import ParsedSource
+    from parsers.events import conform
+
+    ranks = [10, 2, 11, 1, 2, 10, 11, 1, 10]
+    events = conform({"kind": ["kernel"] * 9, "name": list("abcdefghi"), "rank": ranks,
+                      "start_ns": list(range(9, 0, -1)), "end_ns": list(range(10, 1, -1))})
+    (tmp_path / "x.json").write_text("{}")
+    write_dataset([ParsedSource(tmp_path / "x.json", "kineto", events=events)], tmp_path / "ds",
+                  hashed=False)
+    manifest = read_manifest(tmp_path / "ds")
+    assert manifest["sources"][0]["events"] == {"1": 2, "2": 2, "10": 3, "11": 2}
+    (back,) = read_sources(tmp_path / "ds", manifest)
+    assert back.events.equals(events) and back.events["name"].to_list() == list("abcdefghi")
+
+
+@pytest.fixture(scope="module")
+def twelve(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated 12-rank disaggregated run (ranks 10 and 11 sort between 1 and 2 by name)."""
+    from sample_traces.synth import generate, preset
+
+    run = tmp_path_factory.mktemp("twelve") / "run"
+    generate(preset("disaggregated", 12, steps=1, seed=1), run, jobs=1)
+    return run
+
+
+def test_a_run_of_twelve_ranks_written_by_pool_workers_reports_as_its_files(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, twelve: Path
+) -> None:
+    """The process pool's path (every source parsed and written by a worker process, as a
+    run of more than ``PARALLEL_MIN_BYTES`` is): the dataset, the per-file cache it fills and
+    the cache read back each give the report the files give, every key included."""
+    from analyzer.engines import local
+
+    pools: list[int] = []
+
+    class Pool(local.ProcessPoolExecutor):
+        def __init__(self, *args, **kwargs) -> None:
+            pools.append(kwargs["max_workers"])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(local, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(local, "ProcessPoolExecutor", Pool)
+    ds = tmp_path / "ds"
+    assert rlperf(capsys, "ingest", str(twelve), "-o", str(ds), "-q", "--jobs", "2")[0] == 0
+    manifest = json.loads((ds / MANIFEST).read_text())
+    assert manifest["run"]["ranks"] == list(range(12))
+    assert [Path(r["path"]).name for r in manifest["sources"]] == sorted(
+        p.name for p in twelve.glob("rank-*"))
+    assert len(list(cache_dir("parsed").iterdir())) >= 12
+    reports = {}
+    for name, args in (("files", (str(twelve), "--no-cache")), ("cache", (str(twelve),)),
+                       ("dataset", (str(ds), "--no-cache"))):
+        out = tmp_path / f"{name}.json"
+        status, _, err = rlperf(capsys, "analyze", *args, "-f", "json", "-o", str(out), "-q",
+                                "--jobs", "2")
+        assert status == 0, err
+        reports[name] = json.loads(out.read_text())
+    assert len(reports["files"]["sources"]) == 12 and pools == [2, 2]  # ingest, --no-cache
+    assert reports["cache"] == reports["files"]
+    assert reports["dataset"] == reports["files"]
