@@ -416,7 +416,7 @@ def test_a_graph_capture_trace_gets_no_idle_saving_and_one_finding_that_says_why
     assert found.filter(pl.col("id").is_in(list(fmod.rules().capture_drops))).height == 0
     capture = found.filter(pl.col("id") == "trace.graph_capture").row(0, named=True)
     assert capture["position"] == 1 and capture["saving_ns"] is None
-    assert "421 launch(es) captured" in capture["evidence"]
+    assert "421 launches captured" in capture["evidence"]
     assert "58.4 ms" in capture["evidence"]
     assert not found["recommendation"].str.contains(CUDA_GRAPHS).any()
 

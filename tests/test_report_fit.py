@@ -328,7 +328,8 @@ def test_a_stacked_record_wraps_its_values_under_themselves():
 WORD_PROBE = (
     "<script>addEventListener('load',()=>{let words=0,split=[];"
     "for(const td of document.querySelectorAll('td')){const w=document.createTreeWalker(td,"
-    "NodeFilter.SHOW_TEXT);let n;while((n=w.nextNode())){for(const m of n.data.matchAll(/[^\\s-]+/g))"
+    "NodeFilter.SHOW_TEXT);let n;while((n=w.nextNode())){"
+    "for(const m of n.data.matchAll(/[^\\s-]+/g))"
     "{if(m[0].length>LONG)continue;words++;const r=document.createRange();r.setStart(n,m.index);"
     "r.setEnd(n,m.index+m[0].length);const tops=new Set([...r.getClientRects()].map("
     "x=>Math.round(x.top)));if(tops.size>1)split.push(m[0]);}}}"

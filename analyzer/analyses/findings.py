@@ -31,7 +31,7 @@ from ..model import frames
 from ..model.failures import Failure, record, user_errors
 from ..model.intervals import union_length
 from ..model.products import Lazy, providers, provides
-from ..model.units import duration, percent, spans
+from ..model.units import duration, percent, plural, spans
 
 RULES_PATH = Path(tomlfile.__file__).with_name("findings.toml")
 CONFIDENCES = ("low", "medium", "high")
@@ -514,7 +514,7 @@ def _exposed(ctx: Context) -> None:
             f"{_dimension_words(dims)} collectives: {duration(exposed / (n * steps))} exposed "
             "per device and step (overlapping calls on a rank counted once), "
             f"of which {duration(saving)} transfer and the rest sync wait "
-            f"({n} ranks, {steps} steps)",
+            f"({plural(n, 'rank')}, {plural(steps, 'step')})",
             saving,
             title=ctx.rules.text(fid, "title")
             or f"{_dimension_words(dims)} communication is not hidden behind compute",
@@ -598,8 +598,9 @@ def _capture(found: pl.DataFrame, ctx: Context) -> pl.DataFrame:
             for t, v in found.filter(drop).select("title", "saving_ns").iter_rows()]
     cap = ctx.work.capture
     evidence = (
-        f"{', '.join(ctx.work.files)}: {cap.get('captured_launches', 0)} launch(es) captured "
-        f"into a graph in {cap.get('captures', 0)} stream capture(s); captured kernels are not "
+        f"{', '.join(ctx.work.files)}: {plural(cap.get('captured_launches', 0), 'launch')} "
+        f"captured into a graph in {plural(cap.get('captures', 0), 'stream capture')}; "
+        "captured kernels are not "
         "executed, so the GPU idle between launches measures capture, not serving"
         + (f"; left out: {'; '.join(left)}" if left else "")
     )

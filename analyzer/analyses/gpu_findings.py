@@ -22,7 +22,7 @@ from taxonomy.tomlfile import read_toml
 
 from ..model import frames, intervals
 from ..model.products import provides
-from ..model.units import duration, percent, size, spans
+from ..model.units import duration, percent, plural, size, spans
 from .findings import Workload, workload
 from .findings import rules as finding_rules
 
@@ -422,7 +422,7 @@ def _top_kernel(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dic
             f"{r['family']} {percent(r['share'])}" for r in compute.iter_rows(named=True)
         )
         evidence = (
-            f"{top['family']}: {duration(top['total_ns'])} in {top['count']} launches "
+            f"{top['family']}: {duration(top['total_ns'])} in {plural(top['count'], 'launch')} "
             f"(mean {duration(top['mean_ns'])}) = {percent(top['share'])} of all kernel time"
             f"{'' if scope == WHOLE else ' in the stage'} (sum of kernel durations over ranks)"
             + (f"; top {compute.height} compute kernels: {listed}" if compute.height else "")
@@ -478,11 +478,13 @@ def _small_kernels(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[
     for r in hit.sort("scope").iter_rows(named=True):
         severity = "warn" if (r["api_share"] or 0) >= rule["api_share_warn"] else "info"
         evidence = (
-            f"{r['count']} of {r['launches']} kernel launches ({percent(r['launch_share'])}) run "
+            f"{r['count']} of {plural(r['launches'], 'kernel launch')} "
+            f"({percent(r['launch_share'])}) run "
             f"under {duration(rule['max_ns'])}, {duration(r['gpu_ns'])} of GPU time in all; "
             f"their launch calls took {duration(r['api_ns'])} of host time "
             f"({percent(r['api_share'])} of the ranks' wall time); most: {r['family']} "
-            f"({r['n']} launches, mean {duration(r['mean'])}, launch calls {duration(r['api'])})"
+            f"({plural(r['n'], 'launch')}, mean {duration(r['mean'])}, "
+            f"launch calls {duration(r['api'])})"
         )
         out.append(_finding("small_kernels", rule, r["scope"], severity, _ranks(r["ranks"]),
                             evidence, None, "medium"))

@@ -76,7 +76,7 @@ def selected() -> Engine:
 def __getattr__(name: str) -> object:
     """``RayEngine`` imported on first use, not with every command (``--engine ray`` is rare)."""
     if name == "RayEngine":
-        from .on_ray import RayEngine
+        from .on_ray import RayEngine  # deferred: see the docstring
 
         return RayEngine
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

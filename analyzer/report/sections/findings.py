@@ -7,6 +7,7 @@ from typing import Any
 import polars as pl
 
 from ...model.run import Run
+from ...model.units import plural
 from ..section import Column, Section
 
 TITLE = "Findings"
@@ -72,9 +73,9 @@ def _label(noun: str, spans: str) -> str:
 def _note(found: pl.DataFrame, failed: list[str], steps: int) -> str:
     estimated = found.filter(pl.col("saving_ns").is_not_null()).height
     text = (
-        f"{found.height} findings, ranked by the estimated saving per step ({estimated} with an "
-        "estimate; the rest by severity). Saving % is of the mean step of the trace or log it is "
-        "measured on; each finding's basis "
+        f"{plural(found.height, 'finding')}, ranked by the estimated saving per step "
+        f"({estimated} with an estimate; the rest by severity). Saving % is of the mean step "
+        "of the trace or log it is measured on; each finding's basis "
         "says which bound it comes from (docs/analyses.md, Findings). Savings overlap and do "
         "not add up."
     )
