@@ -23,3 +23,15 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     mp.setenv("RLPERF_CACHE_DIR", str(tmp_path_factory.mktemp("rlperf-cache")))
     yield
     mp.undo()
+
+
+@pytest.fixture(autouse=True)
+def _default_engine() -> None:
+    """Each test starts on the local engine, as each rlperf process does: a command run in
+    process with ``--engine ray`` leaves its choice in the thread's context, and a later test's
+    ``analyzer.load`` would otherwise parse on a Ray cluster that is gone."""
+    from analyzer import engines  # the package under test, imported once it is needed
+
+    token = engines._CHOICE.set(None)
+    yield
+    engines._CHOICE.reset(token)

@@ -268,7 +268,7 @@ def test_every_command_reads_a_dataset_as_its_sources(tmp_path: Path, capsys, mu
     rlperf(capsys, "analyze", str(multi), "-f", "json", "-o", str(baseline), "-q")
     for args in (
         ("analyze", "-f", "json"),
-        ("audit", "--baseline", str(baseline)),
+        ("audit", "--baseline", str(baseline), "--width", "1000"),  # paths differ in length
         ("crosscheck", "-f", "json"),
     ):
         from_sources = rlperf(capsys, args[0], str(run), *args[1:], "-q", "--no-cache")

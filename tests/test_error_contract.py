@@ -198,7 +198,10 @@ def test_hta_traces_with_unsized_pipeline_groups_are_analysed(name: str):
     report = json.loads(done.stdout)
     assert report["failures"] == []
     g13 = next(g for g in report["guidelines"] if g["id"] == "G13")
-    assert g13["status"] == "not_evaluated" and "the pipeline depth" in g13["evidence"]
+    # Their send/recv run with no pipeline evidence, so they are not pipeline traffic
+    # (tests/test_guideline_applicability.py); the unsized-group path itself is covered by the
+    # built cases above and in test_mutants_guidelines.py.
+    assert g13["status"] == "passed" and g13["value"] == 0
 
 
 # --- internal errors: one line, exit 3, the rest of the report written -------------------------
@@ -269,7 +272,7 @@ def test_every_format_marks_the_failed_section(fmt: str, tmp_path: Path):
         "section; "
         "rerun with --debug for the traceback"
     ]
-    text = out.read_text()
+    text = " ".join(out.read_text().split())  # the text report wraps at its width
     assert (
         "failed: internal error in analyzer.report.sections.bubbles: TypeError: boom in section"
         in text
@@ -358,8 +361,9 @@ def test_each_warning_is_one_stderr_line_and_in_the_report(fmt: str, tmp_path: P
     text = out.read_text()
     if fmt == "json":
         assert json.loads(text)["warnings"] == warned
-    else:
-        assert all(w in text for w in warned)
+    else:  # the text report wraps long lines at its width
+        flat = " ".join(text.split())
+        assert all(" ".join(w.split()) in flat for w in warned)
 
 
 def test_strict_turns_the_first_warning_into_exit_2_and_writes_nothing(tmp_path: Path):

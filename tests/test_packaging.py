@@ -19,7 +19,7 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("parsers", "taxonomy", "analyzer")
 IMPORT_NAME = {"vl-convert-python": "vl_convert", "traceinsight": "hta"}
-OPTIONAL = {"hta": "hta"}
+OPTIONAL = {"hta": "hta", "ray": "ray"}
 """Imports that an extra provides, with the extra's name; the code imports them lazily and says
 what to install when they are missing."""
 
