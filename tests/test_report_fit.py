@@ -362,3 +362,32 @@ def test_only_long_words_get_break_opportunities():
     assert cut.replace("<wbr>", "") == html.esc(kernel)
     assert max(len(p) for p in cut.split("<wbr>")) <= html.LONG_TOKEN + len("&lt;&gt;") * 2
     assert html.breakable("a" * 60).count("<wbr>") == 2
+
+
+def test_the_demo_summary_fits_80_columns_with_whole_headers() -> None:
+    """``rlperf demo`` printed its per-run table with rich's own squeezing: ``roll…``,
+    ``weig…``, ``erro…``, ``warn…`` at 80 columns."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from analyzer.commands import demo
+
+    labels = ["verl colocated", "OpenRLHF disaggregated"]
+    metrics = [m for m, _ in demo.HIGHLIGHTS]
+    units = {"overview.step_time_ns": "ns", "overview.guideline_errors": "count",
+             "overview.guideline_warnings": "count"}
+    table = pl.DataFrame({
+        "metric": metrics,
+        "unit": [units.get(m, "fraction") for m in metrics],
+        labels[0]: [125e6, 0.595, 0.049, 0.0, 0.123, 1.0, 5.0],
+        labels[1]: [78.7e6, 0.753, 0.0, 0.261, 0.056, 0.0, 5.0],
+    })
+    console = Console(width=80, record=True, force_terminal=False)
+    demo.highlights("Real tiny runs", SimpleNamespace(table=table, labels=labels), console)
+    out = console.export_text()
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "…" not in out
+    for _, title in demo.HIGHLIGHTS:
+        assert all(word in out for word in title.split()), title
+    assert "125 ms" in out and "75.3%" in out

@@ -7,12 +7,13 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from ..model.units import cell, unit_format
 from ..ops.compare import compare
 from ..progress import Steps, load
+from ..report import text as text_report
 from ..report.files import check_output, write_text
+from ..report.section import Column
 from ..samples import demo_groups
 from .shared import Debug, Quiet
 
@@ -69,19 +70,19 @@ def demo(
 
 
 def highlights(heading: str, comparison, console: Console) -> None:
-    """One row per run: the headline numbers of the comparison, formatted as the reports do."""
-    table = Table(title=heading, title_justify="left", show_edge=False)
-    table.add_column("run", no_wrap=True)
+    """One row per run: the headline numbers of the comparison, formatted as the reports do and
+    fitted to the terminal as the analyze report is (no header cut at 80 columns)."""
     rows = {r["metric"]: r for r in comparison.table.iter_rows(named=True)}
     shown = [(m, t) for m, t in HIGHLIGHTS if m in rows]
-    for _, title in shown:
-        table.add_column(title, justify="right")
+    columns = [Column("run", "run"), *(Column(m, t, "number") for m, t in shown)]
+    cells = []
     for label in comparison.labels:
-        cells = []
+        line = [label]
         for metric, _ in shown:
             row = rows[metric]
             fmt = unit_format(row["unit"])
             value = row[label]
-            cells.append(cell(int(value) if fmt == "number" and value is not None else value, fmt))
-        table.add_row(label, *cells)
-    console.print(table)
+            line.append(cell(int(value) if fmt == "number" and value is not None else value, fmt))
+        cells.append(line)
+    console.print(f"[bold]{heading}[/bold]")
+    text_report.table(columns, cells, console)
