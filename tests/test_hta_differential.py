@@ -70,9 +70,16 @@ def hta():
     os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
+    from hta.configs.env_options import HTAEnvOptions
     from hta.trace_analysis import TraceAnalysis
 
+    # HTA reads its environment once, into a singleton: a crosscheck run earlier in the same
+    # process would otherwise have fixed the rounding on.
+    options = HTAEnvOptions.instance()
+    was = options.disable_ns_rounding()
+    options.set_disable_ns_rounding(True)
     yield TraceAnalysis
+    options.set_disable_ns_rounding(was)
     logging.disable(logging.NOTSET)
 
 
