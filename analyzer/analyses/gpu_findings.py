@@ -143,9 +143,9 @@ def small_kernels(kernels: pl.DataFrame, launches: pl.DataFrame, wall: pl.DataFr
     """Per scope: kernels shorter than ``max_ns``, their share of launches, their GPU time, the
     host time of their launch calls (each call once: a graph launch starts many kernels) and
     its share of the ranks' wall time; ``family``: the short name launched most often."""
-    tiny = kernels.filter(_dur() < rule["max_ns"]).with_columns(
-        _family(pl.col("name")).alias("family")
-    )
+    tiny = kernels.filter(_dur() < rule["max_ns"])
+    names = tiny.select(pl.col("name").unique())
+    tiny = tiny.join(names.with_columns(_family(pl.col("name")).alias("family")), on="name")
     per = kernels.group_by("scope").agg(pl.len().alias("launches")).join(
         tiny.group_by("scope").agg(
             pl.len().alias("count"), _dur().sum().alias("gpu_ns"),
