@@ -24,19 +24,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "benchmarks")]
 
-from ingest import DEFAULT, _env, _json_megabytes, in_process  # noqa: E402
+from analyze_scale import timed  # noqa: E402  (wall seconds and peak RSS of one process)
+from ingest import DEFAULT, _json_megabytes, in_process  # noqa: E402
 
 HTA = r"""
 import sys, shutil, tempfile, logging, warnings
@@ -55,17 +53,6 @@ def _argv(tool: str, path: Path, report: Path) -> list[str]:
     rlperf = Path(sys.executable).with_name("rlperf")
     return [str(rlperf), "analyze", str(path), "--format", "json", "-o", str(report),
             "--no-cache", "--quiet"]
-
-
-def timed(argv: list[str]) -> dict[str, float]:
-    """Wall seconds and peak RSS (MiB) of one fresh process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    if status != 0:
-        raise RuntimeError(f"{argv[:3]} failed: {proc.stderr.read().decode()[-2000:]}")
-    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024}
 
 
 def alternating(path: Path, repeat: int, folder: Path) -> dict[str, dict[str, float]]:
