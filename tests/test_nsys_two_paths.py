@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "workloads"))
 import nsys_capture  # noqa: E402
 
-ENCLOSING_NS = 500_000
+ENCLOSING_NS = 2_000_000
 NAMES = [
     "step 0",
     "rollout",
@@ -77,8 +77,8 @@ def test_same_durations_within_tolerance(both) -> None:
     for k, n in zip(kineto.iter_rows(named=True), nsys.iter_rows(named=True), strict=True):
         # nsys' range encloses the record_function on both sides, by the profiler's overhead:
         # never shorter. How much longer is a live capture's scheduling: measured 8-162 µs on the
-        # 8 ranges of one run and 815 µs on step 0 of the next, on a loaded 2-core machine, so
-        # 2% or 0.5 ms stays
+        # 8 ranges of one run, 815 µs on step 0 of the next and 1.77 ms on a 67 ms range under a
+        # full test suite on a loaded 2-core machine, so 2% or 2 ms (the start-offset bound below)
         assert 0 <= n["dur"] - k["dur"] <= max(ENCLOSING_NS, k["dur"] // 50), (k, n)
 
 
