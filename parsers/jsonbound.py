@@ -53,6 +53,20 @@ def decode_bounded(decoder: msgspec.json.Decoder, data: bytes, path: Path) -> An
     )
 
 
+def decode_nested(decoder: msgspec.json.Decoder, data: bytes, levels: int) -> Any:
+    """``decoder.decode(data)`` for a piece of a document that sits ``levels`` deep in it, with a
+    RecursionError when the piece may nest deeper than the bound allows within the document: the
+    caller then decodes the whole document, which names the problem (or finds it within the
+    bound: a refusal here is never the error)."""
+    allowed = min(NESTING.value, _NESTING_CEILING) - levels
+    old = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(_recursion_depth() + max(allowed, 3) - 2)
+        return decoder.decode(data)
+    finally:
+        sys.setrecursionlimit(old)
+
+
 def decode_each(decoder: msgspec.json.Decoder, items: Sequence[bytes], path: Path) -> list[Any]:
     """Each item decoded as :func:`decode_bounded` would, the recursion limit set once for all
     (JSON lines, an event at a time); an item that fails is its exception, not raised."""

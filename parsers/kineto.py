@@ -55,7 +55,8 @@ from .events import (
     describe,
     nesting_depth,
 )
-from .jsonbound import decode_bounded, decode_each
+from .json_stream import SKELETON_ARRAY, ArrayStream, NotStreamed
+from .jsonbound import decode_bounded, decode_each, decode_nested
 from .kineto_export import OWN_CATEGORIES, processes, single, with_processes
 from .limits import DECOMPRESSED_BYTES, EVENTS, STRING_BYTES
 from .nccl import canonical_coll, canonical_ranks, dtype_bytes, kernel_coll_expr
@@ -210,7 +211,16 @@ def sniff(head: bytes, path: Path) -> int:
 
 
 def parse(path: Path, source: int = 0) -> ParsedSource:
+    """The file streamed (memory bounded by a block); read whole when the stream reader does not
+    take it (damaged, cut, unusual), which states each problem (module docstring)."""
     path = Path(path)
+    try:
+        return _parse_stream(path, source)
+    except NotStreamed:
+        return _parse_whole(path, source)
+
+
+def _parse_whole(path: Path, source: int) -> ParsedSource:
     out = ParsedSource(path=path, format=FORMAT)
     data = _read(path, out)
     trace = _decode(path, data, out)
@@ -222,6 +232,86 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     _graph_facts(out, meta)
     out.meta.update(meta)
     return out
+
+
+def _parse_stream(path: Path, source: int) -> ParsedSource:
+    """The events decoded a run of blocks at a time, in the whole reading's chunks of
+    :data:`_CHUNK`; the other top-level keys, a small skeleton document, decoded at the end. What
+    the events' chunks count goes to a scratch source, merged after the metadata's own counts, so
+    that counts and warnings come in the whole reading's order."""
+    out = ParsedSource(path=path, format=FORMAT)
+    scratch = ParsedSource(path=path, format=FORMAT)
+    try:
+        DECOMPRESSED_BYTES.check(path, path.stat().st_size)
+    except OSError:
+        raise NotStreamed from None
+    found: dict[str, Any] = {}
+    chunks = _Chunks(found)
+    stream = ArrayStream(path, b"traceEvents", _decode_run)
+    pending: list[_Event] = []
+    for run in stream.runs():
+        if stream.count > EVENTS.value:
+            stream.decode, pending, chunks.frames = _validate_run, [], []
+            continue
+        pending += run
+        while len(pending) >= _CHUNK:
+            chunks.add(pending[:_CHUNK], scratch)
+            del pending[:_CHUNK]
+    if pending:
+        chunks.add(pending, scratch)
+    del pending
+    trace = _skeleton(path, stream.skeleton())
+    EVENTS.check(path, stream.count)
+    meta = _metadata(path, trace, out)
+    meta.update(found)
+    _merge_counts(scratch, out)
+    out.events = _table(chunks, meta, source, out)
+    _graph_facts(out, meta)
+    out.meta.update(meta)
+    return out
+
+
+_RAWS_DECODER = msgspec.json.Decoder(list[Raw])
+_RUN_LEVELS = 2
+"""A run of events decoded as ``[…]`` sits one level below its place in the document; one more
+is margin: a run that may nest near the bound goes to the whole reading, which decides."""
+
+
+def _decode_run(data: bytes) -> list[_Event]:
+    try:
+        return decode_nested(_EVENTS_DECODER, data, _RUN_LEVELS)
+    except RecursionError:
+        raise NotStreamed from None
+
+
+def _validate_run(data: bytes) -> list[Raw]:
+    """Past the event limit: runs only checked (the whole reading also decodes the document
+    before it counts its events)."""
+    try:
+        return decode_nested(_RAWS_DECODER, data, _RUN_LEVELS)
+    except RecursionError:
+        raise NotStreamed from None
+
+
+def _skeleton(path: Path, skeleton: bytes) -> _Trace:
+    """The top-level keys but the events; the array found must be the one a decoder keeps."""
+    try:
+        trace = decode_bounded(_TRACE_DECODER, skeleton, path)
+    except (msgspec.DecodeError, msgspec.ValidationError, InputError):
+        raise NotStreamed from None
+    if [bytes(r) for r in trace.traceEvents] != [SKELETON_ARRAY[1:-1]]:
+        raise NotStreamed
+    trace.traceEvents = []
+    return trace
+
+
+def _merge_counts(scratch: ParsedSource, out: ParsedSource) -> None:
+    for key, value in scratch.meta.items():
+        if key == "quality":
+            for kind, count in value.items():
+                out.tally(kind, count)
+        else:
+            out.meta[key] = value
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -486,26 +576,44 @@ def _events(
         if size <= STRING_BYTES.value
         else _within_string_limit(trace.traceEvents, out)
     )
-    frames: list[pl.DataFrame] = []
-    unknown: set[str] = set()
+    chunks = _Chunks(meta)
     for offset in range(0, len(raws), _CHUNK):
-        events = _decode_chunk(path, raws, offset, out)
+        chunks.add(_decode_chunk(path, raws, offset, out), out)
+    trace.traceEvents = []
+    del raws
+    return _table(chunks, meta, source, out)
+
+
+class _Chunks:
+    """The frames of the chunks decoded so far, the categories they skipped, and what their
+    bookkeeping rows say (process names, the profiler's window) into ``found``."""
+
+    def __init__(self, found: dict[str, Any]) -> None:
+        self.found = found
+        self.frames: list[pl.DataFrame] = []
+        self.unknown: set[str] = set()
+
+    def add(self, events: list[_Event], out: ParsedSource) -> None:
         cats = list(map(_CAT, events))
-        unknown.update(c for c in set(cats) if c not in _KIND_OF_ANY_CASE and c not in _NOT_EVENTS)
+        self.unknown.update(
+            c for c in set(cats) if c not in _KIND_OF_ANY_CASE and c not in _NOT_EVENTS
+        )
         if "" in cats:
-            _process_names(events, cats, meta)
+            _process_names(events, cats, self.found)
         if "Trace" in cats:
             span = events[cats.index("Trace")]
-            meta["profiler_window_us"] = (span.ts, span.ts + span.dur)
+            self.found["profiler_window_us"] = (span.ts, span.ts + span.dur)
         kinds = list(map(_KIND_OF_ANY_CASE.get, cats))
         picked = list(compress(events, kinds))
         if picked:
-            frames.append(_chunk_frame(picked, list(filter(None, kinds)), out))
-        del events, cats, kinds, picked
-    trace.traceEvents = []
-    del raws
-    if unknown:
-        meta["skipped_categories"] = sorted(unknown)
+            self.frames.append(_chunk_frame(picked, list(filter(None, kinds)), out))
+
+
+def _table(chunks: _Chunks, meta: dict[str, Any], source: int, out: ParsedSource) -> pl.DataFrame:
+    """The chunks' frames as one finished event table."""
+    if chunks.unknown:
+        meta["skipped_categories"] = sorted(chunks.unknown)
+    frames, chunks.frames = chunks.frames, []
     if not frames:
         out.warn("no trace events of a known kind")
         _time_base_ns(meta["base_time_ns"], None, meta, out)
