@@ -56,6 +56,27 @@ def compute_states(
     windows = ranks.join(
         steps.select(pl.col("step").cast(pl.Int32), "start_ns", "end_ns"), how="cross"
     ).select(SPAN)
+    tagged = _tagged(windows, pools, stage_ranges, activity, waits)
+    tiled = intervals.labelled_sweep(tagged, DEVICE, len(RULES) + 1)
+    return tiled.select(
+        pl.col("rank").cast(pl.Int32),
+        pl.col("step").cast(pl.Int32),
+        _cause_of(pl.col("label")),
+        "start_ns",
+        "end_ns",
+    ).sort(["rank", "step", "start_ns"])
+
+
+def _tagged(
+    windows: pl.DataFrame,
+    pools: pl.DataFrame,
+    stage_ranges: pl.DataFrame,
+    activity: pl.DataFrame,
+    waits: pl.DataFrame,
+) -> pl.DataFrame:
+    """The productive runs (label 0) and every rule's intervals (label: its place in
+    :data:`RULES` + 1), per rank and step; a function of its own so that its intermediate
+    interval sets are freed before the sweep."""
     span = pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), "start_ns", "end_ns"
 
     def within(frame: pl.DataFrame) -> pl.DataFrame:
@@ -103,21 +124,13 @@ def compute_states(
         .select(SPAN),
         "other": windows,
     }
-    tagged = pl.concat(
+    return pl.concat(
         [productive.select(*span).with_columns(pl.lit(0, pl.Int8).alias("label"))]
         + [
             of_step(rules[c].select(*span)).with_columns(pl.lit(i + 1, pl.Int8).alias("label"))
             for i, c in enumerate(RULES)
         ]
     )
-    tiled = intervals.labelled_sweep(tagged, DEVICE, len(RULES) + 1)
-    return tiled.select(
-        pl.col("rank").cast(pl.Int32),
-        pl.col("step").cast(pl.Int32),
-        _cause_of(pl.col("label")),
-        "start_ns",
-        "end_ns",
-    ).sort(["rank", "step", "start_ns"])
 
 
 def _cause_of(label: pl.Expr) -> pl.Expr:

@@ -62,16 +62,16 @@ def _stage_spans(stage_timeline: pl.DataFrame) -> pl.DataFrame:
     return intervals.union(staged, ["rank", "scope"])
 
 
-def windows(events: pl.DataFrame, stage_timeline: pl.DataFrame) -> pl.DataFrame:
+def windows(events: pl.DataFrame | pl.LazyFrame, stage_timeline: pl.DataFrame) -> pl.DataFrame:
     """Per scope and rank: the wall window (all its events; in a stage, the stage's ranges) and
     the GPU window (first to last GPU activity; in a stage, the stage's ranges again)."""
-    gpu = events.filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("stream") >= 0))
-    wall = events.filter(pl.col("rank") >= 0).group_by("rank").agg(
+    gpu = events.lazy().filter(_is_gpu())
+    wall = events.lazy().filter(pl.col("rank") >= 0).group_by("rank").agg(
         (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("wall_ns")
-    )
+    ).collect()
     dev = gpu.group_by("rank").agg(
         (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("gpu_window_ns")
-    )
+    ).collect()
     whole = wall.join(dev, on="rank", how="inner").with_columns(pl.lit(WHOLE).alias("scope"))
     spans_ = _stage_spans(stage_timeline)
     staged = intervals.union_length(spans_, ["rank", "scope"], "wall_ns").with_columns(
@@ -117,14 +117,20 @@ def _dur() -> pl.Expr:
     return pl.col("end_ns") - pl.col("start_ns")
 
 
+def _ranks_of(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Per ``keys`` group, its ranks sorted (``ranks``): from the distinct (keys, rank) pairs,
+    as a list aggregation over every row would first gather each group's rows."""
+    pairs = frame.lazy().select(*keys, "rank").unique()
+    return pairs.group_by(keys).agg(pl.col("rank").sort().alias("ranks")).collect()
+
+
 def top_kernels(kernels: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
     """Per scope and kernel name: total time, launches, mean/max/min, share of the scope's
     kernel time over all ranks, and its place by total time (1 = most)."""
-    per = kernels.group_by("scope", "name").agg(
+    per = kernels.lazy().group_by("scope", "name").agg(
         _dur().sum().alias("total_ns"), pl.len().alias("count"),
         _dur().mean().alias("mean_ns"), _dur().max().alias("max_ns"), _dur().min().alias("min_ns"),
-        pl.col("rank").unique().sort().alias("ranks"),
-    )
+    ).collect().join(_ranks_of(kernels, ["scope", "name"]), on=["scope", "name"])
     comm = pl.col("name").cast(pl.String).str.contains(rule["communication"])
     compute_ns = pl.when(~pl.col("comm")).then("total_ns")
     return per.with_columns(comm.alias("comm")).with_columns(
@@ -143,24 +149,29 @@ def small_kernels(kernels: pl.DataFrame, launches: pl.DataFrame, wall: pl.DataFr
     """Per scope: kernels shorter than ``max_ns``, their share of launches, their GPU time, the
     host time of their launch calls (each call once: a graph launch starts many kernels) and
     its share of the ranks' wall time; ``family``: the short name launched most often."""
-    tiny = kernels.filter(_dur() < rule["max_ns"])
+    tiny = kernels.lazy().select("scope", "name", "rank", "corr", *SPAN).filter(
+        _dur() < rule["max_ns"]
+    ).collect()
     names = tiny.select(pl.col("name").unique())
-    tiny = tiny.join(names.with_columns(_family(pl.col("name")).alias("family")), on="name")
+    names = names.with_columns(_family(pl.col("name")).alias("family")).with_columns(
+        pl.col("family").rank("dense").alias("_fam")
+    )
+    tiny = tiny.join(names.select("name", "_fam"), on="name")
     per = kernels.group_by("scope").agg(pl.len().alias("launches")).join(
-        tiny.group_by("scope").agg(
-            pl.len().alias("count"), _dur().sum().alias("gpu_ns"),
-            pl.col("rank").unique().sort().alias("ranks"),
-        ), on="scope", how="inner",
+        tiny.group_by("scope").agg(pl.len().alias("count"), _dur().sum().alias("gpu_ns"))
+        .join(_ranks_of(tiny, ["scope"]), on="scope"), on="scope", how="inner",
     )
     calls = tiny.select("scope", "rank", "corr").unique().join(
         launches, on=["rank", "corr"], how="inner"
     )
     per = per.join(calls.group_by("scope").agg(pl.col("api_ns").sum()), on="scope", how="left")
-    fam_calls = tiny.select("scope", "family", "rank", "corr").unique().join(
+    fam_calls = tiny.select("scope", "_fam", "rank", "corr").unique().join(
         launches, on=["rank", "corr"], how="inner"
-    ).group_by("scope", "family").agg(pl.col("api_ns").sum().alias("api"))
-    top = tiny.group_by("scope", "family").agg(pl.len().alias("n"), _dur().mean().alias("mean"))
-    top = top.join(fam_calls, on=["scope", "family"], how="left").sort(
+    ).group_by("scope", "_fam").agg(pl.col("api_ns").sum().alias("api"))
+    top = tiny.group_by("scope", "_fam").agg(pl.len().alias("n"), _dur().mean().alias("mean"))
+    family = names.select("_fam", "family").unique("_fam")
+    top = top.join(family, on="_fam").select("scope", "family", "n", "mean", "_fam")
+    top = top.join(fam_calls, on=["scope", "_fam"], how="left").drop("_fam").sort(
         "n", "family", descending=[True, False]
     ).group_by("scope", maintain_order=True).first()
     walls = wall.group_by("scope").agg(pl.col("wall_ns").sum())
@@ -215,7 +226,9 @@ def host_bound(gpu: pl.DataFrame, launches: pl.DataFrame, stage_spans: pl.DataFr
     work was launched by a call that ended after the gap had begun — the GPU ran dry waiting
     for the host; their count, total and share of the GPU window."""
     gaps = _busy_gaps(gpu, rule["min_gap_ns"])
-    closing = gpu.join(launches, on=["rank", "corr"], how="inner").group_by(
+    closing = gpu.select("rank", "corr", "start_ns").join(
+        launches, on=["rank", "corr"], how="inner"
+    ).group_by(
         "rank", pl.col("start_ns").alias("end_ns")
     ).agg(pl.col("launch_end_ns").min())
     starved = gaps.join(closing, on=["rank", "end_ns"], how="inner").filter(
@@ -230,20 +243,21 @@ def host_bound(gpu: pl.DataFrame, launches: pl.DataFrame, stage_spans: pl.DataFr
     )
 
 
-def sync_blocking(events: pl.DataFrame, gpu: pl.DataFrame, stage_spans: pl.DataFrame,
+def sync_blocking(events: pl.DataFrame | pl.LazyFrame, gpu: pl.DataFrame, stage_spans: pl.DataFrame,
                   win: pl.DataFrame, names: dict[str, Any], min_gap_ns: int) -> pl.DataFrame:
     """Per scope and rank: the union of the host's blocking waits (blocking runtime calls and
     host-side CUDA sync records), its share of the wall window, the part of it the GPU spent
     idle (gaps of at least ``min_gap_ns`` in all GPU activity: the wait is the gap's cause,
     ``idle_ns``) and the call that waits most."""
-    name = pl.col("name").cast(pl.String)
+    runtime = events.lazy().filter(pl.col("kind") == "runtime")
+    host = events.lazy().filter(pl.col("kind") == "gpu_sync")
     blocking = (
-        (pl.col("kind") == "runtime") & name.str.contains(names["blocking"])
-        & ~name.str.contains(names["not_blocking"])
-    ) | ((pl.col("kind") == "gpu_sync") & name.is_in(names["host_waits"]))
-    waits = events.filter(blocking & (pl.col("rank") >= 0)).select(
-        "rank", "start_ns", "end_ns", name.alias("name")
-    )
+        (pl.col("kind") == "runtime") & _name_matches(runtime, names["blocking"])
+        & ~_name_matches(runtime, names["not_blocking"])
+    ) | ((pl.col("kind") == "gpu_sync") & _name_matches(host, names["host_waits"]))
+    waits = events.lazy().filter(blocking & (pl.col("rank") >= 0)).select(
+        "rank", "start_ns", "end_ns", pl.col("name").cast(pl.String)
+    ).collect()
     merged = intervals.union(waits, ["rank"]).with_row_index("_id")
     pieces = _clip_scoped(merged, stage_spans)
     pieces = pieces.with_columns(
@@ -337,25 +351,47 @@ def exposed_comm(waits: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+COLUMNS = ["rank", "kind", "name", "stream", "stage", "start_ns", "end_ns", "corr", "bytes"]
+"""The columns of the classified events the checks read: the rest of its ~30 columns would be
+copied by every filter of the events for nothing."""
+
+
+def _name_matches(frame: pl.DataFrame | pl.LazyFrame, pattern: str | list[str]) -> pl.Expr:
+    """Rows whose name matches ``pattern`` (a regular expression, or a list of whole names),
+    matched once per distinct name: casting the categorical column to strings would
+    materialise every row's name."""
+    distinct = frame.lazy().select(pl.col("name").unique().drop_nulls()).collect()["name"]
+    text = distinct.cast(pl.String)
+    hit = text.is_in(pattern) if isinstance(pattern, list) else text.str.contains(pattern)
+    return pl.col("name").is_in(distinct.filter(hit))
+
+
+def _is_gpu() -> pl.Expr:
+    return pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("stream") >= 0)
+
+
 def measure(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
             collective_waits: pl.DataFrame, table: dict[str, Any]) -> dict[str, pl.DataFrame]:
     """Every check's numbers, one frame per check (see each function)."""
     names = table["names"]
-    ev = classified.filter(pl.col("rank") >= 0)
-    gpu = ev.filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("stream") >= 0))
-    launch = ev.filter(
-        (pl.col("kind") == "runtime") & pl.col("name").cast(pl.String).str.contains(names["launch"])
-        & pl.col("corr").is_not_null()
-    ).group_by("rank", "corr").agg(
+    ev = classified.lazy().select(COLUMNS).filter(pl.col("rank") >= 0)
+    gpu = ev.filter(_is_gpu()).collect()
+    runtime = ev.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null())
+    launch = runtime.filter(_name_matches(runtime, names["launch"])).group_by("rank", "corr").agg(
         _dur().sum().alias("api_ns"), pl.col("end_ns").max().alias("launch_end_ns")
-    )
+    ).collect()
     spans_ = _stage_spans(stage_timeline)
     win = windows(ev, stage_timeline)
-    kernels = _scoped(gpu.filter(pl.col("kind") == "kernel"))
+    kernels = _scoped(
+        gpu.filter(pl.col("kind") == "kernel").select("rank", "name", "stage", "corr", *SPAN)
+    )
+    top = top_kernels(kernels, table["top_kernel"] | names)
+    small = small_kernels(kernels, launch, win, table["small_kernels"])
+    del kernels
     waits = collective_waits.filter(pl.col("rank") >= 0)
     return {
-        "top_kernel": top_kernels(kernels, table["top_kernel"] | names),
-        "small_kernels": small_kernels(kernels, launch, win, table["small_kernels"]),
+        "top_kernel": top,
+        "small_kernels": small,
         "idle_gaps": idle_gaps(gpu, spans_, win, table["idle_gaps"]),
         "host_bound": host_bound(gpu, launch, spans_, win, table["host_bound"]),
         "sync_blocking": sync_blocking(ev, gpu, spans_, win, names,

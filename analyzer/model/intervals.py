@@ -13,6 +13,8 @@ import polars as pl
 
 START = "start_ns"
 END = "end_ns"
+MAX_LABELS = 62
+"""The labels :func:`labelled_sweep` can tell apart: one bit each of an Int64."""
 
 
 def _per(by: list[str]) -> Callable[[pl.Expr], pl.Expr]:
@@ -21,18 +23,28 @@ def _per(by: list[str]) -> Callable[[pl.Expr], pl.Expr]:
 
 
 def union(frame: pl.DataFrame | pl.LazyFrame, by: Sequence[str] = ()) -> pl.DataFrame:
-    """Merge overlapping or touching intervals per group; returns ``by`` + start_ns, end_ns."""
+    """Merge overlapping or touching intervals per group; returns ``by`` + start_ns, end_ns.
+
+    In start order, a piece begins where an interval starts after the reach (running maximum
+    end) of those before it, and ends at the reach of its last interval: two filters of the
+    sorted rows, where grouping by piece would hash one group per piece (on a run's kernels,
+    most of them)."""
     by = list(by)
-    lazy = frame.lazy().select([*by, START, END]).filter(pl.col(END) > pl.col(START))
-    ordered = lazy.sort([*by, START])
+    ordered = frame.lazy().select([*by, START, END]).filter(pl.col(END) > pl.col(START))
+    return _merged(ordered.sort([*by, START]), by).collect()
+
+
+def _merged(ordered: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
+    """:func:`union` of intervals already in ``by`` + start order."""
     per = _per(by)
-    piece = per((pl.col(START) > per(pl.col(END).cum_max().shift(1))).fill_null(True).cum_sum())
-    grouped = ordered.with_columns(piece.alias("_piece"))
-    return (
-        grouped.group_by([*by, "_piece"], maintain_order=True)
-        .agg(pl.col(START).min(), pl.col(END).max())
-        .drop("_piece")
-        .collect()
+    marked = ordered.with_columns(per(pl.col(END).cum_max()).alias("_reach"))
+    marked = marked.with_columns(
+        (pl.col(START) > per(pl.col("_reach").shift(1))).fill_null(True).alias("_new")
+    ).with_columns(per(pl.col("_new").shift(-1)).fill_null(True).alias("_last"))
+    return marked.select(
+        *(pl.col(k).filter("_new") for k in by),
+        pl.col(START).filter("_new"),
+        pl.col("_reach").filter("_last").alias(END),
     )
 
 
@@ -70,7 +82,8 @@ def _sweep(a: pl.DataFrame, b: pl.DataFrame, by: list[str], keep: pl.Expr) -> pl
     """Boundary sweep over ``a`` and ``b``; keeps the elementary segments where ``keep`` holds
     (``_ca``, ``_cb``: how many of a's and b's intervals cover the segment). The counts need no
     union first: overlapping intervals only raise them, and every delta at one time point is in
-    the count of that point's last row, the only one whose segment is kept."""
+    the count of that point's last row, the only one whose segment is kept. The kept segments
+    come out in time order, disjoint, and are merged where they touch."""
     tagged = pl.concat([
         _live(a, by).with_columns(pl.lit(1, pl.Int8).alias("_a"), pl.lit(0, pl.Int8).alias("_b")),
         _live(b, by).with_columns(pl.lit(0, pl.Int8).alias("_a"), pl.lit(1, pl.Int8).alias("_b")),
@@ -97,7 +110,7 @@ def _sweep(a: pl.DataFrame, b: pl.DataFrame, by: list[str], keep: pl.Expr) -> pl
         per(pl.col("t").shift(-1)).alias("_next"),
     ).filter(keep & pl.col("_next").is_not_null() & (pl.col("_next") > pl.col("t")))
     merged = segments.select([*by, pl.col("t").alias(START), pl.col("_next").alias(END)])
-    return union(merged, by) if merged.height else merged
+    return _merged(merged.lazy(), by).collect()
 
 
 def _live(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -136,10 +149,17 @@ def labelled_sweep(tagged: pl.DataFrame, by: Sequence[str], labels: int) -> pl.D
     of one label may overlap. Returns ``by`` + label + start_ns, end_ns: disjoint runs, adjacent
     pieces of one label merged, time no label covers left out. This is a precedence rule over
     several interval sets in one pass (e.g. the idle causes of docs/analyses.md §4).
+
+    Each label's intervals are merged first, so that at any time a label covers 0 or 1 times:
+    one running sum of ±2**label then holds the set of labels covering each piece, and its
+    lowest bit is the winner (one column, where a count per label took ``labels`` columns of
+    every boundary point, hashed by time point).
     """
     by = list(by)
-    live = tagged.filter(pl.col(END) > pl.col(START))
-    if live.height == 0:
+    if labels > MAX_LABELS:
+        raise ValueError(f"labelled_sweep takes at most {MAX_LABELS} labels, not {labels}")
+    merged = union(tagged.select(*by, "label", START, END), [*by, "label"])
+    if merged.height == 0:
         return pl.DataFrame(
             schema={
                 **{k: tagged.schema[k] for k in by},
@@ -148,53 +168,36 @@ def labelled_sweep(tagged: pl.DataFrame, by: Sequence[str], labels: int) -> pl.D
                 END: pl.Int64(),
             }
         )
-    deltas = [
-        pl.when(pl.col("label") == k).then(pl.col("_d")).otherwise(0).cast(pl.Int32).alias(f"_d{k}")
-        for k in range(labels)
-    ]
-    points = (
-        pl.concat(
-            [
-                live.select(
-                    [*by, "label", pl.col(START).alias("t"), pl.lit(1, pl.Int32).alias("_d")]
-                ),
-                live.select(
-                    [*by, "label", pl.col(END).alias("t"), pl.lit(-1, pl.Int32).alias("_d")]
-                ),
-            ]
-        )
-        .lazy()
-        .with_columns(deltas)
-        .group_by([*by, "t"])
-        .agg(pl.col(f"_d{k}").sum() for k in range(labels))
-        .sort([*by, "t"])
+    bit = pl.col("label").replace_strict(
+        {k: 1 << k for k in range(labels)}, return_dtype=pl.Int64
     )
     over = _per(by)
-    winner = pl.coalesce(
+    points = pl.concat(
         [
-            pl.when(over(pl.col(f"_d{k}").cum_sum()) > 0).then(pl.lit(k, pl.Int8))
-            for k in range(labels)
+            merged.select(*by, pl.col(START).alias("t"), bit.alias("_d")),
+            merged.select(*by, pl.col(END).alias("t"), (-bit).alias("_d")),
         ]
+    ).lazy().sort([*by, "t"])
+    pieces = points.with_columns(
+        over(pl.col("_d").cum_sum()).alias("_mask"), over(pl.col("t").shift(-1)).alias(END)
+    ).filter((pl.col("_mask") > 0) & (pl.col(END) > pl.col("t"))).select(
+        *by,
+        pl.col("_mask").bitwise_trailing_zeros().cast(pl.Int8).alias("label"),
+        pl.col("t").alias(START),
+        END,
     )
-    pieces = points.select(
-        [
-            *by,
-            pl.col("t").alias(START),
-            over(pl.col("t").shift(-1)).alias(END),
-            winner.alias("label"),
-        ]
-    ).filter(
-        pl.col("label").is_not_null() & pl.col(END).is_not_null() & (pl.col(END) > pl.col(START))
+    new = (pl.col("label") != over(pl.col("label").shift(1))) | (
+        pl.col(START) != over(pl.col(END).shift(1))
     )
-    run = (pl.col("label") != pl.col("label").shift(1)) | (pl.col(START) != pl.col(END).shift(1))
-    return (
-        pieces.with_columns(over(run.fill_null(True).cum_sum()).alias("_run"))
-        .group_by([*by, "_run"])
-        .agg(pl.col("label").first(), pl.col(START).min(), pl.col(END).max())
-        .drop("_run")
-        .sort([*by, START])
-        .collect()
+    runs = pieces.with_columns(new.fill_null(True).alias("_new")).with_columns(
+        over(pl.col("_new").shift(-1)).fill_null(True).alias("_last")
     )
+    return runs.select(
+        *(pl.col(k).filter("_new") for k in by),
+        pl.col("label").filter("_new"),
+        pl.col(START).filter("_new"),
+        pl.col(END).filter("_last"),
+    ).collect()
 
 
 def overlap_each(frame: pl.DataFrame, cover: pl.DataFrame, by: Sequence[str] = ()) -> pl.Series:
