@@ -24,6 +24,10 @@ COLUMNS = [
     "overlap_ns", "overlap_fraction", "kernels",
 ]
 
+READS = ["rank", "kind", "stream", "coll", "start_ns", "end_ns"]
+"""The event columns the GPU time reads: each filter below copies only these, not the ~25
+columns of the event table."""
+
 
 def compute(events: pl.DataFrame, *, hta_compatible: bool = False) -> pl.DataFrame:
     """One row per rank that has events; GPU columns are null for ranks without GPU activity.
@@ -37,7 +41,8 @@ def compute(events: pl.DataFrame, *, hta_compatible: bool = False) -> pl.DataFra
         pl.col("end_ns").max().alias("trace_end_ns"),
     )
     kinds = [*GPU_ACTIVITY_KINDS, "gpu_sync"] if hta_compatible else list(GPU_ACTIVITY_KINDS)
-    activity = events.filter(pl.col("kind").is_in(kinds) & (pl.col("stream") >= 0))
+    device = pl.col("kind").is_in(kinds) & (pl.col("stream") >= 0)
+    activity = events.lazy().select(READS).filter(device).collect()
     kernels = activity.filter(pl.col("kind") == "kernel")
     comm = kernels.filter(pl.col("coll").is_not_null())
     comp = kernels.filter(pl.col("coll").is_null())

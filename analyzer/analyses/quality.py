@@ -157,8 +157,11 @@ def _empty() -> Per:
 
 def duplicates(events: pl.DataFrame) -> Per:
     """Rows identical to an earlier one in every recorded column (the analyses would count them
-    twice); ``depth`` is derived, and of two identical ranges one is nested in the other."""
-    return _per_source(events.filter(~pl.struct(pl.exclude("depth")).is_first_distinct()))
+    twice); ``depth`` is derived, and of two identical ranges one is nested in the other.
+    Only rows whose start repeats can be such a copy: the whole rows are compared among those
+    few, not hashed for every event."""
+    candidates = events.filter(pl.col("start_ns").is_duplicated())
+    return _per_source(candidates.filter(~pl.struct(pl.exclude("depth")).is_first_distinct()))
 
 
 def negative_durations(events: pl.DataFrame) -> Per:
@@ -176,11 +179,11 @@ def stream_overlaps(events: pl.DataFrame) -> Per:
     other, so an overlap is a recording error (or concurrent graph branches reported on one
     stream). A row overlaps a later one exactly when the next start is before its end."""
     keys = ["source", "pid", "device", "stream"]
-    gpu = events.filter(
+    gpu = events.lazy().select(*keys, "kind", "start_ns", "end_ns").filter(
         pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
         & (pl.col("stream") >= 0)
         & (pl.col("end_ns") > pl.col("start_ns"))
-    ).sort([*keys, "start_ns", "end_ns"])
+    ).sort([*keys, "start_ns", "end_ns"]).collect()
     before = pl.col("start_ns") < pl.col("end_ns").cum_max().shift(1).over(keys) - RESOLUTION_NS
     after = pl.col("end_ns") - RESOLUTION_NS > pl.col("start_ns").shift(-1).over(keys)
     return _per_source(gpu.filter(before.fill_null(False) | after.fill_null(False)))
@@ -190,11 +193,11 @@ def thread_crossings(events: pl.DataFrame) -> Per:
     """Host ranges that end after the range enclosing their start, on one thread (ranges of a
     thread form a stack; a crossing one breaks every stage and depth rule built on it)."""
     keys = ["source", "pid", "tid"]
-    host = events.filter(
+    host = events.lazy().select(*keys, "kind", "start_ns", "end_ns").filter(
         pl.col("kind").is_in(list(HOST_KINDS))
         & (pl.col("tid") >= 0)
         & (pl.col("end_ns") > pl.col("start_ns"))
-    ).select(*keys, "kind", "start_ns", "end_ns")
+    ).collect()
     if host.height == 0:
         return _empty()
     ordered = (
@@ -230,9 +233,9 @@ def before_launch(events: pl.DataFrame, formats: dict[int, str]) -> Per:
     launches = events.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null()).select(
         "source", "corr", _launch_pid(formats), pl.col("start_ns").alias("_launch")
     ).unique(["source", "corr", "_lp"], keep="first")
-    gpu = events.filter(
+    gpu = events.lazy().select("source", "pid", "kind", "corr", "start_ns").filter(
         pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & pl.col("corr").is_not_null()
-    ).with_columns(_launch_pid(formats))
+    ).with_columns(_launch_pid(formats)).collect()
     linked = gpu.join(launches, on=["source", "corr", "_lp"])
     return _per_source(linked.filter(pl.col("start_ns") < pl.col("_launch") - RESOLUTION_NS))
 
@@ -241,11 +244,11 @@ def stream_disorder(events: pl.DataFrame) -> Per:
     """GPU rows that run before a row launched earlier on their stream (correlation ids grow
     with launch order, and a stream runs in launch order)."""
     keys = ["source", "pid", "device", "stream"]
-    gpu = events.filter(
+    gpu = events.lazy().select(*keys, "kind", "start_ns", "corr").filter(
         pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
         & (pl.col("stream") >= 0)
         & pl.col("corr").is_not_null()
-    ).sort([*keys, "start_ns", "corr"])
+    ).sort([*keys, "start_ns", "corr"]).collect()
     return _per_source(
         gpu.filter((pl.col("corr") < pl.col("corr").cum_max().shift(1).over(keys)).fill_null(False))
     )
@@ -259,7 +262,7 @@ def outside_window(events: pl.DataFrame, sources: list[Any]) -> Per:
     frame = pl.DataFrame(
         windows, schema={"source": pl.UInt32, "_lo": pl.Int64, "_hi": pl.Int64}, orient="row"
     )
-    rows = events.join(frame, on="source").filter(
+    rows = events.select("source", "kind", "start_ns", "end_ns").join(frame, on="source").filter(
         (pl.col("start_ns") < pl.col("_lo")) | (pl.col("end_ns") > pl.col("_hi"))
     )
     return _per_source(rows)
