@@ -3,21 +3,44 @@
     >>> import analyzer
     >>> run = analyzer.load(["traces/"])
     >>> run.gpu_time          # a polars frame per rank
+
+Importing the package imports none of the pipeline (nor polars): ``rlperf --help`` and a report
+kept in a dataset do without them. The modules that declare the products are imported the first
+time providers are read (:mod:`analyzer.model.pipeline`), ``Run`` and ``Options`` on first use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from . import analyses as _pipeline  # noqa: F401 (its modules declare every product on import)
-from .assemble import build
-from .assemble.ingest import ingest
-from .assemble.runs import choose
-from .model.options import Options
-from .model.run import Run
+from .model.pipeline import declare_with
+
+if TYPE_CHECKING:
+    from .model.options import Options
+    from .model.run import Run
 
 __all__ = ["Options", "Run", "load"]
+
+
+def _declare_providers() -> None:
+    from . import analyses, assemble, classify  # noqa: F401  # deferred: they import polars
+
+
+declare_with(_declare_providers)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Options":
+        from .model.options import Options  # deferred: polars
+
+        return Options
+    if name == "Run":
+        from .model.run import Run  # deferred: polars
+
+        return Run
+    raise AttributeError(f"module 'analyzer' has no attribute {name!r}")
 
 
 def load(
@@ -33,6 +56,10 @@ def load(
     file as it is parsed. Sources of several runs raise :class:`analyzer.runs.RunsError` listing
     them, unless ``run`` chooses one (its number as listed, or a prefix of its files' paths).
     ``options`` are the user's choices (``Options.checked`` checks them), seen by every step."""
+    from .assemble import build  # deferred: the pipeline imports polars
+    from .assemble.ingest import ingest  # deferred: polars
+    from .assemble.runs import choose  # deferred: polars
+
     if isinstance(paths, (str, Path)):
         paths = [paths]
     paths = list(paths)

@@ -23,7 +23,6 @@ from typer.core import TyperArgument, TyperOption
 
 from .commands import analyze, audit, compare, crosscheck, demo, export, ingest, taxonomy
 from .commands.shared import BAD_INPUT, CONTRACT, INTERNAL_ERROR, internal_line, say, say_block
-from .model.failures import describe, traceback_text, user_errors
 
 app = typer.Typer(
     name="rlperf",
@@ -169,6 +168,8 @@ def main() -> None:
         say("Aborted!")
         raise SystemExit(1) from None
     except Exception as exc:
+        from .model.failures import describe, traceback_text, user_errors  # deferred: polars
+
         if isinstance(exc, user_errors()):
             line, status = f"rlperf: error: {exc}", BAD_INPUT
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,9 +29,10 @@ from parsers import discover
 from parsers.errors import InputError, printable
 
 from . import load as load_run
-from .assemble.ingest import writing
-from .model.options import Options
 from .report.files import check_output
+
+if TYPE_CHECKING:
+    from .model.options import Options
 
 
 class Steps:
@@ -81,6 +83,8 @@ def load(
 
     ``writes`` are the files the command will write (``-o``; a folder of charts when ``folder``):
     a path that cannot take them, or that is one of the inputs, stops the command before parsing."""
+    from .assemble.ingest import writing  # deferred: assembly imports polars
+
     writes = [w for w in writes if w is not None]
     for output in writes:
         check_output(output, folder=folder)

@@ -7,12 +7,15 @@ Parsers know formats, not stages: they normalise what a file says into the colum
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .discover import Discovery, discover, parser_for, sniff
 from .errors import InputError
-from .events import EVENT_SCHEMA, validate
 from .reading import UNNAMED, not_regular
-from .source import ParsedSource
+
+if TYPE_CHECKING:
+    from .events import EVENT_SCHEMA, validate
+    from .source import ParsedSource
 
 __all__ = [
     "EVENT_SCHEMA",
@@ -24,6 +27,20 @@ __all__ = [
     "sniff",
     "validate",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The event contract's names, imported on first use: they import polars, which a command
+    that reads no trace (``rlperf --help``, a kept report) does without."""
+    if name in ("EVENT_SCHEMA", "validate"):
+        from . import events  # deferred: polars
+
+        return getattr(events, name)
+    if name == "ParsedSource":
+        from .source import ParsedSource  # deferred: polars
+
+        return ParsedSource
+    raise AttributeError(f"module 'parsers' has no attribute {name!r}")
 
 
 def parse_file(path: str | Path, fmt: str | None = None, source: int = 0) -> ParsedSource:

@@ -15,30 +15,58 @@ import re
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-from . import kineto, nsys, nsys_rep, nsys_stats, spans
 from .errors import InputError
-from .logs import areal, deepspeed_chat, nemo_rl, openrlhf, roll, slime, trl, verl
 from .reading import not_regular
 
-PARSER_MODULES: tuple[ModuleType, ...] = (
-    kineto,
-    nsys,
-    nsys_rep,
-    nsys_stats,
-    verl,
-    openrlhf,
-    trl,
-    nemo_rl,
-    slime,
-    areal,
-    roll,
-    deepspeed_chat,
-    spans,
-)
-"""Parser modules, in the order ties are broken. Add one line (and its import) per module."""
+if TYPE_CHECKING:
+    PARSER_MODULES: tuple[ModuleType, ...]
+    """Parser modules, in the order ties are broken (:func:`_parser_modules`)."""
+
+
+@cache
+def _parser_modules() -> tuple[ModuleType, ...]:
+    """Parser modules, in the order ties are broken, imported on first use (they import polars,
+    which ``rlperf --help`` and a kept report do without). Add one line (and its import) per
+    module."""
+    from . import kineto, nsys, nsys_rep, nsys_stats, spans  # deferred: polars
+    from .logs import (  # deferred: polars
+        areal,
+        deepspeed_chat,
+        nemo_rl,
+        openrlhf,
+        roll,
+        slime,
+        trl,
+        verl,
+    )
+
+    return (
+        kineto,
+        nsys,
+        nsys_rep,
+        nsys_stats,
+        verl,
+        openrlhf,
+        trl,
+        nemo_rl,
+        slime,
+        areal,
+        roll,
+        deepspeed_chat,
+        spans,
+    )
+
+
+def __getattr__(name: str) -> tuple[ModuleType, ...]:
+    if name == "PARSER_MODULES":
+        return _parser_modules()
+    raise AttributeError(f"module 'parsers.discover' has no attribute {name!r}")
+
 
 HEAD_BYTES = 256 * 1024
 SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "node_modules", ".rlperf-cache"})
@@ -60,7 +88,7 @@ class Discovery:
 
 
 def parser_modules() -> list[ModuleType]:
-    return list(PARSER_MODULES)
+    return list(_parser_modules())
 
 
 def parser_for(fmt: str) -> ModuleType:

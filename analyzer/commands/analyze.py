@@ -8,20 +8,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from parsers.errors import InputError
-from taxonomy.profiles import load_profiles
 
-from ..analyses.guidelines import load_catalogue
-from ..model.options import Options
-from ..progress import Steps, load
-from ..report import json as json_report
-from ..report import text as text_report
-from ..report.files import console, emit_text
-from ..report.formats import check as check_format
-from ..report.formats import write_report
-from ..report.sections import sections
+from ..progress import Steps
 from .ingest import Reuse
 from .shared import (
     Debug,
@@ -119,6 +109,16 @@ def analyze(
     charts as images (-o names the file or folder), json a document usable as an audit baseline.
     """
     asked = dict(locals())  # every option as given: the key of a report kept in a dataset
+    steps = Steps(quiet)
+    reuse = Reuse.of(paths, output, no_cache, asked)
+    if reuse.replay(steps):
+        return  # kept with these very options, so they were checked then: imports nothing more
+    from ..analyses.guidelines import load_catalogue  # deferred: the pipeline imports polars
+    from ..model.options import Options  # deferred: polars
+    from ..progress import load  # deferred: the pipeline
+    from ..report.formats import check as check_format  # deferred: the renderers
+    from ..report.sections import sections  # deferred: the pipeline
+
     if guidelines is not None:
         load_catalogue(guidelines)  # a bad file stops the command before any parsing
     options = Options.checked(
@@ -130,10 +130,6 @@ def analyze(
         guidelines=guidelines,
     )
     check_format(fmt.value, output)  # -f png without -o: said before any parsing
-    steps = Steps(quiet)
-    reuse = Reuse.of(paths, output, no_cache, asked)
-    if reuse.replay(steps):
-        return
     run = load(
         paths,
         steps,
@@ -184,6 +180,8 @@ def selection_warnings(run) -> list[str]:
 
 def framework_warnings(run) -> list[str]:
     """``--framework`` against the framework a source states (a log header names it)."""
+    from taxonomy.profiles import load_profiles  # deferred: the taxonomy imports polars
+
     asked = run.options.framework
     if not asked:
         return []
@@ -219,6 +217,13 @@ def emit(
 ) -> None:
     """Write ``run``'s report in ``fmt`` to ``output`` (or stdout); the terminal report at
     ``width`` columns (:func:`report_width`), cut long lists unless ``verbose``."""
+    from rich.console import Console  # deferred: only a terminal report needs it
+
+    from ..report import json as json_report  # deferred: the renderers import polars
+    from ..report import text as text_report  # deferred: polars
+    from ..report.files import console, emit_text  # deferred: with the renderers
+    from ..report.formats import write_report  # deferred: the renderers (altair)
+
     if fmt in ("md", "html", "png"):
         write_report(run, fmt, output, steps)
         return

@@ -12,9 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ..ops import audit as budgets
-from ..progress import Steps, load
-from ..report import json as json_report
+from ..progress import Steps
 from ..report.files import check_output, write_text
 from .shared import (
     INTERNAL_ERROR,
@@ -91,6 +89,10 @@ def audit(
     every run-summary number is held to 10% of the baseline; without a baseline, max_increase
     and max_decrease are not checked. Exit status 1 when a check fails, 3 on an internal error.
     """
+    from ..ops import audit as budgets  # deferred: the pipeline imports polars
+    from ..progress import load  # deferred: the pipeline
+    from ..report import json as json_report  # deferred: the renderers import polars
+
     if budget is None and baseline is None:
         raise typer.BadParameter("give --budget FILE, --baseline FILE or both")
     check_output(junit)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import polars as pl
 import typer
 from rich.cells import cell_len
 from rich.console import Console
@@ -15,13 +14,11 @@ from rich.table import Table
 
 from parsers.errors import printable
 
-from ..ops.compare import compare as compare_runs
-from ..ops.compare import default_labels
-from ..progress import Steps, load
-from ..report.comparison import NOTE, TEXT_COLUMNS, display, wins_line
+from ..progress import Steps
 from ..report.files import console, emit_text
-from ..report.html import render_comparison as render_html
-from ..report.markdown import render_comparison
+
+if TYPE_CHECKING:
+    import polars as pl
 from .shared import (
     Debug,
     EngineChoice,
@@ -80,6 +77,9 @@ def compare(
     """Compare runs on the same metrics: values side by side, each run's change against the first,
     and which run wins each metric (e.g. verl colocated vs OpenRLHF disaggregated on the same job,
     or before/after a configuration change)."""
+    from ..ops.compare import compare as compare_runs  # deferred: the pipeline imports polars
+    from ..progress import load  # deferred: the pipeline
+
     if len(runs) < 2:
         raise typer.BadParameter("give at least two runs to compare")
     labels = checked_labels(list(label or []), runs)
@@ -101,6 +101,8 @@ def compare(
 def checked_labels(given: list[str], runs: list[Path]) -> list[str]:
     """The user's ``--label`` values, one per run and all different; without any, labels made
     from the paths (the same path twice is numbered, so a run compares with itself)."""
+    from ..ops.compare import default_labels  # deferred: the pipeline imports polars
+
     if not given:
         return default_labels(runs)
     if len(given) != len(runs):
@@ -116,6 +118,9 @@ def checked_labels(given: list[str], runs: list[Path]) -> list[str]:
 
 
 def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None:
+    from ..report.html import render_comparison as render_html  # deferred: it loads altair
+    from ..report.markdown import render_comparison  # deferred: the renderers import polars
+
     if fmt == "json":
         text = json.dumps(comparison.to_json(), indent=2, default=str) + "\n"
     elif fmt == "md":
@@ -133,6 +138,8 @@ def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None
 def render_text(comparison, console: Console) -> None:
     """The table, stacked into several when it is wider than the console (each repeats the
     metric column; no header is cut), then who wins where and the footnote."""
+    from ..report.comparison import NOTE, TEXT_COLUMNS, display, wins_line  # deferred: polars
+
     shown = display(comparison)
     parts = stacked(shown, console.width)
     for i, columns in enumerate(parts, start=1):

@@ -6,19 +6,13 @@ import json
 from enum import Enum
 from typing import Annotated
 
-import polars as pl
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from ..model.units import cell, duration
-from ..ops.crosscheck import METRICS, REASONS, VERDICTS, load_hta
-from ..ops.crosscheck import crosscheck as run_crosscheck
-from ..progress import Steps, load
+from ..progress import Steps
 from ..report.files import console, emit_text
-from ..report.fit import wrap
-from ..report.section import Column
-from ..report.text import plain, table
 from .analyze import Width, report_width
 from .shared import (
     Debug,
@@ -67,6 +61,10 @@ def crosscheck(
     """Run HTA (pip install 'rlperf[hta]') on the run's PyTorch profiler traces and print its
     temporal breakdown and comm/compute overlap beside rlperf's, with the differences and how
     much of them each known definitional difference explains."""
+    from ..ops.crosscheck import crosscheck as run_crosscheck  # deferred: polars, the pipeline
+    from ..ops.crosscheck import load_hta  # deferred: polars
+    from ..progress import load  # deferred: the pipeline
+
     load_hta()
     steps = Steps(quiet)
     run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[output])
@@ -89,20 +87,29 @@ def crosscheck(
     conclude([run])
 
 
-COLUMNS = [
-    Column("metric", "metric"),
-    Column("rlperf", "rlperf", "preformatted"),
-    Column("hta", "HTA", "preformatted"),
-    Column("difference", "difference", "preformatted"),
-    Column("explained", "explained", "preformatted"),
-    Column("unexplained", "unexplained", "preformatted"),
-    Column("verdict", "verdict"),
-]
-"""The table per rank: numbers formatted here (durations, percentages, signed differences),
-laid out by the terminal report's fitting (whole, split or stacked; no header cut)."""
+COLUMNS = (
+    ("metric", "metric", "text"),
+    ("rlperf", "rlperf", "preformatted"),
+    ("hta", "HTA", "preformatted"),
+    ("difference", "difference", "preformatted"),
+    ("explained", "explained", "preformatted"),
+    ("unexplained", "unexplained", "preformatted"),
+    ("verdict", "verdict", "text"),
+)
+"""The table per rank (name, title, format of a ``report.section.Column``): numbers formatted here
+(durations, percentages, signed differences), laid out by the terminal report's fitting (whole,
+split or stacked; no header cut)."""
 
 
 def render_text(result, console: Console) -> None:
+    import polars as pl  # deferred: rlperf --help does without it
+
+    from ..ops.crosscheck import METRICS, REASONS, VERDICTS  # deferred: polars
+    from ..report.fit import wrap  # deferred: the renderers import polars
+    from ..report.section import Column  # deferred: polars
+    from ..report.text import plain, table  # deferred: polars
+
+    columns = [Column(*c) for c in COLUMNS]
     titles = dict(METRICS)
     for rank in sorted(result.table["rank"].unique().to_list()):
         rows = result.table.filter(pl.col("rank") == rank)
@@ -111,7 +118,7 @@ def render_text(result, console: Console) -> None:
             [titles[row["metric"]], *_values(row), row["verdict"]]
             for row in rows.iter_rows(named=True)
         ]
-        table(COLUMNS, cells, console)
+        table(columns, cells, console)
         for reason, effect in (
             result.reasons.filter(pl.col("rank") == rank).select("reason", "effect_us").iter_rows()
         ):

@@ -9,11 +9,8 @@ import typer
 from rich.console import Console
 
 from ..model.units import cell, unit_format
-from ..ops.compare import compare
-from ..progress import Steps, load
-from ..report import text as text_report
+from ..progress import Steps
 from ..report.files import check_output, write_text
-from ..report.section import Column
 from ..samples import demo_groups
 from .shared import Debug, Quiet
 
@@ -46,6 +43,8 @@ def demo(
     """Analyze the bundled sample runs (verl colocated, disaggregated and one-step-off; OpenRLHF
     disaggregated; GPU-shaped synthetic runs of the three placements) and write one
     self-contained HTML report comparing them, each run's full report below its comparison."""
+    from ..ops.compare import compare  # deferred: the pipeline imports polars
+    from ..progress import load  # deferred: the pipeline
     from ..report.html import Page, add_comparison, esc  # deferred: it loads altair
 
     check_output(output)
@@ -72,6 +71,9 @@ def demo(
 def highlights(heading: str, comparison, console: Console) -> None:
     """One row per run: the headline numbers of the comparison, formatted as the reports do and
     fitted to the terminal as the analyze report is (no header cut at 80 columns)."""
+    from ..report import text as text_report  # deferred: the renderers import polars
+    from ..report.section import Column  # deferred: with the renderers
+
     rows = {r["metric"]: r for r in comparison.table.iter_rows(named=True)}
     shown = [(m, t) for m, t in HIGHLIGHTS if m in rows]
     columns = [Column("run", "run"), *(Column(m, t, "number") for m, t in shown)]

@@ -7,9 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..ops.perfetto import MERGE_BELOW_NS
-from ..ops.perfetto import export as write_trace
-from ..progress import Steps, load
+from ..progress import Steps
 from .shared import (
     Debug,
     EngineChoice,
@@ -55,6 +53,10 @@ def export(
     marked) and weight-sync flow arrows. `rlperf analyze` reads the file back as the same run
     (ranks, streams, process groups, placement).
     """
+    from ..ops.perfetto import MERGE_BELOW_NS  # deferred: the pipeline imports polars
+    from ..ops.perfetto import export as write_trace  # deferred: polars
+    from ..progress import load  # deferred: the pipeline
+
     steps = Steps(quiet)
     run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[perfetto])
     hold_strict([run])

@@ -4,6 +4,7 @@ reuse of the reports kept in a dataset (:class:`Reuse`, for ``rlperf analyze``).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -11,31 +12,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from parsers.discover import is_dataset_folder
 from parsers.errors import InputError, printable
 
-from ..assemble.ingest import ingest as read_sources
-from ..assemble.ingest import write_into as write_sources
-from ..assemble.ingest import writing
-from ..assemble.runs import choose
-from ..dataset import (
-    is_dataset,
-    products,
-    read_manifest,
-    remove_source,
-    renumber,
-    stale,
-    write_manifest,
-    write_source,
-)
-from ..engines import OutputError
-from ..model.run import Run
+from ..dataset import products
 from ..model.units import spans
 from ..progress import Steps, files_to_read, shown
 from ..report.files import emit_text, write_bytes
+
+if TYPE_CHECKING:
+    from ..model.run import Run
 from .shared import (
     CONTRACT,
     Debug,
@@ -91,6 +81,9 @@ def ingest(
     parser, is a warning. analyze keeps each report it writes with -o in the dataset and
     reads it back when asked again with the same options.
     """
+    from ..assemble.ingest import writing  # deferred: assembly imports polars
+    from ..dataset import is_dataset  # deferred: the dataset's tables are polars
+
     _check_target(output)
     steps = Steps(quiet)
     total = files_to_read(list(paths)) if steps.enabled else None
@@ -123,6 +116,10 @@ def _staged(
     """The engine's workers (processes here, Ray tasks on any node) parse and write each
     source into the fresh folder; this process then chooses the run from their records,
     renumbers what the choice keeps, and writes the manifest, holding no source's events."""
+    from ..assemble.ingest import write_into as write_sources  # deferred: polars
+    from ..assemble.runs import choose  # deferred: polars
+    from ..dataset import remove_source, renumber, write_manifest  # deferred: polars
+    from ..engines import OutputError  # deferred: the engines import the parsers
 
     def write(root: Path) -> dict[str, Any]:
         try:
@@ -159,6 +156,9 @@ def _from_dataset(
     progress: Callable[[Path], None],
 ) -> Writer:
     """A dataset ingested again (into another folder): its tables are read, not parsed."""
+    from ..assemble.ingest import ingest as read_sources  # deferred: polars
+    from ..assemble.runs import choose  # deferred: polars
+    from ..dataset import write_manifest, write_source  # deferred: polars
     found = read_sources(paths, jobs=jobs, use_cache=not no_cache, progress=progress)
     sources, chosen = choose(found.sources, run_choice, paths)
     warnings = [w for s in sources for w in s.warnings]
@@ -192,6 +192,8 @@ def _run_record(run_choice: str | None, records: list[dict[str, Any]]) -> dict[s
 def _check_target(output: Path) -> None:
     """A dataset is a folder of its own: an existing file, or a folder holding anything but a
     dataset, is not overwritten."""
+    from ..dataset import is_dataset  # deferred: the dataset's tables are polars
+
     if output.exists() and not output.is_dir():
         raise InputError(output, "is a file: name a folder for the dataset (-o DIR)")
     if output.is_dir() and any(output.iterdir()) and not is_dataset(output):
@@ -240,12 +242,15 @@ without being listed here."""
 class Reuse:
     """A report of a dataset written with ``-o``: read back when kept (same dataset, code and
     options), else kept once written. Off with ``--no-cache``, for a stale dataset, and for
-    anything but a single dataset."""
+    anything but a single dataset. Reading one back imports neither the pipeline nor polars: a
+    re-analysis costs about a Python start."""
 
     root: Path | None = None
     name: str = ""
     output: Path | None = None
     fmt: str = ""
+    kept: tuple[bytes, list[str]] | None = None
+    """The kept report and the warnings its run had, when there is one to write."""
 
     @classmethod
     def of(
@@ -257,26 +262,25 @@ class Reuse:
             return cls()
         root = paths[0]
         fmt = _plain(params.get("fmt"))
-        if fmt not in REUSED_FORMATS or not is_dataset(root):
+        if fmt not in REUSED_FORMATS or not is_dataset_folder(root):
             return cls()
+        options = {k: _plain(v) for k, v in sorted(params.items()) if k not in NOT_SHAPING}
+        options["COLUMNS"] = os.environ.get("COLUMNS")  # the width of a text report in a file
         try:
-            if stale(root, read_manifest(root)):
-                return cls()
-            options = {k: _plain(v) for k, v in sorted(params.items()) if k not in NOT_SHAPING}
-            options["COLUMNS"] = os.environ.get("COLUMNS")  # the width of a text report in a file
-            return cls(root, products.key(root, options), output, str(fmt))
-        except (InputError, OSError):
+            reuse = cls(root, products.key(root, options), output, str(fmt))
+        except OSError:
             return cls()  # reading the dataset says what is wrong with it
+        reuse.kept = products.stored(root, reuse.name)
+        if reuse.kept is not None and _as_ingested(root):
+            return reuse
+        return reuse if _fresh(root) else cls()
 
     def replay(self, steps: Steps) -> bool:
         """Write the kept report to ``-o`` and say what its run said; False when none is kept
         (or ``--strict`` must judge warnings: the run is then computed and judged)."""
-        if self.root is None or self.output is None:
+        if self.kept is None or self.output is None or (CONTRACT.strict and self.kept[1]):
             return False
-        kept = products.stored(self.root, self.name)
-        if kept is None or (CONTRACT.strict and kept[1]):
-            return False
-        data, warnings = kept
+        data, warnings = self.kept
         if self.fmt == "text":
             write_bytes(self.output, data)
         else:
@@ -294,6 +298,37 @@ class Reuse:
         except OSError:
             return
         products.keep(self.root, self.name, data, list(run.warnings))
+
+
+def _fresh(root: Path) -> bool:
+    """The dataset's tables say what its sources and this rlperf's parsers would (not stale)."""
+    from ..dataset import read_manifest, stale  # deferred: the parser versions import polars
+
+    try:
+        return not stale(root, read_manifest(root))
+    except (InputError, OSError):
+        return False  # reading the dataset says what is wrong with it
+
+
+def _as_ingested(root: Path) -> bool:
+    """Every source the manifest names has the size and modification time it was ingested with
+    (or is gone): with a report kept under the key, the dataset is then not stale, which
+    :func:`_fresh` would otherwise import every parser to find. The key holds the manifest and
+    rlperf's code, so the parser versions are those the report was kept with, when the dataset
+    was not stale; an unchanged size and time is the stale test's own "not changed"."""
+    try:
+        sources = json.loads((root / products.MANIFEST).read_bytes())["sources"]
+        return all(_unchanged(Path(r["resolved"]), r["size"], r["mtime_ns"]) for r in sources)
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+
+
+def _unchanged(path: Path, size: int, mtime_ns: int) -> bool:
+    try:
+        st = path.stat()
+    except OSError:
+        return True  # a dataset outlives its sources
+    return (st.st_size, st.st_mtime_ns) == (size, mtime_ns)
 
 
 def _plain(value: Any) -> Any:

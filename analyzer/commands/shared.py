@@ -7,19 +7,19 @@ this module, never the app that lists it.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from parsers.errors import InputError, printable
 
-from .. import engines
-from ..model.run import Run
-from ..report.sections import failures
+if TYPE_CHECKING:
+    from ..model.run import Run
 
 Paths = Annotated[
     list[Path],
@@ -40,13 +40,24 @@ class EngineName(str, Enum):
 
 
 def _choose_engine(value: EngineName) -> EngineName:
-    engines.choose(engine=value.value)
+    _choose(value is EngineName.local, engine=value.value)
     return value
 
 
 def _choose_address(value: str | None) -> str | None:
-    engines.choose(address=value, given=True)
+    _choose(value is None, address=value, given=True)
     return value
+
+
+def _choose(default: bool, **part: Any) -> None:
+    """Set one part of the engine choice (:func:`analyzer.engines.choose`). A default needs
+    no setting while the engines are not imported (their choice starts at the defaults), so a
+    command that parses nothing (a kept report read back) does not import them."""
+    if default and "analyzer.engines" not in sys.modules:
+        return
+    from .. import engines  # deferred: the engines import the parsers and polars
+
+    engines.choose(**part)
 
 
 EngineChoice = Annotated[
@@ -185,6 +196,8 @@ def hold_strict(runs: Iterable[Run]) -> None:
 def conclude(runs: Iterable[Run]) -> None:
     """After the output is written: each warning as one line on stderr, each internal error as
     one line naming the analysis that failed, then exit status 3 if there was one."""
+    from ..report.sections import failures  # deferred: the report imports the pipeline
+
     found = []
     for run in runs:
         for warning in run.warnings:

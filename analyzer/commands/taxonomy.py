@@ -6,16 +6,16 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import polars as pl
 import typer
 from rich.table import Table
 
-from taxonomy import collectives, guidelines, profiles, vocab
-
 from ..report.files import check_output, console, write_text
 from .shared import Debug, Output
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 class Part(str, Enum):
@@ -41,6 +41,10 @@ def parts(
     profile: str | None = None, rules: Path | None = None, collective_rules: Path | None = None
 ) -> dict[str, tuple[str, pl.DataFrame]]:
     """Every part of the taxonomy as (title, frame), in print order."""
+    import polars as pl  # deferred: rlperf --help does without it
+
+    from taxonomy import collectives, guidelines, profiles, vocab  # deferred: polars
+
     out: dict[str, tuple[str, pl.DataFrame]] = {
         "stages": (
             "Stages of an RL step (docs/taxonomy.md)",

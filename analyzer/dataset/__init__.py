@@ -10,24 +10,37 @@ source with :func:`write_source` (one call per parsed file, from any worker) and
 
 from __future__ import annotations
 
-from .store import (
-    FORMAT,
-    MANIFEST,
-    VERSION,
-    is_dataset,
-    parser_version,
-    read_manifest,
-    read_sources,
-    remove_source,
-    renumber,
-    stale,
-    write_dataset,
-    write_manifest,
-    write_source,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .store import (
+        FORMAT,
+        MANIFEST,
+        VERSION,
+        is_dataset,
+        parser_version,
+        read_manifest,
+        read_sources,
+        remove_source,
+        renumber,
+        stale,
+        write_dataset,
+        write_manifest,
+        write_source,
+    )
 
 __all__ = [
     "FORMAT", "MANIFEST", "VERSION", "is_dataset", "parser_version", "read_manifest",
     "read_sources", "remove_source", "renumber", "stale", "write_dataset", "write_manifest",
     "write_source",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The store's names, imported on first use: it imports polars, which reading back a kept
+    report (:mod:`analyzer.dataset.products`) does without."""
+    if name not in __all__:
+        raise AttributeError(f"module 'analyzer.dataset' has no attribute {name!r}")
+    from . import store  # deferred: polars
+
+    return getattr(store, name)

@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .store import MANIFEST
+from parsers.discover import DATASET_MANIFEST as MANIFEST
 
 PRODUCTS = "products"
 CODE_ROOTS = ("parsers", "taxonomy", "analyzer")

@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar, overload
 import polars as pl
 
 from .frames import Stepping
+from .pipeline import declare_all
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -102,12 +103,14 @@ class Lazy:
 
 def providers() -> Mapping[str, Provider]:
     """Every declared provider by product name (the pipeline's modules declare them on import;
-    importing ``analyzer`` imports them all)."""
+    the ``analyzer`` package has them imported first: :mod:`analyzer.model.pipeline`)."""
+    declare_all()
     return MappingProxyType(_PROVIDERS)
 
 
 def order() -> list[str]:
     """Every product in an order where each comes after what it reads."""
+    declare_all()
     done: list[str] = []
     seen: set[str] = set()
 
