@@ -14,7 +14,6 @@ import io
 import sys
 from collections.abc import Callable
 from enum import Enum
-from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, get_args
 
@@ -59,6 +58,8 @@ for _command in COMMANDS:
 
 def version() -> str:
     """rlperf's version as the installed package states it."""
+    from importlib import metadata  # deferred: it costs more than the rest of --version
+
     try:
         return metadata.version("rlperf")
     except metadata.PackageNotFoundError:

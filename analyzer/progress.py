@@ -14,17 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
-
 from parsers import discover
 from parsers.errors import InputError, printable
 
@@ -39,6 +28,8 @@ class Steps:
     """The progress display of one command."""
 
     def __init__(self, quiet: bool = False) -> None:
+        from rich.console import Console  # deferred: rlperf --help does without rich
+
         self.console = Console(stderr=True)
         self.enabled = not quiet and self.console.is_terminal
 
@@ -49,6 +40,15 @@ class Steps:
         if not self.enabled:
             yield lambda *a, **k: None
             return
+        from rich.progress import (  # deferred: only a terminal shows it
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         columns = [SpinnerColumn(), TextColumn("{task.description}")]
         if total is not None:
             columns += [BarColumn(), MofNCompleteColumn()]
@@ -118,4 +118,6 @@ def files_to_read(paths: list[Path]) -> int | None:
 
 def shown(name: object) -> str:
     """An input-derived name for a rich display: control characters escaped, markup inert."""
+    from rich.markup import escape  # deferred: rlperf --help does without rich
+
     return escape(printable(name))

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from ..progress import Steps
 from ..report.files import check_output, write_text
@@ -89,6 +88,8 @@ def audit(
     every run-summary number is held to 10% of the baseline; without a baseline, max_increase
     and max_decrease are not checked. Exit status 1 when a check fails, 3 on an internal error.
     """
+    from rich.console import Console  # deferred: rlperf --help does without rich
+
     from ..ops import audit as budgets  # deferred: the pipeline imports polars
     from ..progress import load  # deferred: the pipeline
     from ..report import json as json_report  # deferred: the renderers import polars

@@ -8,9 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.cells import cell_len
-from rich.console import Console
-from rich.table import Table
 
 from parsers.errors import printable
 
@@ -19,6 +16,7 @@ from ..report.files import console, emit_text
 
 if TYPE_CHECKING:
     import polars as pl
+    from rich.console import Console
 from .shared import (
     Debug,
     EngineChoice,
@@ -138,6 +136,8 @@ def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None
 def render_text(comparison, console: Console) -> None:
     """The table, stacked into several when it is wider than the console (each repeats the
     metric column; no header is cut), then who wins where and the footnote."""
+    from rich.table import Table  # deferred: rlperf --help does without rich
+
     from ..report.comparison import NOTE, TEXT_COLUMNS, display, wins_line  # deferred: polars
 
     shown = display(comparison)
@@ -170,6 +170,8 @@ PADDING = 3
 def stacked(shown: pl.DataFrame, width: int) -> list[list[str]]:
     """The columns split into tables of at most ``width`` characters, each led by ``metric``
     (which wraps if it must); one table when everything fits."""
+    from rich.cells import cell_len  # deferred: rlperf --help does without rich
+
     natural = {
         c: max([cell_len(c), *(cell_len(v) for v in shown[c].to_list())]) + PADDING
         for c in shown.columns

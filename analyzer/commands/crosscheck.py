@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
 from ..model.units import cell, duration
 from ..progress import Steps
 from ..report.files import console, emit_text
 from .analyze import Width, report_width
+
+if TYPE_CHECKING:
+    from rich.console import Console
 from .shared import (
     Debug,
     EngineChoice,
@@ -103,6 +104,7 @@ split or stacked; no header cut)."""
 
 def render_text(result, console: Console) -> None:
     import polars as pl  # deferred: rlperf --help does without it
+    from rich.text import Text  # deferred: rlperf --help does without rich
 
     from ..ops.crosscheck import METRICS, REASONS, VERDICTS  # deferred: polars
     from ..report.fit import wrap  # deferred: the renderers import polars

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from ..model.units import cell, unit_format
 from ..progress import Steps
 from ..report.files import check_output, write_text
 from ..samples import demo_groups
 from .shared import Debug, Quiet
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 DEFAULT_OUTPUT = Path("rlperf-demo.html")
 HIGHLIGHTS = (
@@ -43,6 +45,8 @@ def demo(
     """Analyze the bundled sample runs (verl colocated, disaggregated and one-step-off; OpenRLHF
     disaggregated; GPU-shaped synthetic runs of the three placements) and write one
     self-contained HTML report comparing them, each run's full report below its comparison."""
+    from rich.console import Console  # deferred: rlperf --help does without rich
+
     from ..ops.compare import compare  # deferred: the pipeline imports polars
     from ..progress import load  # deferred: the pipeline
     from ..report.html import Page, add_comparison, esc  # deferred: it loads altair

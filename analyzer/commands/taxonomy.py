@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from ..report.files import check_output, console, write_text
 from .shared import Debug, Output
@@ -131,6 +130,8 @@ def taxonomy(
     """Print the taxonomy: stages, roles, dimensions, placements and execution modes, idle
     causes, the framework profiles with their rules, the collective rules, the communication
     families and the guideline catalogue."""
+    from rich.table import Table  # deferred: rlperf --help does without rich
+
     check_output(output)
     chosen = parts(
         profile, rules, collective_rules

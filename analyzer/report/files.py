@@ -14,12 +14,13 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, TextIO
-
-from rich.console import Console
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from parsers.errors import InputError, printable
 from parsers.reading import file_kind
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def title_of(run) -> str:
@@ -126,6 +127,8 @@ def write_bytes(output: Path, data: bytes) -> Path:
 def console(output: Path | None, width: int) -> Iterator[Console]:
     """Where a command's rich tables go: the terminal, or ``output`` at a fixed width without
     colour codes."""
+    from rich.console import Console  # deferred: rlperf --help does without rich
+
     if output is None:
         yield Console()
         return
