@@ -136,3 +136,17 @@ def test_gpu_measures_are_the_same_on_categorical_and_string_names() -> None:
         if "name" in left.columns:
             right = right.with_columns(pl.col("name").cast(pl.String))
         assert _sorted(left).equals(_sorted(right)), check
+
+
+def test_duplicates_are_whole_copies_among_rows_of_one_start() -> None:
+    """Only an identical row counts (checked among the rows whose start repeats): a row of the
+    same start and another name, or the same row with another end, is no copy."""
+    from analyzer.analyses import quality
+
+    base = {"source": 0, "kind": "kernel", "name": "k", "start_ns": 10, "end_ns": 20, "depth": 0}
+    rows = [base, {**base, "depth": 1}, {**base, "name": "other"}, {**base, "end_ns": 21},
+            {**base, "start_ns": 30, "end_ns": 40}, {**base, "start_ns": 30, "end_ns": 40}]
+    frame = pl.DataFrame(rows, schema={"source": pl.UInt32, "kind": pl.String, "name": pl.String,
+                                       "start_ns": pl.Int64, "end_ns": pl.Int64,
+                                       "depth": pl.Int16})
+    assert quality.duplicates(frame).rows() == [(0, 2, "2 kernel")]

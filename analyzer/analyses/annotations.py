@@ -21,14 +21,16 @@ TOP = 8
 
 
 def compute(events: pl.DataFrame) -> pl.DataFrame:
-    windows = events.group_by("rank").agg(
+    """One row per rank and top-level annotation name; the event table is narrowed to the
+    annotations (and their few columns) before any name is read as text, and the windows are
+    a lazy query (eagerly, ``max - min`` in an aggregation materialised every group's rows)."""
+    windows = events.lazy().group_by("rank").agg(
         (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("window_ns")
-    )
-    ranges = events.filter(
-        pl.col("kind").is_in(["annotation"])
-        & ~pl.col("name").cast(pl.String).str.starts_with(STEP_PREFIX)
-    )
+    ).collect()
     keys = ["source", "pid", "tid"]
+    ranges = events.lazy().filter(pl.col("kind").is_in(["annotation"])).select(
+        *keys, "rank", "name", "start_ns", "end_ns"
+    ).filter(~pl.col("name").cast(pl.String).str.starts_with(STEP_PREFIX)).collect()
     ranges = ranges.with_columns(nesting_depth(ranges, keys).alias("outer_depth"))
     top = ranges.filter(pl.col("outer_depth") == 0).with_columns(
         pl.col("name").cast(pl.String).str.replace(OP_ID_SUFFIX, "").alias("name")

@@ -210,9 +210,9 @@ def idle_gaps(gpu: pl.DataFrame, stage_spans: pl.DataFrame, win: pl.DataFrame,
         (pl.col("empty_ns") * _dur() / pl.col("_whole")).sum().round().cast(pl.Int64)
         .alias("empty_ns"),
     )
-    kwin = kernels.group_by("rank").agg(
+    kwin = kernels.lazy().group_by("rank").agg(
         (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("kernel_window_ns")
-    )
+    ).collect()
     out = per.join(win, on=["scope", "rank"]).join(kwin, on="rank", how="left").with_columns(
         pl.when(pl.col("scope") == WHOLE).then("kernel_window_ns").otherwise("gpu_window_ns")
         .alias("window_ns")
