@@ -30,7 +30,7 @@ from .errors import InputError
 from .limits import DECOMPRESSED_BYTES, STRING_BYTES
 from .reading import GZIP_ERRORS, UNNAMED, _over_limit
 
-BLOCK = 4 * 2**20
+BLOCK = 2**19
 """Bytes of JSON read at a time; tests set it tiny to put a block boundary at every byte."""
 _GZIP_READ = 2**20
 _TRIES = 64
