@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from parsers.errors import InputError
+
 from ..model.units import cell, duration
 from ..progress import Steps
 from ..report.files import console, emit_text
@@ -16,6 +18,7 @@ from .analyze import Width, report_width
 if TYPE_CHECKING:
     from rich.console import Console
 from .shared import (
+    CONTRACT,
     Debug,
     EngineChoice,
     EngineName,
@@ -29,6 +32,7 @@ from .shared import (
     Strict,
     conclude,
     hold_strict,
+    say,
 )
 
 
@@ -63,16 +67,18 @@ def crosscheck(
     temporal breakdown and comm/compute overlap beside rlperf's, with the differences and how
     much of them each known definitional difference explains."""
     from ..ops.crosscheck import crosscheck as run_crosscheck  # deferred: polars, the pipeline
-    from ..ops.crosscheck import load_hta  # deferred: polars
+    from ..ops.crosscheck import load_hta, not_comparable  # deferred: polars
     from ..progress import load  # deferred: the pipeline
 
     load_hta()
     steps = Steps(quiet)
     run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[output])
     hold_strict([run])
+    skip = not_comparable(list(paths))
+    hold_skipped(skip)
     traces = sum(s.format == "kineto" for s in run.sources)
     with steps.step("Running HTA", total=traces) as advance:
-        result = run_crosscheck(run, progress=advance)
+        result = run_crosscheck(run, progress=advance, skip=skip)
     if fmt.value == "json":
         emit_text(
             json.dumps(result.to_json(), indent=2, default=str) + "\n",
@@ -85,7 +91,17 @@ def crosscheck(
     else:
         with console(output, report_width(width)) as out:
             render_text(result, out)
+    for why in skip.values():
+        say(f"rlperf: warning: {why}")
     conclude([run])
+
+
+def hold_skipped(skip: dict[str, str]) -> None:
+    """Under ``--strict``, a source left out of the cross-check is an error (exit status 2)."""
+    if CONTRACT.strict and skip:
+        first = next(iter(skip.values()))
+        raise InputError("--strict", f"warning treated as an error: {first} "
+                         f"({len(skip)} source(s) not cross-checked)")
 
 
 COLUMNS = (

@@ -389,7 +389,7 @@ def stale(root: Path, manifest: dict[str, Any]) -> dict[int, str]:
     out: dict[int, str] = {}
     for r in manifest["sources"]:
         name = Path(r["path"]).name
-        if _changed(r):
+        if changed(r):
             out[r["index"]] = (
                 f"dataset {root}: {name} changed since it was ingested; the report reads the "
                 "tables ingested then (run rlperf ingest again to read it anew)"
@@ -402,7 +402,9 @@ def stale(root: Path, manifest: dict[str, Any]) -> dict[int, str]:
     return out
 
 
-def _changed(record: dict[str, Any]) -> bool:
+def changed(record: dict[str, Any]) -> bool:
+    """The source file differs from what was ingested (size or time differ and so does the
+    content, when a hash was kept); a file no longer there has not changed."""
     path = Path(record["resolved"])
     try:
         st = path.stat()

@@ -27,6 +27,8 @@ from parsers.errors import InputError
 from parsers.events import GPU_ACTIVITY_KINDS
 
 from ..analyses.gpu_time import compute as gpu_time
+from ..dataset import is_dataset, read_manifest
+from ..dataset.store import changed
 from ..model.scalars import number
 
 REASONS: dict[str, str] = {
@@ -72,7 +74,8 @@ class CrossCheck:
     reasons: pl.DataFrame
     """rank, reason, effect (µs of idle time it accounts for)."""
     problems: list[str] = field(default_factory=list)
-    """Traces HTA could not analyse, with its error."""
+    """Traces not cross-checked and why: HTA could not analyse them (its error), or they are no
+    longer what the dataset's tables were read from (:func:`not_comparable`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -97,8 +100,37 @@ def load_hta():
     return TraceAnalysis
 
 
-def crosscheck(run, progress=lambda **_: None) -> CrossCheck:
-    """HTA and rlperf on every Kineto trace of ``run``, rank by rank."""
+def not_comparable(paths: list[Path]) -> dict[str, str]:
+    """Resolved path → why that source of a dataset is not cross-checked. rlperf reads the tables
+    ingested then, HTA the file now: a file changed since (its size, time and hash no longer
+    those of the manifest) or gone would compare different contents, every metric DIFFERS."""
+    if len(paths) != 1 or not is_dataset(paths[0]):
+        return {}
+    root = paths[0]
+    out: dict[str, str] = {}
+    for record in read_manifest(root)["sources"]:
+        if record["format"] != "kineto":
+            continue
+        name, where = Path(record["path"]).name, Path(record["resolved"])
+        if not where.is_file():
+            out[str(where)] = (
+                f"{name} (a source of {root}) is no longer at {where}: not cross-checked"
+            )
+        elif changed(record):
+            out[str(where)] = (
+                f"{name} changed since it was ingested into {root}: not cross-checked "
+                "(HTA would read the file as it is now, rlperf the tables of then); "
+                "run rlperf ingest again"
+            )
+    return out
+
+
+def crosscheck(
+    run, progress=lambda **_: None, skip: dict[str, str] | None = None
+) -> CrossCheck:
+    """HTA and rlperf on every Kineto trace of ``run``, rank by rank; ``skip``: the sources
+    :func:`not_comparable` found, each left out with its line among the problems."""
+    skip = skip or {}
     traces = [s for s in run.sources if s.format == "kineto"]
     if not traces:
         where = run.sources[0].path if run.sources else "."
@@ -108,13 +140,16 @@ def crosscheck(run, progress=lambda **_: None) -> CrossCheck:
     reasons: list[dict[str, Any]] = []
     problems: list[str] = []
     for source in traces:
+        why = skip.get(str(source.path.resolve()))
+        if why is not None:
+            problems.append(why)
+            progress(what=source.path.name)
+            continue
         events = run.events.filter(pl.col("source") == source.index)
         try:
             theirs = hta_numbers(analysis, source.path)
-        except Exception as exc:  # HTA fails in its own ways (e.g. IndexError on CPU-only traces)
-            problems.append(
-                f"{source.path.name}: HTA could not analyse it ({type(exc).__name__}: {exc})"
-            )
+        except HtaFailed as failed:
+            problems.append(f"{source.path.name}: HTA could not analyse it ({failed})")
             progress(what=source.path.name)
             continue
         rank_rows, rank_reasons = _compare(source.rank, events, theirs, source.meta)
@@ -144,6 +179,10 @@ def crosscheck(run, progress=lambda **_: None) -> CrossCheck:
     )
 
 
+class HtaFailed(Exception):
+    """HTA's error on one trace, its text naming the trace rather than HTA's scratch folder."""
+
+
 def hta_numbers(analysis, path: Path) -> dict[str, float]:
     """HTA's temporal breakdown and overlap for one trace (run in a folder of its own)."""
     with tempfile.TemporaryDirectory(prefix="rlperf-hta-") as folder, _quiet():
@@ -152,9 +191,13 @@ def hta_numbers(analysis, path: Path) -> dict[str, float]:
             link.symlink_to(path.resolve())
         except OSError:
             shutil.copy(path, link)
-        ta = analysis(trace_dir=folder, include_last_profiler_step=True)
-        breakdown = ta.get_temporal_breakdown(visualize=False).iloc[0]
-        overlap = ta.get_comm_comp_overlap(visualize=False)["comp_comm_overlap_pctg"].iloc[0]
+        try:
+            ta = analysis(trace_dir=folder, include_last_profiler_step=True)
+            breakdown = ta.get_temporal_breakdown(visualize=False).iloc[0]
+            overlap = ta.get_comm_comp_overlap(visualize=False)["comp_comm_overlap_pctg"].iloc[0]
+        except Exception as exc:  # HTA fails in its own ways (IndexError on CPU-only traces)
+            text = str(exc).replace(str(link), str(path)).replace(folder, str(path.parent))
+            raise HtaFailed(f"{type(exc).__name__}: {text}") from exc
     out = {k: float(breakdown[v]) for k, v in HTA_COLUMNS.items()}
     out["overlap_pct"] = float(overlap)
     return out
