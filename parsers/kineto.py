@@ -10,6 +10,11 @@ Speed: one typed msgspec pass decodes only the fields we keep, with ``args`` lef
 args are decoded (again typed, again only the fields we keep) only for the categories that
 carry correlation, stream, byte or collective information. Columns go straight to polars.
 
+Memory: the file is streamed (:mod:`parsers.json_stream`): events are decoded a block of JSON at a
+time, in the same chunks as a whole reading, and the other top-level keys at the end from a small
+skeleton document; a file the stream does not take (damaged, cut, unusual) is read whole, which
+states its problem (docs/formats-kineto.md, "Streaming").
+
 Value ranges (docs/events.md, "Value ranges"), checked as column expressions after decoding,
 in float before any integer arithmetic (which would wrap); every repair is counted with
 :meth:`~parsers.source.ParsedSource.tally` and stated in one warning line:
