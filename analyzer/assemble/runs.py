@@ -7,7 +7,9 @@ sources are grouped by what they state before assembly (docs/assembly.md, "Run i
 
 * **Copies** of one capture (same format, ranks, events and window) are read once, with a warning.
 * **Traces** join a run when their absolute time window overlaps it (within
-  :data:`WINDOW_SLACK_NS`) and no member states the same rank or another world size.
+  :data:`WINDOW_SLACK_NS`) and no member states the same rank or another world size. A trace
+  without a wall clock has no window to overlap: it joins a run only when its file name is
+  another member's with the rank changed (one job's rank files), else it is a run of its own.
 * **Logs** join each other unless their frameworks, world sizes or wall-clock windows disagree;
   a log group joins the traces its window overlaps (within :data:`LOG_SLACK_NS`, its stamps'
   time zone is unknown), or the traces when both are the only ones there are.
@@ -18,7 +20,7 @@ Several runs → :class:`RunsError` (exit 2) listing them, unless ``--run K`` ch
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import cache
@@ -28,6 +30,7 @@ import polars as pl
 
 from parsers import InputError, ParsedSource
 from parsers.errors import printable
+from parsers.source import RANK_IN_NAME_BOUNDED
 from taxonomy import profiles as tp
 
 from ..model.scalars import number_or_none
@@ -65,6 +68,8 @@ class Group:
     """Sources of one run so far, with the window they span."""
 
     members: list[Facts] = field(default_factory=list)
+    untimed: list[tuple[str, str]] = field(default_factory=list)
+    """Members without a wall clock that joined it, with what tied them (file name, why)."""
 
     @property
     def window(self) -> tuple[int, int] | None:
@@ -236,22 +241,64 @@ def _log_conflict(f: Facts, group: Group) -> str | None:
     return None
 
 
-def _cluster(found: list[Facts], conflict, reasons: list[str]) -> list[Group]:
+Tie = Callable[[Facts, Group], str | None]
+"""What ties a source without a wall clock to a group (said in the run listing), or None."""
+
+
+def _cluster(
+    found: list[Facts], conflict, reasons: list[str], tie: Tie | None = None
+) -> list[Group]:
     """Each source joins the first group it does not conflict with (windowed sources in time
-    order first; a source without a wall clock joins only a group it alone can join)."""
+    order first). A source without a wall clock joins only a group it alone can join and, given
+    ``tie``, only one that something besides time ties it to: fitting is no evidence."""
     groups: list[Group] = []
     timed = sorted((f for f in found if f.window), key=lambda f: (f.window, f.index))
     for f in [*timed, *(f for f in found if not f.window)]:
         why = [conflict(f, g) for g in groups]
         fits = [g for g, w in zip(groups, why, strict=True) if w is None]
-        if (fits and f.window) or len(fits) == 1:
+        if fits and f.window:
             fits[0].members.append(f)
-        else:
-            reasons.extend(w for w in why if w)
-            if not f.window and len(fits) > 1:
-                reasons.append("a source without a wall clock that fits more than one run")
-            groups.append(Group([f]))
+            continue
+        ties = [(g, t) for g in fits if (t := tie(f, g) if tie else "fitting only one log run")]
+        if len(ties) == 1 and (tie or len(fits) == 1):
+            ties[0][0].members.append(f)
+            ties[0][0].untimed.append((f.source.path.name, ties[0][1]))
+            continue
+        reasons.extend(w for w in why if w)
+        if len(ties) > 1:
+            reasons.append("a source without a wall clock that fits more than one run")
+        elif fits:
+            reasons.append("a trace without a wall clock that nothing ties to another run")
+        groups.append(Group([f]))
     return groups
+
+
+def _rank_files_tie(f: Facts, group: Group) -> str | None:
+    """``f``'s file name is a member's with another rank in it, in the same folder: the rank
+    files of one job (``rank-0.json``, ``rank-1.json``), the one tie a trace without a wall clock
+    has. The ranks the files hold must be the ones their names state."""
+    mine = _rank_template(f)
+    if mine is None:
+        return None
+    for m in group.members:
+        theirs = _rank_template(m)
+        if theirs and theirs[0] == mine[0] and theirs[1] != mine[1]:
+            return f"its file name (rank {mine[1]} beside {m.source.path.name})"
+    return None
+
+
+def _rank_template(f: Facts) -> tuple[tuple[str, str], int] | None:
+    """(folder, name with its rank blanked) and the rank, when the name states the one rank the
+    source holds (or the source holds none)."""
+    path = f.source.path
+    found = RANK_IN_NAME_BOUNDED.search(path.name)
+    if found is None:
+        return None
+    rank = int(found.group(1))
+    if f.ranks and f.ranks != {rank}:
+        return None
+    blank = path.name[: found.start(1)] + "#" + path.name[found.end(1) :]
+    return (_norm(path.parent), blank), rank
 
 
 def _attach_logs(traces: list[Group], logs: list[Group], reasons: list[str]) -> list[Group]:
@@ -273,12 +320,18 @@ def _attach_logs(traces: list[Group], logs: list[Group], reasons: list[str]) -> 
             start = lw[0]
             best, _ = min(near, key=lambda tw: abs(tw[1][0] - start))
             best.members.extend(log.members)
+            best.untimed.extend(log.untimed)
         elif lw and all(t.window for t in traces):
             alone.append(log)
         else:
             undecided.append(log)
     if len(traces) == 1 and len(undecided) == 1 and _frameworks_agree(undecided[0], traces[0]):
-        traces[0].members.extend(undecided.pop().members)
+        log = undecided.pop()
+        traces[0].members.extend(log.members)
+        traces[0].untimed.extend(
+            [*log.untimed, *((m.source.path.name, "being the only logs beside the only traces")
+                             for m in log.members if not m.window)]
+        )
     if traces and (alone or undecided):
         reasons.append("logs that belong to no trace capture given")
     return [*traces, *alone, *undecided]
@@ -302,7 +355,7 @@ def group(
         [facts(i, p, said[i] if said else None) for i, p in enumerate(parsed)]
     )
     reasons: list[str] = []
-    traces = _cluster([f for f in found if not f.log], _trace_conflict, reasons)
+    traces = _cluster([f for f in found if not f.log], _trace_conflict, reasons, _rank_files_tie)
     logs = _cluster([f for f in found if f.log], _log_conflict, reasons)
     runs = _attach_logs(traces, logs, reasons)
     runs.sort(key=lambda g: (g.window is None, g.window or (0, 0), g.indexes[0]))
@@ -395,7 +448,7 @@ def _summary(g: Group, paths: list[Path], inputs: list[Path]) -> str:
     files = ", ".join(shown) + (
         f" (+{len(paths) - LISTED_FILES} more)" if len(paths) > LISTED_FILES else ""
     )
-    facts_ = [_formats(g), _ranks(g), _frameworks(g), _when(g)]
+    facts_ = [_formats(g), _ranks(g), _frameworks(g), _when(g), _ties(g)]
     return f"{files}: " + "; ".join(f for f in facts_ if f)
 
 
@@ -440,6 +493,15 @@ def _when(g: Group) -> str:
     approx = "~" if all(m.log for m in g.members if m.window) else ""
     start = datetime.fromtimestamp(window[0] / 1e9, tz=timezone.utc)
     return f"{approx}{start:%Y-%m-%d %H:%M:%S} UTC for {_duration((window[1] - window[0]) / 1e9)}"
+
+
+def _ties(g: Group) -> str:
+    """What joined the members that have no wall clock (their time says nothing)."""
+    if not g.untimed:
+        return ""
+    name, how = g.untimed[0]
+    more = f" (+{len(g.untimed) - 1} more)" if len(g.untimed) > 1 else ""
+    return f"no wall clock: {name} grouped by {how}{more}"
 
 
 def _duration(seconds: float) -> str:
