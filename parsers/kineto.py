@@ -332,6 +332,8 @@ def _read(path: Path, out: ParsedSource) -> bytes:
     if not raw.strip():
         raise InputError(path, "empty file")
     if raw[:2] != b"\x1f\x8b":
+        if path.name.endswith(".gz") and raw.lstrip()[:1] not in (b"{", b"["):
+            raise InputError(path, "not gzip data (the name ends .gz), nor JSON")
         return raw
     try:
         return gunzip(raw)
