@@ -5,18 +5,14 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from parsers.errors import printable
+from parsers.errors import InputError, printable
 
 from ..progress import Steps
 from ..report.files import console, emit_text
-
-if TYPE_CHECKING:
-    import polars as pl
-    from rich.console import Console
 from .shared import (
     Debug,
     EngineChoice,
@@ -26,11 +22,25 @@ from .shared import (
     Output,
     Quiet,
     RayAddress,
-    RunChoice,
     Strict,
     conclude,
     hold_strict,
 )
+
+if TYPE_CHECKING:
+    import polars as pl
+    from rich.console import Console
+
+    from ..model.run import Run
+
+CompareRun = Annotated[
+    str | None,
+    typer.Option(
+        "--run",
+        help="For each input that holds several separate runs, compare this one: its number as "
+             "listed, or a path prefix of its files (an input of one run is that run).",
+    ),
+]
 
 
 class CompareFormat(str, Enum):
@@ -68,7 +78,7 @@ def compare(
     engine: EngineChoice = EngineName.local,
     ray_address: RayAddress = None,
     quiet: Quiet = False,
-    run_choice: RunChoice = None,
+    run_choice: CompareRun = None,
     strict: Strict = False,
     debug: Debug = False,
 ) -> None:
@@ -76,16 +86,15 @@ def compare(
     and which run wins each metric (e.g. verl colocated vs OpenRLHF disaggregated on the same job,
     or before/after a configuration change)."""
     from ..ops.compare import compare as compare_runs  # deferred: the pipeline imports polars
-    from ..progress import load  # deferred: the pipeline
 
     if len(runs) < 2:
         raise typer.BadParameter("give at least two runs to compare")
     labels = checked_labels(list(label or []), runs)
     steps = Steps(quiet)
     loaded = [
-        load(
-            [path], steps, jobs=jobs, no_cache=no_cache, label=f"{name} (run {i}/{len(runs)})",
-            run=run_choice, writes=[output],
+        load_input(
+            path, steps, run_choice, jobs=jobs, no_cache=no_cache,
+            label=f"{name} (run {i}/{len(runs)})", writes=[output],
         )
         for i, (path, name) in enumerate(zip(runs, labels, strict=True), start=1)
     ]
@@ -94,6 +103,32 @@ def compare(
     hold_strict(loaded)
     emit(comparison, fmt.value, output, steps, runs=loaded)
     conclude(loaded)
+
+
+def load_input(path: Path, steps: Steps, choice: str | None, **options: Any) -> Run:
+    """One input of the comparison. ``--run`` chooses among the runs of an input that holds
+    several; an input holding one run is that run whatever ``--run`` says (a dataset, made of
+    one run, beside the folder it came from). A choice an input of several runs lacks names that
+    input and its runs. Only when the choice fits no run of the input is it read a second time."""
+    from ..assemble.runs import RunsError  # deferred: polars
+    from ..progress import load  # deferred: the pipeline
+
+    try:
+        return load([path], steps, run=choice, **options)
+    except InputError as error:
+        if choice is None or error.path != "--run":
+            raise
+        if not error.problem.startswith("no run"):
+            raise InputError(path, f"--run: {error.problem}") from None
+    try:
+        return load([path], steps, run=None, **options)
+    except RunsError as several:
+        count = len(several.runs)
+        raise InputError(
+            path,
+            f"holds {count} runs (1-{count}), none of them --run {choice}: choose one of them "
+            "with --run (its number as rlperf analyze lists them, or a path prefix of its files)",
+        ) from None
 
 
 def checked_labels(given: list[str], runs: list[Path]) -> list[str]:
