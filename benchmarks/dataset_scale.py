@@ -13,7 +13,9 @@ the main process's peak RSS and the sampled peak of the whole process tree):
     .venv/bin/python benchmarks/dataset_scale.py [--ranks 1024] [--scenario disaggregated]
         [--jobs N] [--no-sources] [--json OUT]
 
-Exit status 1 when the two reports differ.
+Exit status 1 when the two reports differ; the sections that differ are named, and so is a
+change of rlperf's code while the row ran (the checkout edited between the analysis of the sources
+and the ingest: two codes compared, not the dataset against its sources).
 """
 
 from __future__ import annotations
@@ -44,10 +46,24 @@ def checked(argv: list[str]) -> dict[str, float]:
     return measure(argv, env())
 
 
+def code_version() -> str:
+    """rlperf's code as it is now on disk (not the value cached by this process)."""
+    from analyzer.dataset.products import code_version
+
+    return code_version.__wrapped__()
+
+
+def differing(first: dict, second: dict, ignored: tuple[str, ...] = ()) -> list[str]:
+    """The top-level sections of two JSON reports that differ (one missing counts)."""
+    keys = (set(first) | set(second)) - set(ignored)
+    return sorted(k for k in keys if first.get(k, ...) != second.get(k, ...))
+
+
 def one(ranks: int, scenario: str, jobs: int, sources: bool, tmp: Path) -> dict:
     from sample_traces.synth import generate, preset
 
     run, ds = tmp / f"run{ranks}", tmp / f"ds{ranks}"
+    code = code_version()
     start = time.perf_counter()
     generate(preset(scenario, ranks, steps=3), run, jobs=jobs)
     row: dict = {"ranks": ranks, "scenario": scenario, "generate_s": time.perf_counter() - start,
@@ -65,7 +81,9 @@ def one(ranks: int, scenario: str, jobs: int, sources: bool, tmp: Path) -> dict:
         row["from_sources"] = checked(
             [str(RLPERF), "analyze", str(run), "-f", "json", "-o", str(first), *common]
         )
-        row["same_report"] = json.loads(first.read_text()) == json.loads(report.read_text())
+        row["differing"] = differing(json.loads(first.read_text()), json.loads(report.read_text()))
+        row["same_report"] = not row["differing"]
+    row["code_changed"] = code_version() != code
     return row
 
 
@@ -77,6 +95,10 @@ def line(row: dict) -> str:
         return f"{f['seconds']:.1f} s, {f['peak_rss_mib']:.0f} MiB (tree {f['tree_peak_mib']:.0f})"
 
     same = {True: "same report", False: "REPORTS DIFFER", None: ""}[row.get("same_report")]
+    if row.get("differing"):
+        same += f" ({', '.join(row['differing'])})"
+    if row.get("code_changed"):
+        same += " (rlperf's code changed during this row: compared two codes)"
     return (
         f"{row['ranks']:>5} ranks, {row['trace_mb']:.0f} MB of traces → dataset "
         f"{row['dataset_mb']:.0f} MB in {row['files']} files | ingest {fig('ingest')} | "

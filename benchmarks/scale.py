@@ -11,7 +11,9 @@ RSS and the sampled peak of the whole process tree (main process + parser worker
         [--steps 3] [--per-rank-mb MB] [--no-gzip] [--dataset] [--json OUT]
 
 ``--dataset`` also writes each run into a dataset (``rlperf ingest``, measured) and analyses the
-dataset (measured), checking that report's sections equal the report from the files.
+dataset (measured), checking that report's sections equal the report from the files (the
+sections that differ are named, and so is an edit of rlperf's code during the row, which compares
+two codes; exit status 1 when they differ).
 
 ``--per-rank-mb`` raises the decode length until each rank's trace holds about that many MB
 of JSON (the "64 ranks × 100 MB" run: ``--ranks 64 --per-rank-mb 100 --steps 1``).
@@ -34,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
+from dataset_scale import code_version, differing  # noqa: E402
 from ingest import _env  # noqa: E402
 from measure import measure  # noqa: E402
 
@@ -44,6 +47,7 @@ def one(ranks: int, args: argparse.Namespace, tmp: Path) -> dict:
     from sample_traces.synth import generate, preset
 
     run = tmp / f"run{ranks}"
+    code = code_version()
     overrides = _sized(args) if args.per_rank_mb else {}
     config = preset(args.scenario, ranks, steps=args.steps, seed=1, **overrides)
     t = time.perf_counter()
@@ -59,6 +63,8 @@ def one(ranks: int, args: argparse.Namespace, tmp: Path) -> dict:
     )
     document = json.loads(report.read_text())
     extra = _from_dataset(run, tmp, rlperf, report, args) if args.dataset else {}
+    if args.dataset:
+        extra["code_changed"] = code_version() != code
     shutil.rmtree(run)
     report.unlink()
     return {
@@ -80,10 +86,11 @@ def _from_dataset(run: Path, tmp: Path, rlperf: Path, report: Path, args) -> dic
     again = tmp / "again.json"
     analyse = measure([str(rlperf), "analyze", str(dataset), "--format", "json", "-o", str(again),
                        "--quiet"], _env())
-    same = _numbers(again) == _numbers(report)
+    differ = differing(_numbers(again), _numbers(report))
     shutil.rmtree(dataset)
     again.unlink()
-    return {"ingest": ingest, "from_dataset": analyse, "dataset_report_equal": same}
+    return {"ingest": ingest, "from_dataset": analyse, "dataset_report_equal": not differ,
+            "differing": differ}
 
 
 def _numbers(report: Path) -> dict:
@@ -144,9 +151,14 @@ def main() -> None:
                 i, d = row["ingest"], row["from_dataset"]
                 print(f"       rlperf ingest {i['seconds']:.2f} s / {i['tree_peak_mib']:.0f} MiB; "
                       f"analyze DATASET {d['seconds']:.2f} s / {d['tree_peak_mib']:.0f} MiB; "
-                      f"report equal to the files': {row['dataset_report_equal']}", flush=True)
+                      f"report equal to the files': {row['dataset_report_equal']}"
+                      f"{' (' + ', '.join(row['differing']) + ')' if row['differing'] else ''}"
+                      f"{' (code changed during the row)' if row['code_changed'] else ''}",
+                      flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
+    if any(r.get("dataset_report_equal") is False for r in rows):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

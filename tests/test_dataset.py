@@ -517,3 +517,40 @@ def test_a_run_of_twelve_ranks_written_by_pool_workers_reports_as_its_files(
     assert len(reports["files"]["sources"]) == 12 and pools == [2, 2]  # ingest, --no-cache
     assert reports["cache"] == reports["files"]
     assert reports["dataset"] == reports["files"]
+
+
+REVERSED_CODES = """
+import sys
+from pathlib import Path
+import pyarrow.parquet as pq
+import polars as pl
+words = set()
+for f in Path(sys.argv[1]).glob("events/rank=*/*.parquet"):
+    for column in pq.read_table(f, columns=["host", "name", "pg", "pg_desc"]).columns:
+        words.update(w for w in column.to_pylist() if w is not None)
+interned = pl.Series(sorted(words, reverse=True), dtype=pl.Categorical)
+sys.argv = ["rlperf", *sys.argv[2:]]
+from analyzer.cli import main
+main()
+"""
+"""A fresh interpreter whose categorical codes run against the strings' order (polars' codes are
+global, in the order strings are first seen: a pool's results arrive as workers finish)."""
+
+
+def test_a_report_does_not_depend_on_the_order_names_got_their_codes(
+    tmp_path: Path, capsys, multi: Path
+) -> None:
+    """The dataset read with every name's categorical code in reverse order of the names gives
+    the report its files give, every key included."""
+    import subprocess
+
+    files, again = tmp_path / "files.json", tmp_path / "again.json"
+    args = ("-f", "json", "--no-cache", "-q")
+    assert rlperf(capsys, "analyze", str(MULTI), *args, "-o", str(files))[0] == 0
+    done = subprocess.run(
+        [sys.executable, "-c", REVERSED_CODES, str(multi), "analyze", str(multi), *args, "-o",
+         str(again)], capture_output=True, text=True, timeout=300, cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    first, second = json.loads(files.read_text()), json.loads(again.read_text())
+    assert first["sources"] and second == first
