@@ -151,6 +151,7 @@ def discover(paths: Iterable[str | Path]) -> Discovery:
         problem = not_regular(path)
         if problem and not path.is_dir():
             raise InputError(path, problem)
+        refuse_dataset_part(path)
         if problem is None:
             found.named.add(path.resolve())
         for file in [path] if problem is None else _walk(path, found, set()):
@@ -213,6 +214,50 @@ def is_dataset_folder(folder: Path) -> bool:
             return _DATASET.match(fh.read(512)) is not None
     except OSError:
         return False
+
+
+DATASET_ENTRIES = frozenset(
+    {DATASET_MANIFEST, f".{DATASET_MANIFEST}.tmp", "events", "metrics", "sources", "products"}
+)
+"""What a dataset holds at its top (analyzer/dataset/store.py writes the manifest, events/,
+metrics/ and sources/; analyzer/dataset/products.py the kept reports): ``rlperf ingest``
+replaces these and nothing else, and a path inside one of them is part of a dataset."""
+_SOURCE_RECORD = re.compile(r"part-\d{5}\.json")
+NO_MANIFEST = "looks like an rlperf dataset but has no manifest.json: re-ingest it"
+
+
+def looks_like_dataset(folder: Path) -> bool:
+    """Laid out as a dataset (events/, metrics/, sources/ of part-NNNNN.json records), manifest
+    or not: what is left of one whose manifest was deleted."""
+    try:
+        records = [p.name for p in (folder / "sources").iterdir()]
+    except OSError:
+        return False
+    return (
+        bool(records)
+        and all(_SOURCE_RECORD.fullmatch(n) for n in records)
+        and (folder / "events").is_dir()
+        and (folder / "metrics").is_dir()
+    )
+
+
+def refuse_dataset_part(path: Path) -> None:
+    """A path that is part of a dataset (its manifest, a partition, a source record) or a
+    dataset without its manifest: one line saying what to give, instead of "no trace found"
+    or "not a format rlperf reads" about files rlperf wrote."""
+    full = path.absolute()
+    if full.is_dir() and not is_dataset_folder(full) and looks_like_dataset(full):
+        raise InputError(path, NO_MANIFEST)
+    for child, folder in zip([full, *full.parents], full.parents, strict=False):
+        if child.name not in DATASET_ENTRIES:
+            continue
+        shown = folder
+        if not path.is_absolute() and folder.is_relative_to(Path.cwd()):
+            shown = folder.relative_to(Path.cwd())
+        if is_dataset_folder(folder):
+            raise InputError(path, f"is inside the rlperf dataset {shown}: give {shown}")
+        if looks_like_dataset(folder):
+            raise InputError(shown, NO_MANIFEST)
 
 
 def datasets_note(datasets: list[Path]) -> str | None:

@@ -104,7 +104,9 @@ def analyze(
 
     PATHS may mix PyTorch profiler traces (.json/.json.gz), Nsight Systems exports (.sqlite,
     .nsys-rep with nsys on PATH, nsys stats CSV) and framework logs; formats are told by
-    content. Files rlperf cannot read are listed and skipped. --format html writes one
+    content. Files rlperf cannot read are listed and skipped. PATH may instead be a dataset
+    (rlperf ingest): with -o, the report is kept in it and read back when asked again. --format
+    html writes one
     self-contained file (works offline), md a Markdown report for a pull request, png the
     charts as images (-o names the file or folder), json a document usable as an audit baseline.
     """

@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from parsers.discover import is_dataset_folder
+from parsers.discover import (
+    DATASET_ENTRIES,
+    is_dataset_folder,
+    looks_like_dataset,
+    refuse_dataset_part,
+)
 from parsers.errors import InputError, printable
 
 from ..dataset import products
@@ -36,7 +41,6 @@ from .shared import (
     Paths,
     Quiet,
     RayAddress,
-    RunChoice,
     Strict,
     say,
 )
@@ -54,8 +58,17 @@ DatasetDir = Annotated[
     typer.Option(
         "--output", "-o",
         metavar="DIR",
-        help="The dataset folder to write (an existing dataset there is replaced).",
+        help="The dataset folder to write. A dataset there is replaced (its manifest, events, "
+             "metrics, sources and kept reports); a folder holding anything else is refused.",
         show_default=False,
+    ),
+]
+RunChoice = Annotated[
+    str | None,
+    typer.Option(
+        "--run",
+        help="When the inputs hold several separate runs (rlperf lists them and stops), ingest "
+             "this one: its number as listed, or a path prefix of its files.",
     ),
 ]
 
@@ -84,7 +97,7 @@ def ingest(
     from ..assemble.ingest import writing  # deferred: assembly imports polars
     from ..dataset import is_dataset  # deferred: the dataset's tables are polars
 
-    _check_target(output)
+    _check_target(output, list(paths))
     steps = Steps(quiet)
     total = files_to_read(list(paths)) if steps.enabled else None
     with (
@@ -189,41 +202,97 @@ def _run_record(run_choice: str | None, records: list[dict[str, Any]]) -> dict[s
             "formats": sorted({rec["format"] for rec in records})}
 
 
-def _check_target(output: Path) -> None:
-    """A dataset is a folder of its own: an existing file, or a folder holding anything but a
-    dataset, is not overwritten."""
+SHOWN_FOREIGN = 3
+"""How many files the refusal of a folder holding other files names."""
+
+
+def _check_target(output: Path, paths: list[Path]) -> None:
+    """A dataset is a folder of its own, replaced whole: an existing file, a folder holding
+    anything but a dataset, a dataset folder holding anything the dataset did not write (notes,
+    traces, a report written there), or one holding an input of this ingest is refused, since
+    replacing the dataset would delete it."""
     from ..dataset import is_dataset  # deferred: the dataset's tables are polars
 
     if output.exists() and not output.is_dir():
         raise InputError(output, "is a file: name a folder for the dataset (-o DIR)")
-    if output.is_dir() and any(output.iterdir()) and not is_dataset(output):
+    if not output.is_dir():
+        return
+    entries = sorted(output.iterdir())
+    foreign = [e.name for e in entries if e.name not in DATASET_ENTRIES]
+    if entries and not (is_dataset(output) or looks_like_dataset(output)):
         raise InputError(
             output, "is a folder that holds other files, not a dataset: name a new or empty folder"
         )
+    if foreign:
+        more = len(foreign) - SHOWN_FOREIGN
+        named = ", ".join(foreign[:SHOWN_FOREIGN]) + (f" and {more} more" if more > 0 else "")
+        raise InputError(
+            output, f"holds files that are not part of the dataset: {named}; move them or "
+            "choose another folder"
+        )
+    target = output.resolve()
+    for path in paths:
+        if target in path.resolve().parents:
+            refuse_dataset_part(path)
+            raise InputError(
+                output, f"holds {path}, an input of this ingest: move it or choose another folder"
+            )
 
 
 def _write_whole(output: Path, write: Writer) -> dict[str, Any]:
     """Written beside ``output`` and renamed into place, so a failed write leaves the old
-    dataset (or none) rather than half of one."""
-    parent = output.absolute().parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=parent))
-    except OSError as exc:
-        raise InputError(output, f"cannot write: {exc.strerror or exc}") from None
-    old = parent / f".{output.name}.old"
+    dataset (or none) rather than half of one; only the dataset's own entries are replaced
+    (:func:`_check_target` refused anything else)."""
+    tmp = _fresh_folder(output)
+    old = tmp.with_name(f"{tmp.name}.old")
     try:
         done = write(tmp)
-        shutil.rmtree(old, ignore_errors=True)
         if output.exists():
             output.rename(old)
-        tmp.rename(output)
+        try:
+            tmp.rename(output)
+        except OSError:
+            if old.exists() and not output.exists():
+                old.rename(output)
+            raise
     except OSError as exc:
         raise InputError(output, f"cannot write: {exc.strerror or exc}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
     return done
+
+
+def _fresh_folder(output: Path) -> Path:
+    """An empty folder beside ``output`` to write the dataset into, with the permissions the
+    umask gives any new folder (mkdtemp makes it 0700: a dataset on shared storage must be as
+    readable as its sub-folders, by other users and by Ray workers running as another user).
+    A parent that cannot take it is named with the real cause."""
+    parent = output.absolute().parent
+    if not _nearest(output).is_dir():
+        raise InputError(output, f"cannot create the folder: {_nearest(output)} is a file")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=parent))
+    except OSError as exc:
+        raise InputError(
+            output, f"cannot create the folder: {_nearest(output)} is not writable "
+            f"({exc.strerror or exc})"
+        ) from None
+    tmp.chmod(0o777 & ~_umask())
+    return tmp
+
+
+def _nearest(output: Path) -> Path:
+    """The nearest folder above ``output`` that exists (as the user spelled it)."""
+    return next(p for p in [output.parent, *output.parent.parents] if p.exists())
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it: set back at once)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 # --- reports kept in a dataset -----------------------------------------------------------------

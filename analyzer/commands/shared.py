@@ -28,9 +28,21 @@ Paths = Annotated[
         show_default=False,
     ),
 ]
+
+
+def _at_least_one(value: int | None) -> int | None:
+    """--jobs below 1 is one line naming the option (Click's range error prints the usage)."""
+    if value is not None and value < 1:
+        raise InputError("--jobs", f"must be at least 1 (got {value})")
+    return value
+
+
 Jobs = Annotated[
     int | None,
-    typer.Option("--jobs", "-j", help="Parse this many files at once (default: one per core)."),
+    typer.Option(
+        "--jobs", "-j", help="Parse this many files at once (default: one per core).",
+        callback=_at_least_one,
+    ),
 ]
 
 
@@ -40,7 +52,7 @@ class EngineName(str, Enum):
 
 
 def _choose_engine(value: EngineName) -> EngineName:
-    _choose(value is EngineName.local, engine=value.value)
+    _choose(value is EngineName.local, engine=value.value, quiet=CONTRACT.quiet)
     return value
 
 
@@ -84,7 +96,22 @@ NoCache = Annotated[
     bool,
     typer.Option("--no-cache", help="Parse every file again instead of reusing rlperf's cache."),
 ]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output (for CI logs).")]
+
+
+def _choose_quiet(value: bool) -> bool:
+    """Kept for the engine's own lines (starting a local Ray): handed to the engines when they
+    are imported, by this callback or by ``--engine``'s, whichever Click runs last."""
+    CONTRACT.quiet = value
+    _choose(True, quiet=value)
+    return value
+
+
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="No progress output (for CI logs).", callback=_choose_quiet
+    ),
+]
 Output = Annotated[
     Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
 ]
@@ -151,6 +178,7 @@ class Contract:
 
     debug: bool = False
     strict: bool = False
+    quiet: bool = False
 
 
 CONTRACT = Contract()

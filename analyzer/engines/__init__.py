@@ -32,12 +32,17 @@ class Choice:
     engine: str = "local"
     address: str | None = None
     """``--ray-address``: None is ``RAY_ADDRESS`` if set, else a Ray started for the run."""
+    quiet: bool = False
+    """``--quiet``: no line of the engine's own (starting a local Ray) on stderr."""
 
 
 _CHOICE: ContextVar[Choice | None] = ContextVar("rlperf_engine", default=None)
 
 
-def choose(*, engine: str | None = None, address: str | None = None, given: bool = False) -> None:
+def choose(
+    *, engine: str | None = None, address: str | None = None, given: bool = False,
+    quiet: bool | None = None,
+) -> None:
     """Set one part of the choice (each CLI option sets its own part, defaults included, so a
     command never inherits the previous command's choice); ``given`` sets ``address`` even to
     None."""
@@ -46,6 +51,8 @@ def choose(*, engine: str | None = None, address: str | None = None, given: bool
         choice = replace(choice, engine=engine)
     if address is not None or given:
         choice = replace(choice, address=address)
+    if quiet is not None:
+        choice = replace(choice, quiet=quiet)
     _CHOICE.set(choice)
 
 
@@ -67,7 +74,7 @@ def selected() -> Engine:
     if choice.engine == "ray":
         from .on_ray import RayEngine  # imported only when chosen (every command imports this)
 
-        return RayEngine(choice.address)
+        return RayEngine(choice.address, quiet=choice.quiet)
     if choice.address is not None:
         raise InputError("--ray-address", "is for --engine ray (add --engine ray)")
     return LocalEngine()

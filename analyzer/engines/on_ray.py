@@ -42,6 +42,7 @@ LOCAL_START_FACTOR = 3
 """Starting a Ray for the run may take this many times as long (half a minute on a busy
 2-core machine)."""
 PROBE_TIMEOUT_S = 10.0
+STARTING_LOCAL = "rlperf: starting a local Ray cluster (about a minute)…"
 """How long a HOST:PORT address may take to accept a TCP connection at all."""
 
 
@@ -55,8 +56,9 @@ def ray_module() -> ModuleType:
 
 
 class RayEngine:
-    def __init__(self, address: str | None) -> None:
+    def __init__(self, address: str | None, *, quiet: bool = False) -> None:
         self.address = address if address is not None else os.environ.get("RAY_ADDRESS") or "local"
+        self.quiet = quiet
 
     def parse(self, jobs: list[Job], workers: int | None, progress: Progress) -> Iterator[Parsed]:
         for job, (index, wire) in self.tasks(parse_remote, (), jobs, workers, progress):
@@ -81,7 +83,7 @@ class RayEngine:
         if self.address == "local":
             local_settings()
         ray = ray_module()
-        with connected(ray, self.address, workers):
+        with connected(ray, self.address, workers, quiet=self.quiet):
             task = ray.remote(num_cpus=1)(work)
             cwd, digest = os.getcwd(), parsers_digest()
             todo = deque(jobs)
@@ -99,9 +101,12 @@ class RayEngine:
 
 
 @contextmanager
-def connected(ray: ModuleType, address: str, workers: int | None) -> Iterator[None]:
-    """Connected to ``address`` (``local``: a Ray of ``workers`` CPUs started for the run)
-    within the timeout, or an InputError naming ``--ray-address``; disconnected after."""
+def connected(
+    ray: ModuleType, address: str, workers: int | None, *, quiet: bool = False
+) -> Iterator[None]:
+    """Connected to ``address`` (``local``: a Ray of ``workers`` CPUs started for the run, said
+    on stderr unless ``quiet``: it takes about a minute of silence otherwise) within the
+    timeout, or an InputError naming ``--ray-address``; disconnected after."""
     if ray.is_initialized():
         yield
         return
@@ -110,6 +115,8 @@ def connected(ray: ModuleType, address: str, workers: int | None) -> Iterator[No
     if address == "local":
         options |= {"num_cpus": workers or os.cpu_count() or 1, "include_dashboard": False}
         timeout *= LOCAL_START_FACTOR
+        if not quiet:
+            print(STARTING_LOCAL, file=sys.stderr, flush=True)
     elif address != "auto":
         probe(address, min(timeout, PROBE_TIMEOUT_S))
     try:
