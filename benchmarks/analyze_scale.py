@@ -10,6 +10,12 @@ Measured in one run, on the same files:
   read, then seconds per analysis product (its own cost, its inputs already computed).
 
     .venv/bin/python benchmarks/analyze_scale.py [--ranks 64] [--scenario colocated] [--json OUT]
+        [--memory]
+
+``--memory`` also computes every product in declaration order in a fresh process (allocator told
+to return freed pages at once, so resident memory is live memory) and prints, per product, how
+far the process grew above its size before it (sampled every millisecond): the steps that set
+the analysis' peak (docs/performance.md, "A run of tens of gigabytes of trace").
 
 Exit status 1 when the whole command takes longer than ``--goal`` seconds (default 60).
 """
@@ -41,7 +47,7 @@ SECTIONS = ("breakdown", "bubbles", "sync", "workdepth", "guidelines")
 """Report sections the analyses contribute; each must hold rows for the run to count."""
 
 INGEST = (
-    "import sys; from analyzer.ingest import ingest; ingest([sys.argv[1]], "
+    "import sys; from analyzer.assemble.ingest import ingest; ingest([sys.argv[1]], "
     "jobs=int(sys.argv[2]), use_cache=False)"
 )
 
@@ -60,6 +66,43 @@ for name in sys.argv[4].split(","):
     out[name] = time.perf_counter() - t
 print(json.dumps(out))
 """
+
+MEMORY = r"""
+import json, os, sys, threading, time
+os.environ["_RJEM_MALLOC_CONF"] = "dirty_decay_ms:0,muzzy_decay_ms:0"
+PAGE = os.sysconf("SC_PAGE_SIZE")
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE / 2**20
+peak = [0.0]
+def sample():
+    while True:
+        peak[0] = max(peak[0], rss())
+        time.sleep(0.001)
+def main():
+    from analyzer import load
+    from analyzer.model.products import order
+    run = load([sys.argv[1]], jobs=int(sys.argv[2]), use_cache=False)
+    out = {"events_mib": run.events.estimated_size() / 2**20, "after_load_mib": rss()}
+    for name in order():
+        before = peak[0] = rss()
+        run.product(name)
+        out[name] = peak[0] - before
+    out["peak_mib"] = __import__("resource").getrusage(0).ru_maxrss / 1024
+    print(json.dumps(out))
+if __name__ == "__main__":
+    threading.Thread(target=sample, daemon=True).start()
+    main()
+"""
+
+
+def memory(run_dir: Path, jobs: int) -> dict[str, float]:
+    """Per product, MiB the process grew above its size before it (see :data:`MEMORY`)."""
+    script = run_dir.parent / "memory.py"
+    script.write_text(MEMORY)
+    done = subprocess.run([sys.executable, str(script), str(run_dir), str(jobs)], env=_env(),
+                          capture_output=True, text=True, check=True, timeout=900)
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def timed(argv: list[str]) -> dict[str, float]:
@@ -86,6 +129,8 @@ def main() -> int:
         "--goal", type=float, default=60.0, help="seconds the whole command may take"
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--memory", action="store_true",
+                        help="also measure each product's memory growth (a third process)")
     args = parser.parse_args()
 
     from sample_traces.synth import generate, preset
@@ -120,6 +165,7 @@ def main() -> int:
                 timeout=900,
             ).stdout.splitlines()[-1]
         )
+        grown = memory(run_dir, args.jobs) if args.memory else {}
     missing = [s for s in SECTIONS if not document.get(s)]
     row = {
         "scenario": args.scenario,
@@ -153,6 +199,13 @@ def main() -> int:
         f"{products.pop('inputs'):.2f} s; analyses "
         + ", ".join(f"{k} {v:.3f} s" for k, v in products.items())
     )
+    if grown:
+        row["memory_mib"] = grown
+        fixed = ("events_mib", "after_load_mib", "peak_mib")
+        top = sorted((k for k in grown if k not in fixed), key=grown.__getitem__, reverse=True)
+        print(f"  memory: event table {grown['events_mib']:.0f} MiB, after loading "
+              f"{grown['after_load_mib']:.0f} MiB, peak {grown['peak_mib']:.0f} MiB; most grown: "
+              + ", ".join(f"{k} +{grown[k]:.0f}" for k in top[:8]))
     if missing:
         print(f"  sections without rows: {', '.join(missing)} (their inputs were not computed)")
     verdict = whole["seconds"] <= args.goal
