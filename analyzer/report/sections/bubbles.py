@@ -9,6 +9,7 @@ from taxonomy.vocab import IDLE_CAUSES
 from ...analyses.bubbles import RULES, host_only, without_devices
 from ...model.run import Run
 from ..section import Column, Section, gated
+from .overview import NO_STEP, why_not
 
 
 def section(run: Run) -> Section | None:
@@ -16,7 +17,11 @@ def section(run: Run) -> Section | None:
     skipped = without_devices(run.activity, run.stage_ranges, run.ranks)
     if skipped and run.steps.height and not run.bubbles.height:
         return Section(title, None, note=f"needs GPU activity: {_no_device(skipped)}")
-    table = gated(run, title, "bubbles", "needs steps and device activity: none in these sources")
+    lacks = (
+        f"needs {NO_STEP}" if why_not(run)
+        else "needs steps and device activity: none in these sources"
+    )
+    table = gated(run, title, "bubbles", lacks)
     if isinstance(table, Section):
         return table
     per_device = (

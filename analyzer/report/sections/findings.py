@@ -7,12 +7,14 @@ from typing import Any
 import polars as pl
 
 from ...model.run import Run
-from ...model.units import plural
+from ...model.units import duration, plural
 from ..section import Column, Section
 
 TITLE = "Findings"
 WHOLE = "saving (whole trace"
 """How a whole-trace saving's basis begins (analyses/findings.py, no steps)."""
+COPY_KINDS = {"memcpy": "memory copies", "memset": "memsets"}
+"""Device work that is not a kernel, as the empty list names it."""
 WHY = ("no step record", "kernels may be missing", "no GPU", "no kernel", "no events")
 """Parts of warnings that say why the inputs hold nothing to analyse (quoted in the note)."""
 COLUMNS = [
@@ -48,9 +50,21 @@ def _nothing(run: Run) -> str:
         return "nothing found to fix: no guideline violated and no idle cause, bound or " \
                "generic check above its threshold"
     traced = any(not s.format.endswith("log") for s in run.sources)
-    lacks = ["no step recorded", "no GPU kernel in the trace" if traced else "no trace (logs only)"]
+    lacks = ["no step recorded", _no_kernel(run) if traced else "no trace (logs only)"]
     why = [w for w in run.warnings if any(k in w for k in WHY)]
     return f"nothing to analyse: {' and '.join(lacks)}" + (f" — {'; '.join(why)}" if why else "")
+
+
+def _no_kernel(run: Run) -> str:
+    """Says no kernel ran, and names the device work there is instead (copies, memsets) with
+    its busy time: the headline's GPU busy is not 0, and the list must not seem to deny it."""
+    kinds = set(run.activity["kind"].unique().to_list())
+    copies = [name for kind, name in COPY_KINDS.items() if kind in kinds]
+    if not copies:
+        return "no GPU kernel in the trace"
+    busy = run.overview.filter(pl.col("metric") == "gpu_busy_ns")["value"]
+    took = f" ({duration(busy[0])})" if busy.len() and busy[0] is not None else ""
+    return f"no GPU kernel in the trace, only {' and '.join(copies)}{took}"
 
 
 def _where(row: dict[str, Any]) -> str:
