@@ -596,3 +596,18 @@ def test_a_scope_of_communication_kernels_only_gets_communication_advice() -> No
     assert row["title"] == "Top kernel is communication: ncclDevKernel_AllGather_RING_LL"
     assert row["recommendation"] == table["top_kernel"]["recommendation_comm"]
     assert "communication kernels take 100.0% of kernel time" in row["evidence"]
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2], [2, 1, 0], [1, 2, 0]])
+def test_kernels_tied_in_total_time_take_their_place_by_name(order: list[int]) -> None:
+    """A tie in total time was broken by the group-by's arbitrary row order, so two kernels of
+    equal time could swap places (and the top kernel's name) from one run to the next."""
+    names, starts = ["gemm_b", "gemm_a", "gemm_c"], [0, 100, 200]
+    ends = [50, 150, 230]
+    kernels = pl.DataFrame({
+        "scope": [""] * 3, "name": [names[i] for i in order], "rank": [0] * 3,
+        "start_ns": [starts[i] for i in order], "end_ns": [ends[i] for i in order],
+    })
+    table = gf.rules()
+    m = gf.top_kernels(kernels, table["top_kernel"] | table["names"])
+    assert m.select("name", "place").rows() == [("gemm_a", 1), ("gemm_b", 2), ("gemm_c", 3)]

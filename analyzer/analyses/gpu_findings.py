@@ -131,6 +131,10 @@ def top_kernels(kernels: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
         _dur().sum().alias("total_ns"), pl.len().alias("count"),
         _dur().mean().alias("mean_ns"), _dur().max().alias("max_ns"), _dur().min().alias("min_ns"),
     ).collect().join(_ranks_of(kernels, ["scope", "name"]), on=["scope", "name"])
+    # ties in total time take their place by name, not by the group-by's arbitrary order
+    per = per.sort(
+        "scope", "total_ns", pl.col("name").cast(pl.String), descending=[False, True, False]
+    )
     comm = pl.col("name").cast(pl.String).str.contains(rule["communication"])
     compute_ns = pl.when(~pl.col("comm")).then("total_ns")
     return per.with_columns(comm.alias("comm")).with_columns(
