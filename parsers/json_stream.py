@@ -28,7 +28,7 @@ from isal import isal_zlib
 
 from .errors import InputError
 from .limits import DECOMPRESSED_BYTES, STRING_BYTES
-from .reading import GZIP_ERRORS, UNNAMED, _over_limit
+from .reading import GZIP_ERRORS, UNNAMED, over_limit
 
 BLOCK = 2**19
 """Bytes of JSON read at a time; tests set it tiny to put a block boundary at every byte."""
@@ -81,7 +81,7 @@ def _gunzipped(fh: IO[bytes], head: bytes) -> Iterator[bytes]:
             if part:
                 total += len(part)
                 if total > limit:
-                    raise InputError(UNNAMED, _over_limit())
+                    raise InputError(UNNAMED, over_limit())
                 yield part
             elif ended and not pending:
                 raise NotStreamed

@@ -86,7 +86,7 @@ def gunzip(raw: bytes, path: str | Path = UNNAMED) -> bytes:
         total += len(part)
         parts.append(part)
         if total > limit:
-            raise InputError(path, _over_limit())
+            raise InputError(path, over_limit())
         if not stream.eof:
             raise GzipCut(b"".join(parts))
         rest = stream.unused_data
@@ -94,7 +94,7 @@ def gunzip(raw: bytes, path: str | Path = UNNAMED) -> bytes:
             return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _over_limit() -> str:
+def over_limit() -> str:
     limit = DECOMPRESSED_BYTES
     return (
         f"{limit.what} is over rlperf's limit (more than "
