@@ -9,10 +9,13 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import analyzer
 from analyzer.assemble.ingest import ingest
 from analyzer.assemble.runs import RunsError, choose, group
 
@@ -25,10 +28,18 @@ NSYS = CORPUS / "nsys-ai" / "h100_2gpu_1s.sqlite"
 PIPIT = CORPUS / "pipit"
 
 
-def kineto_copy(target: Path, *, clock: bool, rank: int = 0) -> Path:
-    """The corpus trace as ``target``, without its wall clock unless ``clock``, stating ``rank``."""
+NSYS_START_NS = 1_779_630_170_333_241_428
+KINETO_START_NS = 1_716_423_322_416_788_066
+"""First event of each (epoch ns): a shift of the trace's base time by their difference lays
+it over the export's window."""
+
+
+def kineto_copy(target: Path, *, clock: bool, rank: int = 0, shift_ns: int = 0) -> Path:
+    """The corpus trace as ``target``, without its wall clock unless ``clock`` (then moved by
+    ``shift_ns``), stating ``rank``."""
     with gzip.open(KINETO, "rt") as f:
         trace = json.load(f)
+    trace["baseTimeNanoseconds"] += shift_ns
     if not clock:
         del trace["baseTimeNanoseconds"]
     trace["distributedInfo"]["rank"] = rank
@@ -109,3 +120,27 @@ def test_a_name_whose_rank_is_not_the_one_the_trace_holds_ties_nothing(tmp_path:
     kineto_copy(tmp_path / "job_rank-0.json.gz", clock=True, rank=0)
     kineto_copy(tmp_path / "job_rank-1.json.gz", clock=False, rank=2)
     assert runs_of(tmp_path) == [["job_rank-0.json.gz"], ["job_rank-1.json.gz"]]
+
+
+def test_ingest_says_which_ranks_the_files_state_and_which_analyze_numbers(
+    tmp_path: Path,
+) -> None:
+    """Rank 0 of a Kineto trace laid over the nsys export's window (one run), the export
+    stating no rank: the dataset holds rank 0 as stated, analyze numbers the export's two GPUs
+    1-2. Ingest said "(rank 0)" and analyze "3 ranks"; now ingest says analyze decides the rest."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    kineto_copy(folder / "x.json.gz", clock=True, shift_ns=NSYS_START_NS - KINETO_START_NS)
+    shutil.copyfile(NSYS, folder / NSYS.name)
+    out = tmp_path / "ds"
+    done = subprocess.run(
+        [sys.executable, "-c", "from analyzer.cli import main; main()", "ingest", str(folder),
+         "-o", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "rlperf: wrote the dataset of 2 source(s) (rank 0, and 1 trace stating none: analyze "
+        f"decides its ranks) to {out}"
+    )
+    assert analyzer.load([out]).ranks == [0, 1, 2]

@@ -25,7 +25,7 @@ from parsers.discover import (
 from parsers.errors import InputError, printable
 
 from ..dataset import products
-from ..model.units import spans
+from ..model.units import plural, spans
 from ..progress import Steps, files_to_read, shown
 from ..report.files import emit_text, write_bytes
 
@@ -114,6 +114,12 @@ def ingest(
     for warning in done["warnings"]:
         say(f"rlperf: warning: {warning}")
     held = f"rank{'s' if len(ranks) > 1 else ''} {spans(ranks)}" if ranks else "no rank stated"
+    if done["unranked"]:
+        n = done["unranked"]
+        of = "its" if n == 1 else "their"
+        traces = plural(n, "trace")
+        held = (f"{held}, and {traces} stating none: analyze decides {of} ranks" if ranks
+                else f"no rank stated: analyze decides the ranks of {traces}")
     steps.say(f"rlperf: wrote the dataset of {done['run']['sources']} source(s) ({held}) to "
               f"{printable(output)}")
 
@@ -159,7 +165,7 @@ def _staged(
         run = _run_record(run_choice, records)
         write_manifest(root, records, run=run, notes=[*staged.notes, *chosen],
                        unknown=staged.unknown)
-        return {"run": run, "warnings": warnings}
+        return {"run": run, "warnings": warnings, "unranked": _unranked(records)}
 
     return write
 
@@ -182,7 +188,7 @@ def _from_dataset(
         run = _run_record(run_choice, records)
         write_manifest(root, records, run=run, notes=[*found.notes, *chosen],
                        unknown=found.unknown)
-        return {"run": run, "warnings": warnings}
+        return {"run": run, "warnings": warnings, "unranked": _unranked(records)}
 
     return write
 
@@ -193,6 +199,15 @@ def _refuse_strict(warnings: list[str]) -> None:
             "--strict", f"warning treated as an error: {warnings[0]} ({len(warnings)} warning(s) "
             "in all)"
         )
+
+
+def _unranked(records: list[dict[str, Any]]) -> int:
+    """Traces whose events state no rank: the dataset holds the ranks the files state, and
+    analyze decides theirs (docs/assembly.md), so the message must not leave them out."""
+    return sum(
+        1 for rec in records
+        if not rec["format"].endswith("-log") and all(int(r) < 0 for r in rec["events"])
+    )
 
 
 def _run_record(run_choice: str | None, records: list[dict[str, Any]]) -> dict[str, Any]:
