@@ -306,7 +306,26 @@ def _record_ok(record: object) -> bool:
 
 def read_sources(root: Path, manifest: dict[str, Any]) -> list[ParsedSource]:
     """Every source's tables as the parser returned them (row order and dtypes included)."""
+    _unlisted(root, manifest["sources"])
     return [_read_source(root, record) for record in manifest["sources"]]
+
+
+PARTS = ("events/rank=*/part-*.parquet", "metrics/part-*.parquet", "sources/part-*.json")
+
+
+def _unlisted(root: Path, records: list[dict[str, Any]]) -> None:
+    """A part file no source record lists is damage: a record deleted from the manifest would
+    otherwise leave its rank out of every report in silence."""
+    listed = {Path("sources", f"part-{int(r['index']):05d}.json") for r in records}
+    for r in records:
+        part = f"part-{int(r['index']):05d}"
+        listed |= {Path("events", f"rank={rank}", f"{part}.parquet") for rank in r["events"]}
+        listed.add(Path("metrics", f"{part}.parquet"))
+    for pattern in PARTS:
+        for found in sorted(root.glob(pattern)):
+            if found.relative_to(root) not in listed:
+                raise InputError(found, "is a partition no source of the manifest lists: the "
+                                 "dataset is damaged (run rlperf ingest again)")
 
 
 def _read_source(root: Path, record: dict[str, Any]) -> ParsedSource:
@@ -314,10 +333,11 @@ def _read_source(root: Path, record: dict[str, Any]) -> ParsedSource:
     part = f"part-{index:05d}"
     files = [(root / "events" / f"rank={r}" / f"{part}.parquet", n)
              for r, n in record["events"].items()]
-    pieces = [_rank_checked(_table(f, n), f, int(r))
+    pieces = [_rank_checked(_schema_checked(_table(f, n), f), f, int(r))
               for (f, n), r in zip(files, record["events"], strict=True)]
     events = pieces[0] if len(pieces) == 1 else pl.concat(pieces).sort(ROW)
     info = _info(root / "sources" / f"{part}.json")
+    _format_checked(root, record, info)
     source_col = pl.lit(index, dtype=pl.UInt32).alias("source")
     return ParsedSource(
         path=_path(record),
@@ -329,6 +349,29 @@ def _read_source(root: Path, record: dict[str, Any]) -> ParsedSource:
         ),
         warnings=list(info["warnings"]),
     )
+
+
+def _format_checked(root: Path, record: dict[str, Any], info: dict[str, Any]) -> None:
+    """The format the manifest gives a source is the one whose parser wrote its tables: an
+    edited format would read them as another format's (other traits, other numbers) with only
+    a stale warning. The source's own record and the parser version say which wrote them."""
+    fmt, name = record["format"], Path(record["path"]).name
+    try:
+        parser_for(fmt)
+    except KeyError:
+        raise InputError(root / MANIFEST, f"says {name} is {fmt!r}, not a format rlperf reads: "
+                         "the manifest is damaged (run rlperf ingest again)") from None
+    wrote = info.get("format", fmt)
+    if wrote == fmt and parser_version(fmt) != record["parser_version"]:
+        wrote = _written_by(record["parser_version"]) or fmt
+    if wrote != fmt:
+        raise InputError(root / MANIFEST, f"says {name} is {fmt}, but its tables were written by "
+                         f"the {wrote} parser: the manifest is damaged (run rlperf ingest again)")
+
+
+def _written_by(version: str) -> str | None:
+    """The format whose parser is now at ``version`` (None: none is, another rlperf's)."""
+    return next((m.FORMAT for m in parser_modules() if parser_version(m.FORMAT) == version), None)
 
 
 def _table(path: Path, rows: int) -> pl.DataFrame:
@@ -345,6 +388,19 @@ def _table(path: Path, rows: int) -> pl.DataFrame:
             path, f"holds {table.height} rows where the manifest says {rows}: the dataset is "
             "damaged (run rlperf ingest again)"
         )
+    return table
+
+
+def _schema_checked(table: pl.DataFrame, path: Path) -> pl.DataFrame:
+    """A partition has the event table's columns and dtypes (another dtype would fail deep in
+    an analysis, an internal error, instead of naming the damaged file)."""
+    from parsers.events import EVENT_SCHEMA  # deferred: the contract's names load on first use
+
+    for name, dtype in EVENT_SCHEMA.items():
+        have = table.schema.get(name)
+        if have != dtype:
+            raise InputError(path, f"has column {name!r} as {have or 'missing'} where the event "
+                             f"table has {dtype}: the dataset is damaged (run rlperf ingest again)")
     return table
 
 
