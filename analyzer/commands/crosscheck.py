@@ -87,6 +87,8 @@ def crosscheck(
             "json cross-check",
         )
     elif output is None and width is not None:
+        from rich.console import Console  # deferred: rlperf --help does without rich
+
         render_text(result, Console(width=width))
     else:
         with console(output, report_width(width)) as out:
