@@ -63,6 +63,10 @@ class ParsedSource:
     meta: dict[str, Any] = field(default_factory=dict)
     metrics: pl.DataFrame = field(default_factory=empty_metrics)
     warnings: list[str] = field(default_factory=list)
+    ingested: dict[str, Any] | None = None
+    """Read from a dataset: the source's identity record there and the warnings its tables were
+    written with, so that ingesting the dataset again keeps them (the file may be gone, or have
+    changed, or another parser version may run now) instead of describing the file as it is."""
 
     def warn(self, message: str) -> None:
         self.warnings.append(f"{self.path.name}: {message}")

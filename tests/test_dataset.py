@@ -146,6 +146,20 @@ def test_the_cache_is_a_dataset_of_one_source(tmp_path: Path) -> None:
     assert ingest_module._cache_get(trace, "kineto", 0) is None  # damaged: parsed again
 
 
+def test_ingest_from_a_warm_cache_records_the_file_as_given(tmp_path: Path, capsys) -> None:
+    """A cache hit is a dataset read back; its identity is the cache's (no content hash, the
+    path of the first parse), so ingest must describe the file itself, not copy the cache's."""
+    run = copied(tmp_path, 1)
+    trace = next(run.iterdir())
+    ingest_module.ingest([trace], use_cache=True)  # the cache now holds this trace
+    link = tmp_path / "link"
+    link.symlink_to(run)
+    rlperf(capsys, "ingest", str(link), "-o", str(tmp_path / "ds"), "-q")
+    (record,) = json.loads((tmp_path / "ds" / MANIFEST).read_text())["sources"]
+    assert record["path"] == str(link / trace.name)
+    assert record["sha256"] == hashlib.sha256(trace.read_bytes()).hexdigest()
+
+
 # --- stale and damaged -------------------------------------------------------------------------
 
 
@@ -181,6 +195,32 @@ def test_another_parser_version_is_a_warning(tmp_path: Path, capsys) -> None:
     name = Path(manifest["sources"][1]["path"]).name
     assert f"{name} was ingested by another version of the kineto parser" in err
     assert "changed since" not in err
+
+
+def test_a_dataset_ingested_again_keeps_what_its_sources_were(tmp_path: Path, capsys) -> None:
+    """A dataset outlives its sources: ingesting it into another folder read each source's
+    file for its identity (a deleted source: 'cannot write: No such file or directory') and
+    stamped this rlperf's parser version on tables an older one wrote, so the copy said fresh
+    where the original said stale."""
+    run = copied(tmp_path)
+    first, again = tmp_path / "ds", tmp_path / "again"
+    rlperf(capsys, "ingest", str(run), "-o", str(first), "-q")
+    manifest = json.loads((first / MANIFEST).read_text())
+    manifest["sources"][1]["parser_version"] = "0" * 16
+    (first / MANIFEST).write_text(json.dumps(manifest))
+    gone = sorted(run.iterdir())[0]
+    gone.unlink()
+    status, _, err = rlperf(capsys, "ingest", str(first), "-o", str(again), "-q")
+    assert status == 0, err
+    copy = json.loads((again / MANIFEST).read_text())
+    keys = ("path", "resolved", "size", "mtime_ns", "sha256", "format", "parser_version")
+    assert [{k: r[k] for k in keys} for r in copy["sources"]] == [
+        {k: r[k] for k in keys} for r in manifest["sources"]
+    ]
+    _, _, err = rlperf(capsys, "analyze", str(again), "-f", "json", "-q")
+    name = Path(manifest["sources"][1]["path"]).name
+    assert err.count(f"dataset {again}: {name} was ingested by another version") == 1
+    assert f"dataset {first}" not in err
 
 
 def damage(root: Path, how: str) -> tuple[Path, str]:

@@ -38,7 +38,8 @@ def key(path: Path, fmt: str) -> str:
 
 def get(path: Path, fmt: str, index: int) -> ParsedSource | None:
     """The cached parse of ``path`` as source ``index``, or None when there is none or it
-    cannot be read (the file is parsed again)."""
+    cannot be read (the file is parsed again). Not marked as read from a dataset: it stands for
+    the file as it is now, which an ingest describes itself."""
     folder = cache_dir("parsed", create=False) / key(path, fmt)
     try:
         manifest = read_manifest(folder)
@@ -51,6 +52,7 @@ def get(path: Path, fmt: str, index: int) -> ParsedSource | None:
         path=path,
         events=hit.events.with_columns(column),
         metrics=hit.metrics.with_columns(column),
+        ingested=None,
     )
 
 

@@ -70,6 +70,10 @@ def content_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
+IDENTITY = ("path", "resolved", "size", "mtime_ns", "sha256", "format", "parser_version")
+"""The keys of a source record that name its bytes and the parser that read them."""
+
+
 def identity(path: Path, fmt: str, *, hashed: bool = True) -> dict[str, Any]:
     """What names a source's bytes: where it was (as given and resolved), size, modification
     time, content hash (None when not ``hashed``: the per-file cache keys on the rest), and the
@@ -119,14 +123,19 @@ def write_source(
     parsed.metrics.write_parquet(
         root / "metrics" / f"{part}.parquet", compression=METRICS_COMPRESSION
     )
+    if parsed.ingested is None:
+        ident, warnings = identity(parsed.path, parsed.format, hashed=hashed), parsed.warnings
+    else:
+        ident = {k: parsed.ingested[k] for k in IDENTITY}
+        warnings = parsed.ingested["warnings"]
     record = {
         "index": index,
-        **identity(parsed.path, parsed.format, hashed=hashed),
+        **ident,
         "events": partitions,
         "metrics": parsed.metrics.height,
     }
     (root / "sources").mkdir(parents=True, exist_ok=True)
-    info = {**record, "meta": parsed.meta, "warnings": parsed.warnings}
+    info = {**record, "meta": parsed.meta, "warnings": warnings}
     (root / "sources" / f"{part}.json").write_text(json.dumps(to_json(info)))
     return record
 
@@ -348,6 +357,7 @@ def _read_source(root: Path, record: dict[str, Any]) -> ParsedSource:
             source_col
         ),
         warnings=list(info["warnings"]),
+        ingested={**{k: record[k] for k in IDENTITY}, "warnings": list(info["warnings"])},
     )
 
 
