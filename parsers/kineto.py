@@ -1166,8 +1166,9 @@ def _graph_facts(out: ParsedSource, meta: dict[str, Any]) -> None:
     capture = graph_capture_facts(out.events)
     if capture:
         meta["graph_capture"] = capture
+        n, launches = capture["captures"], capture["captured_launches"]
         out.warn(
-            f"recorded during CUDA/HIP-graph capture ({capture['captures']} stream capture(s), "
-            f"{capture['captured_launches']} launch(es) captured into a graph): captured kernels "
+            f"recorded during CUDA/HIP-graph capture ({n:,} stream capture{'s' * (n != 1)}, "
+            f"{launches:,} launch{'es' * (launches != 1)} captured into a graph): captured kernels "
             "are not executed, so its device time is not the engine's execution time"
         )

@@ -173,11 +173,11 @@ def test_github_annotations(reports, tmp_path: Path):
     ("[[check]]\nmax = 1\n", "needs a metric path"),
     ('[[check]]\nmetric = "overview.x"\n', "sets no limit"),
     ('[[check]]\nmetric = "overview.x"\nmax = "5%"\n', "max must be a number"),
-    ('[[check]]\nmetric = "overview.x"\nmaximum = 1\n', "unknown key(s) maximum"),
+    ('[[check]]\nmetric = "overview.x"\nmaximum = 1\n', "unknown key maximum"),
     ('[[check]]\nmetric = "median:overview.x"\nmax = 1\n', "unknown aggregate 'median'"),
     ('[[check]]\nmetric = "overview"\nmax = 1\n', "is not [agg:]section"),
     ('[[check]]\nmetric = "gpu_time[rank>1].idle_ns"\nmax = 1\n', "is not column=value"),
-    ("[budget]\nmax = 1\n", "unknown top-level key(s) budget"),
+    ("[budget]\nmax = 1\n", "unknown top-level key budget"),
 ])
 def test_bad_budget_is_one_line_and_exit_2(reports, tmp_path: Path, text: str, words: str):
     path = budget(tmp_path, text)

@@ -93,7 +93,7 @@ def test_crosscheck_names_a_source_no_longer_there(tmp_path):
     strict = crosscheck(tmp_path, "--strict")
     assert strict.returncode == 2
     assert strict.stderr == (f"rlperf: error: --strict: warning treated as an error: {lines[0]} "
-                             "(2 source(s) not cross-checked)\n")
+                             "(2 sources not cross-checked)\n")
 
 
 # --- compare --run: per input of several runs ---------------------------------------------------

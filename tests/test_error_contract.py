@@ -22,6 +22,7 @@ from test_guidelines import collectives, make_run, row, steps
 
 from analyzer.analyses import guideline_metrics, guidelines
 from analyzer.model.products import Lazy
+from analyzer.model.units import plural
 from analyzer.report.sections import describe, failures, sections
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -374,7 +375,7 @@ def test_strict_turns_the_first_warning_into_exit_2_and_writes_nothing(tmp_path:
     assert done.returncode == 2
     assert stderr_lines(done) == [
         f"rlperf: error: --strict: warning treated as an error: {first} "
-        f"({len(json.loads(loose.stdout)['warnings'])} warning(s) in all)"]
+        f"({plural(len(json.loads(loose.stdout)['warnings']), 'warning')} in all)"]
     assert not out.exists()
 
 

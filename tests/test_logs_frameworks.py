@@ -292,7 +292,7 @@ def test_deepspeed_chat_2023_real_log():
     assert metrics(out, 0)["CurSamplesPerSec"] == 8.01
     assert out.meta["hybrid_engine"] is True and out.meta["world_size"] == 16
     assert out.warnings == [
-        f"{DS_LOG.name}: 1 step(s) have a loss line but no latency line (the log ends before it)"]
+        f"{DS_LOG.name}: 1 step has a loss line but no latency line (the log ends before it)"]
 
 
 def test_deepspeed_chat_current_grammar():

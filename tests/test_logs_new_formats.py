@@ -362,8 +362,8 @@ def test_unmapped_timers_named_with_their_time_in_every_format(verl_05):
     for fmt in ("text", "md", "html"):
         body = shown[fmt].replace("\\\\", "\\")
         assert "Unmapped log timers (no rule of the verl profile maps them" in body, fmt
-        assert "timing_s/filter 2.000 s over 2 step(s) (median 1.000 s)" in body, fmt
-        assert "timing_s/fork_rerank_time 1.000 s over 2 step(s) (median 0.500 s)" in body, fmt
+        assert "timing_s/filter 2.000 s over 2 steps (median 1.000 s)" in body, fmt
+        assert "timing_s/fork_rerank_time 1.000 s over 2 steps (median 0.500 s)" in body, fmt
         assert "rlperf analyze --rules FILE" in body, fmt
         assert (
             "rules = [{match = '^timing_s/filter$', source = \"log\", stage = \"rollout\", "

@@ -194,7 +194,7 @@ def test_a_clean_trace_says_no_problems_found(tmp_path: Path):
     )
     assert run.data_quality.height == 0
     section = next(s for s in sections(run) if s.key == "data_quality")
-    assert section.frame is None and section.note.startswith("No problems found in 1 file(s)")
+    assert section.frame is None and section.note.startswith("No problems found in 1 file:")
     assert section.details["data_quality_files"].row(0, named=True)["problems"] == 0
     assert run.incomplete_steps.height == 0 and run.steps["step"].to_list() == [1, 2, 3]
 

@@ -140,7 +140,7 @@ def test_ingest_says_which_ranks_the_files_state_and_which_analyze_numbers(
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[-1] == (
-        "rlperf: wrote the dataset of 2 source(s) (rank 0, and 1 trace stating none: analyze "
+        "rlperf: wrote the dataset of 2 sources (rank 0, and 1 trace stating none: analyze "
         f"decides its ranks) to {out}"
     )
     assert analyzer.load([out]).ranks == [0, 1, 2]

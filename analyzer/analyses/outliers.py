@@ -34,7 +34,7 @@ from taxonomy.steps import StepRules
 from ..model import frames
 from ..model.frames import Stepping
 from ..model.products import provides
-from ..model.units import spans
+from ..model.units import plural, spans
 from .log_steps import STEP_RULES, robust_centre, warmup_flags
 
 STEP_OUTLIERS = pl.Schema({
@@ -267,8 +267,8 @@ def findings(outliers: pl.DataFrame, rules: StepRules = STEP_RULES) -> pl.DataFr
             "saving_ns": saving,
             "saving_basis": (
                 f"the slow steps' excess over the median step (Σ wall − median over the "
-                f"{group.height} slow step(s) where {stage} grew most) divided by all {n_steps} "
-                f"steps: per step on average"
+                f"{plural(group.height, 'slow step')} where {stage} grew most) divided by all "
+                f"{n_steps} steps: per step on average"
             ),
             "measured_on": str(source),
             "recommendation": rules.advise(str(stage)),

@@ -651,7 +651,9 @@ def compute(q: Inputs, warnings: list[str] | None = None) -> pl.DataFrame:
             .fill_null(pl.col("count"))
             .alias("count"),
             pl.lit(TOTAL).alias("file"),
-            pl.format("in {} file(s)", pl.col("_files")).alias("detail"),
+            pl.format("in {} file{}", pl.col("_files"),
+                      pl.when(pl.col("_files") == 1).then(pl.lit("")).otherwise(pl.lit("s")))
+            .alias("detail"),
         )
         .sort("_order", "check")
     )

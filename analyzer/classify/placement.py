@@ -124,9 +124,11 @@ unclaimed time."""
 
 
 def _rollout_only_reason(workers: pl.DataFrame) -> str:
-    ranks = _ranks_text(sorted(workers["rank"].unique().to_list()))
+    found = sorted(workers["rank"].unique().to_list())
+    ranks = _ranks_text(found)
     return (
-        f"every stage range on rank(s) {ranks} is generation (rollout) and no rank trains: a "
+        f"every stage range on rank{'s' if len(found) > 1 else ''} {ranks} is generation "
+        "(rollout) and no rank trains: a "
         "rollout-only run (an inference engine's trace on its own), no execution mode"
     )
 

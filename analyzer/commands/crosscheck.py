@@ -10,7 +10,7 @@ import typer
 
 from parsers.errors import InputError
 
-from ..model.units import cell, duration
+from ..model.units import cell, duration, plural
 from ..progress import Steps
 from ..report.files import console, emit_text
 from .analyze import Width, report_width
@@ -103,7 +103,7 @@ def hold_skipped(skip: dict[str, str]) -> None:
     if CONTRACT.strict and skip:
         first = next(iter(skip.values()))
         raise InputError("--strict", f"warning treated as an error: {first} "
-                         f"({len(skip)} source(s) not cross-checked)")
+                         f"({plural(len(skip), 'source')} not cross-checked)")
 
 
 COLUMNS = (

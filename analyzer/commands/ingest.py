@@ -120,8 +120,8 @@ def ingest(
         traces = plural(n, "trace")
         held = (f"{held}, and {traces} stating none: analyze decides {of} ranks" if ranks
                 else f"no rank stated: analyze decides the ranks of {traces}")
-    steps.say(f"rlperf: wrote the dataset of {done['run']['sources']} source(s) ({held}) to "
-              f"{printable(output)}")
+    sources = plural(done["run"]["sources"], "source")
+    steps.say(f"rlperf: wrote the dataset of {sources} ({held}) to {printable(output)}")
 
 
 Writer = Callable[[Path], dict[str, Any]]
@@ -196,8 +196,9 @@ def _from_dataset(
 def _refuse_strict(warnings: list[str]) -> None:
     if CONTRACT.strict and warnings:
         raise InputError(
-            "--strict", f"warning treated as an error: {warnings[0]} ({len(warnings)} warning(s) "
-            "in all)"
+            "--strict",
+            f"warning treated as an error: {warnings[0]} "
+            f"({plural(len(warnings), 'warning')} in all)",
         )
 
 

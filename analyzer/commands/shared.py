@@ -18,6 +18,8 @@ import typer
 
 from parsers.errors import InputError, printable
 
+from ..model.units import plural
+
 if TYPE_CHECKING:
     from ..model.run import Run
 
@@ -217,7 +219,8 @@ def hold_strict(runs: Iterable[Run]) -> None:
     found = [w for run in runs for w in run.warnings]
     if found:
         raise InputError(
-            "--strict", f"warning treated as an error: {found[0]} ({len(found)} warning(s) in all)"
+            "--strict",
+            f"warning treated as an error: {found[0]} ({plural(len(found), 'warning')} in all)",
         )
 
 

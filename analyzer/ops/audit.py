@@ -157,7 +157,7 @@ def resolve(document: dict[str, Any], path: MetricPath) -> tuple[float | None, s
         return (
             None,
             f"no value for {path.text} in the report "
-            f"({len(rows)} matching row(s), none with a number)",
+            f"({plural(len(rows), 'matching row')}, none with a number)",
         )
     if path.agg is None:
         if len(numbers) > 1:
@@ -202,7 +202,7 @@ def load_budget(path: Path) -> list[Check]:
     if unknown:
         raise InputError(
             path,
-            f"unknown top-level key(s) {', '.join(sorted(unknown))} "
+            f"unknown top-level {_keys(unknown)} "
             "(a budget is a list of [[check]] tables)",
         )
     if not isinstance(entries, list) or not entries:
@@ -222,7 +222,7 @@ def _check(path: Path, index: int, entry: Any) -> Check:
     if unknown:
         raise InputError(
             where,
-            f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(CHECK_KEYS))})",
+            f"unknown {_keys(unknown)} (known: {', '.join(sorted(CHECK_KEYS))})",
         )
     limits = {}
     for key in LIMITS:
@@ -507,3 +507,7 @@ def junit_xml(result: Result, *, suite: str = "rlperf audit") -> str:
         out.text = _shown(o)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _keys(unknown: set[str]) -> str:
+    return f"key{'s' if len(unknown) > 1 else ''} {', '.join(sorted(unknown))}"

@@ -133,7 +133,8 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
     logged = lines.filter(pl.col("s").is_not_null())["step"].n_unique()
     missing = logged - timers["step"].n_unique()
     if timers.height and missing > 0:
-        out.warn(f"{missing} step(s) have a loss line but no latency line (the log ends before it)")
+        steps = f"{missing} step has" if missing == 1 else f"{missing} steps have"
+        out.warn(f"{steps} a loss line but no latency line (the log ends before it)")
     return out
 
 

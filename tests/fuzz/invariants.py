@@ -118,6 +118,6 @@ def _durations(frame: pl.DataFrame, name: str) -> list[str]:
     if {"start_ns", "end_ns"} <= set(frame.columns):
         backwards = frame.filter(pl.col("end_ns") < pl.col("start_ns")).height
         if backwards:
-            problems.append(f"{name}: {backwards} row(s) end before they start")
+            problems.append(f"{name}: {backwards} rows end before they start")
     return problems
 

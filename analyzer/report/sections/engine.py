@@ -9,6 +9,7 @@ import polars as pl
 from ...analyses.engine import engine_steps, phase_split
 from ...classify.engine import is_engine
 from ...model.run import Run
+from ...model.units import plural
 from ..section import Column, Section
 
 
@@ -19,14 +20,15 @@ def _graphs(run: Run) -> list[str]:
         if replay:
             by_time = replay["linked_by_time"]
             lines.append(
-                f"{s.path.name}: {replay['launches']} graph launch(es) replayed "
-                f"{replay['kernels']} GPU row(s), each attributed to its launch"
+                f"{s.path.name}: {plural(replay['launches'], 'graph launch')} replayed "
+                f"{plural(replay['kernels'], 'GPU row')}, each attributed to its launch"
                 + (f" ({by_time} by time: no correlation id of their own)" if by_time else "")
             )
         if capture:
             lines.append(
-                f"{s.path.name}: GRAPH CAPTURE trace — {capture['captured_launches']} launch(es) "
-                "were captured into a graph, not executed; its device time is not execution time"
+                f"{s.path.name}: GRAPH CAPTURE trace — "
+                f"{plural(capture['captured_launches'], 'launch')} were captured into a graph, "
+                "not executed; its device time is not execution time"
             )
     return lines
 
@@ -61,7 +63,7 @@ def section(run: Run) -> Section | None:
     note = "; ".join([
         f"{profile['title']}: placement {placement['placement'] or 'unknown'}, "
         + "; ".join(placement["evidence"][:1]),
-        f"{per_step.height} engine step(s); phase per step from the batch names the engine "
+        f"{plural(per_step.height, 'engine step')}; phase per step from the batch names the engine "
         "records (execute_…_context_P…_generation_D…, SGLang step[MODE bs=…], capture_N_MODE); "
         "a mixed step's time is not divided",
         *_graphs(run),

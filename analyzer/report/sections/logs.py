@@ -6,6 +6,7 @@ import polars as pl
 
 from ...analyses.logs import log_runs
 from ...model.run import Run
+from ...model.units import plural
 from ..section import Column, Section
 
 TITLE = "From the framework log"
@@ -24,7 +25,7 @@ def section(run: Run) -> Section | None:
         parts.append(
             f"{stats.get('n_steps', '?')} steps{_warmup(stats)}; step time "
             f"median {stats.get('median_s', 0):.3g} s, "
-            f"p95 {stats.get('p95_s', 0):.3g} s, {stats.get('n_outliers', 0)} slow step(s)"
+            f"p95 {stats.get('p95_s', 0):.3g} s, {plural(stats.get('n_outliers', 0), 'slow step')}"
         )
     if dominant:
         parts.append(dominant_note(dominant))
@@ -121,7 +122,7 @@ def unmapped_note(unclassified: pl.DataFrame, profile: str) -> str:
     if unclassified.height == 0:
         return ""
     named = ", ".join(
-        f"{name} {seconds:.3f} s over {n} step(s) (median {median:.3f} s)"
+        f"{name} {seconds:.3f} s over {plural(n, 'step')} (median {median:.3f} s)"
         for name, seconds, n, median in unclassified.select(
             "name", "seconds", "n_steps", "median_s"
         ).iter_rows()

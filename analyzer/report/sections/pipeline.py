@@ -7,7 +7,7 @@ import polars as pl
 from taxonomy.pipeline_phases import PHASES
 
 from ...model.run import Run
-from ...model.units import duration
+from ...model.units import duration, plural
 from ..section import Column, Section
 
 TITLES = {"forward": "F", "backward_input": "B (input)", "backward_weight": "W (weight)"}
@@ -20,7 +20,8 @@ def _note(found: pl.DataFrame) -> str:
     share = f"{bubble / window:.1%}" if window else "–"
     note = (
         f"Bubble {duration(bubble)} of {duration(window)} ({share}) over "
-        f"{found['rank'].n_unique()} pipeline rank(s). A step's window runs from the first to the "
+        f"{plural(found['rank'].n_unique(), 'pipeline rank')}. A step's window runs from the "
+        "first to the "
         "last chunk or schedule range (1F1B) of any rank; a rank's bubble is that window minus "
         "the time it ran a chunk (taxonomy/pipeline_phases.toml maps the chunk names); host "
         "wall time on the aligned clock."

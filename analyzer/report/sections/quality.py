@@ -6,6 +6,7 @@ import polars as pl
 
 from ...analyses.quality import TOTAL
 from ...model.run import Run
+from ...model.units import plural
 from ..section import Column, Section
 
 
@@ -42,8 +43,8 @@ def section(run: Run) -> Section | None:
         return Section(
             title,
             None,
-            note=f"No problems found in {len(run.sources)} file(s): nothing dropped, clamped or "
-            "repaired, no overlaps, disorder, zero-length "
+            note=f"No problems found in {plural(len(run.sources), 'file')}: nothing dropped, "
+            "clamped or repaired, no overlaps, disorder, zero-length "
             "GPU work, clock corrections or cut files.",
             key="data_quality",
             details=details,
@@ -54,7 +55,8 @@ def section(run: Run) -> Section | None:
         "are what a parser dropped, clamped or repaired."
     )
     if excluded:
-        note += f" {excluded} incomplete step(s) are left out of every per-step analysis."
+        note += (f" {plural(excluded, 'incomplete step')} {'is' if excluded == 1 else 'are'} left "
+                 "out of every per-step analysis.")
     return Section(
         title,
         found,
