@@ -198,7 +198,8 @@ def test_a_log_joins_traces_only_when_its_time_allows() -> None:
 
 def test_a_choice_that_names_no_run_is_one_error_line() -> None:
     sources = list(parsed(CORPUS / "nsys-ai"))
-    with pytest.raises(InputError, match=r"^--run: no run 3 \(the input holds 2: 1-2\)$"):
+    wanted = r"^--run: no run 3: the input holds 2 runs \(1-2\); give one of those numbers$"
+    with pytest.raises(InputError, match=wanted):
         choose(sources, "3", [CORPUS / "nsys-ai"])
     with pytest.raises(InputError, match="no run has a file under"):
         choose(sources, str(CORPUS / "logs"), [CORPUS / "nsys-ai"])
@@ -254,5 +255,8 @@ def test_the_cli_lists_the_runs_and_analyses_the_one_chosen(tmp_path: Path) -> N
     wrong = rlperf("analyze", str(logs), "-q", "--run", "5", cache=tmp_path)
     assert (
         wrong.returncode == 2
-        and wrong.stderr.strip() == "rlperf: error: --run: no run 5 (the input holds 3: 1-3)"
+        and wrong.stderr.strip() == (
+            "rlperf: error: --run: no run 5: the input holds 3 runs (1-3); "
+            "give one of those numbers"
+        )
     )

@@ -397,8 +397,9 @@ def _pick(choice: str, listed: list[FoundRun]) -> int:
     if choice.isdigit():
         if 1 <= int(choice) <= len(listed):
             return int(choice)
+        held = "1 run (1)" if len(listed) == 1 else f"{len(listed)} runs (1-{len(listed)})"
         raise InputError(
-            "--run", f"no run {choice} (the input holds {len(listed)}: 1-{len(listed)})"
+            "--run", f"no run {choice}: the input holds {held}; give one of those numbers"
         )
     prefix = _norm(Path(choice))
     hits = [
