@@ -223,6 +223,29 @@ def test_a_dataset_ingested_again_keeps_what_its_sources_were(tmp_path: Path, ca
     assert f"dataset {first}" not in err
 
 
+@pytest.mark.parametrize("stale", [3, 5])
+def test_sources_stale_alike_are_said_once_past_three(tmp_path: Path, capsys, stale: int) -> None:
+    """A dataset of 1,024 sources read by another parser version printed 1,024 warning lines;
+    past three alike, the terminal gets the first and the others counted, the report each."""
+    run = copied(tmp_path, 5)
+    rlperf(capsys, "ingest", str(run), "-o", str(tmp_path / "ds"), "-q")
+    manifest = json.loads((tmp_path / "ds" / MANIFEST).read_text())
+    for record in manifest["sources"][:stale]:
+        record["parser_version"] = "0" * 16
+    (tmp_path / "ds" / MANIFEST).write_text(json.dumps(manifest))
+    _, out, err = rlperf(capsys, "analyze", str(tmp_path / "ds"), "-f", "json")
+    lines = [line for line in err.splitlines() if "another version" in line]
+    assert len(json.loads(out)["warnings"]) == stale
+    names = [Path(r["path"]).name for r in manifest["sources"][:stale]]
+    if stale == 3:
+        assert [n for line, n in zip(lines, names, strict=True) if n in line] == names
+    else:
+        (line,) = lines
+        assert line.endswith(
+            f"(and the same for 4 more sources: {names[1]}, {names[2]}, {names[3]}, …)"
+        )
+
+
 def damage(root: Path, how: str) -> tuple[Path, str]:
     """Damage a dataset; the file the error must name and a word of its problem."""
     manifest = root / MANIFEST

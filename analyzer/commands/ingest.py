@@ -43,6 +43,7 @@ from .shared import (
     RayAddress,
     Strict,
     say,
+    say_warnings,
 )
 
 EXAMPLES = (
@@ -111,8 +112,7 @@ def ingest(
             write = _staged(paths, output, run_choice, jobs, no_cache, shown_progress)
         done = _write_whole(output, write)
     ranks = done["run"]["ranks"]
-    for warning in done["warnings"]:
-        say(f"rlperf: warning: {warning}")
+    say_warnings(done["warnings"], done["names"])
     held = f"rank{'s' if len(ranks) > 1 else ''} {spans(ranks)}" if ranks else "no rank stated"
     if done["unranked"]:
         n = done["unranked"]
@@ -165,7 +165,8 @@ def _staged(
         run = _run_record(run_choice, records)
         write_manifest(root, records, run=run, notes=[*staged.notes, *chosen],
                        unknown=staged.unknown)
-        return {"run": run, "warnings": warnings, "unranked": _unranked(records)}
+        return {"run": run, "warnings": warnings, "unranked": _unranked(records),
+                "names": [Path(r["path"]).name for r in records]}
 
     return write
 
@@ -188,7 +189,8 @@ def _from_dataset(
         run = _run_record(run_choice, records)
         write_manifest(root, records, run=run, notes=[*found.notes, *chosen],
                        unknown=found.unknown)
-        return {"run": run, "warnings": warnings, "unranked": _unranked(records)}
+        return {"run": run, "warnings": warnings, "unranked": _unranked(records),
+                "names": [Path(r["path"]).name for r in records]}
 
     return write
 

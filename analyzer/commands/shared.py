@@ -7,6 +7,7 @@ this module, never the app that lists it.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -224,6 +225,33 @@ def hold_strict(runs: Iterable[Run]) -> None:
         )
 
 
+SAME_WARNING_SHOWN = 3
+"""Warnings that differ only in the source they name are shown one by one up to this many; past
+it, the first and a count of the others (a dataset of 1,024 stale sources: one line, not 1,024)."""
+
+
+def say_warnings(warnings: list[str], names: Iterable[str]) -> None:
+    """Each warning as one line on stderr, except that warnings alike but for the source they
+    name (one of ``names``) past :data:`SAME_WARNING_SHOWN` are said once with the others
+    counted and named; the report still lists every one."""
+    known = {n for n in names if n}
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for warning in warnings:
+        name = next((t for t in re.split(r"[\s:,()]+", warning) if t in known), "")
+        template = warning.replace(name, "\0", 1) if name else warning
+        groups.setdefault(template, []).append((warning, name))
+    for alike in groups.values():
+        if len(alike) <= SAME_WARNING_SHOWN or not alike[0][1]:
+            for warning, _ in alike:
+                say(f"rlperf: warning: {warning}")
+            continue
+        others = [n for _, n in alike[1:]]
+        listed = ", ".join(others[:SAME_WARNING_SHOWN])
+        listed += ", …" if len(others) > SAME_WARNING_SHOWN else ""
+        say(f"rlperf: warning: {alike[0][0]} (and the same for "
+            f"{plural(len(others), 'more source')}: {listed})")
+
+
 def conclude(runs: Iterable[Run]) -> None:
     """After the output is written: each warning as one line on stderr, each internal error as
     one line naming the analysis that failed, then exit status 3 if there was one."""
@@ -231,8 +259,7 @@ def conclude(runs: Iterable[Run]) -> None:
 
     found = []
     for run in runs:
-        for warning in run.warnings:
-            say(f"rlperf: warning: {warning}")
+        say_warnings(list(run.warnings), (s.path.name for s in run.sources))
         found += failures(run)
     for failure in found:
         if CONTRACT.debug:
