@@ -199,6 +199,25 @@ def one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
     return lines[0]
 
 
+def rlperf(capsys, *args: str) -> tuple[int, str, str]:
+    """``rlperf ARGS`` in this process: exit status, stdout, stderr (``capsys``: pytest's
+    capture fixture)."""
+    import sys
+
+    from analyzer.cli import main
+
+    argv, sys.argv = sys.argv, ["rlperf", *args]
+    try:
+        main()
+        status = 0
+    except SystemExit as exc:
+        status = int(exc.code or 0)
+    finally:
+        sys.argv = argv
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
 def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
     """``rlperf ARGS`` in a fresh interpreter (exit status, stdout and stderr as a user sees
     them)."""

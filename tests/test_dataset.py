@@ -15,29 +15,15 @@ import pytest
 
 import analyzer
 from analyzer.assemble import ingest as ingest_module
-from analyzer.cli import main
 from analyzer.dataset import MANIFEST, parser_version, products
 from parsers.cachedir import cache_dir
-from tests.report_truth import cli, one_line_error
+from tests.report_truth import cli, one_line_error, rlperf
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI = REPO / "sample_traces" / "synthetic" / "disaggregated"
 """8 ranks, one Kineto trace each."""
 MIXED = REPO / "sample_traces" / "runs" / "verl_ppo_disaggregated"
 """Traces of several ranks, the driver and a framework log."""
-
-
-def rlperf(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """``rlperf ARGS`` in this process: exit status, stdout, stderr."""
-    argv, sys.argv = sys.argv, ["rlperf", *args]
-    try:
-        main()
-    except SystemExit as exc:
-        status = int(exc.code or 0)
-    finally:
-        sys.argv = argv
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.fixture(scope="module")

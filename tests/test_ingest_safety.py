@@ -9,7 +9,6 @@ import errno
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -17,29 +16,16 @@ import pytest
 import typer
 
 from analyzer import engines
-from analyzer.cli import app, main
+from analyzer.cli import app
 from analyzer.dataset import products, write_dataset
 from analyzer.engines import on_ray
 from parsers import parse_file
 from parsers.discover import DATASET_ENTRIES
-from tests.report_truth import cli, one_line_error
+from tests.report_truth import cli, one_line_error, rlperf
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI = REPO / "sample_traces" / "synthetic" / "disaggregated"
 """8 ranks, one Kineto trace each."""
-
-
-def rlperf(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """``rlperf ARGS`` in this process: exit status, stdout, stderr."""
-    argv, sys.argv = sys.argv, ["rlperf", *args]
-    try:
-        main()
-    except SystemExit as exc:
-        status = int(exc.code or 0)
-    finally:
-        sys.argv = argv
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def traces(folder: Path, first: int, count: int) -> Path:
