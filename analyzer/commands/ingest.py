@@ -42,6 +42,7 @@ from .shared import (
     Quiet,
     RayAddress,
     Strict,
+    refuse_warnings,
     say,
     say_warnings,
 )
@@ -155,7 +156,7 @@ def _staged(
         number = {stubs[i].path: i for i in order}
         kept = [number[s.path] for s in picked]
         warnings = [w for s in picked for w in s.warnings]
-        _refuse_strict(warnings)
+        refuse_warnings(warnings)
         for i in set(order) - set(kept):
             remove_source(root, staged.written[i].record)
         records = [
@@ -182,7 +183,7 @@ def _from_dataset(
     found = read_sources(paths, jobs=jobs, use_cache=not no_cache, progress=progress)
     sources, chosen = choose(found.sources, run_choice, paths)
     warnings = [w for s in sources for w in s.warnings]
-    _refuse_strict(warnings)
+    refuse_warnings(warnings)
 
     def write(root: Path) -> dict[str, Any]:
         records = [write_source(s, root, i) for i, s in enumerate(sources)]
@@ -193,15 +194,6 @@ def _from_dataset(
                 "names": [Path(r["path"]).name for r in records]}
 
     return write
-
-
-def _refuse_strict(warnings: list[str]) -> None:
-    if CONTRACT.strict and warnings:
-        raise InputError(
-            "--strict",
-            f"warning treated as an error: {warnings[0]} "
-            f"({plural(len(warnings), 'warning')} in all)",
-        )
 
 
 def _unranked(records: list[dict[str, Any]]) -> int:

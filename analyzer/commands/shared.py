@@ -215,13 +215,16 @@ Strict = Annotated[
 
 def hold_strict(runs: Iterable[Run]) -> None:
     """Under ``--strict``, the first warning of ``runs`` as an InputError (exit status 2)."""
-    if not CONTRACT.strict:
-        return
-    found = [w for run in runs for w in run.warnings]
-    if found:
+    refuse_warnings([w for run in runs for w in run.warnings])
+
+
+def refuse_warnings(warnings: list[str]) -> None:
+    """Under ``--strict``, the first of ``warnings`` as an InputError (exit status 2)."""
+    if CONTRACT.strict and warnings:
         raise InputError(
             "--strict",
-            f"warning treated as an error: {found[0]} ({plural(len(found), 'warning')} in all)",
+            f"warning treated as an error: {warnings[0]} "
+            f"({plural(len(warnings), 'warning')} in all)",
         )
 
 
