@@ -321,3 +321,20 @@ def test_the_help_says_what_a_dataset_replaces_and_that_analyze_reads_one():
     analyze_help = " ".join(cli("analyze", "--help").stdout.split())
     assert "PATH may instead be a dataset (rlperf ingest): with -o, the report is kept in it" \
         in analyze_help
+
+
+def test_strict_ingest_refuses_a_warning_and_writes_no_dataset(tmp_path: Path, capsys) -> None:
+    """Ingest judges ``--strict`` with the analyze commands' refusal: the first warning and the
+    count, exit 2, no dataset left behind."""
+    log = REPO.parent / "shared" / "corpus" / "VERL-Maze" / "verl_demo.log"
+    loose = rlperf(capsys, "ingest", str(log), "-o", str(tmp_path / "loose"), "-q")
+    warnings = [line for line in loose[2].splitlines() if line.startswith("rlperf: warning: ")]
+    assert loose[0] == 0 and warnings
+    status, _, err = rlperf(capsys, "ingest", str(log), "-o", str(tmp_path / "ds"), "--strict")
+    first = warnings[0].removeprefix("rlperf: warning: ")
+    count = f"{len(warnings)} warning{'s' if len(warnings) > 1 else ''}"
+    assert status == 2
+    assert err.strip().splitlines()[-1] == (
+        f"rlperf: error: --strict: warning treated as an error: {first} ({count} in all)"
+    )
+    assert not (tmp_path / "ds").exists()
