@@ -23,7 +23,10 @@ TOP = 8
 def compute(events: pl.DataFrame) -> pl.DataFrame:
     """One row per rank and top-level annotation name; the event table is narrowed to the
     annotations (and their few columns) before any name is read as text, and the windows are
-    a lazy query (eagerly, ``max - min`` in an aggregation materialised every group's rows)."""
+    a lazy query (eagerly, ``max - min`` in an aggregation materialised every group's rows).
+    The shares are a lazy query too: an eager join with a one-row frame (a run of one rank)
+    makes the window a constant column, which polars divides by as a multiplication by its
+    reciprocal, one unit in the last place off the quotient that several ranks get."""
     windows = events.lazy().group_by("rank").agg(
         (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("window_ns")
     ).collect()
@@ -37,10 +40,11 @@ def compute(events: pl.DataFrame) -> pl.DataFrame:
     )
     covered = intervals.union_length(top, ["rank", "name"], name="time_ns")
     return (
-        top.group_by("rank", "name")
+        top.lazy()
+        .group_by("rank", "name")
         .agg(pl.len().alias("count"))
-        .join(covered, on=["rank", "name"], how="left")
-        .join(windows, on="rank")
+        .join(covered.lazy(), on=["rank", "name"], how="left")
+        .join(windows.lazy(), on="rank")
         .with_columns(
             pl.col("name").cast(pl.String),
             pl.col("time_ns").fill_null(0),
@@ -48,10 +52,11 @@ def compute(events: pl.DataFrame) -> pl.DataFrame:
         .with_columns((pl.col("time_ns") / pl.col("window_ns")).alias("share"))
         .drop("window_ns")
         .sort(["rank", "time_ns", "name"], descending=[False, True, False])
+        .collect()
     )
 
 
-@provides("annotations")
+@provides("annotations", per_rank=True)
 def annotations(events: pl.DataFrame) -> pl.DataFrame:
     return compute(events)
 

@@ -86,7 +86,7 @@ def compute(events: pl.DataFrame, *, hta_compatible: bool = False) -> pl.DataFra
     return out.select(COLUMNS).sort("rank")
 
 
-@provides("gpu_time")
+@provides("gpu_time", per_rank=True)
 def gpu_time(events: pl.DataFrame) -> pl.DataFrame:
     return compute(events)
 

@@ -10,6 +10,12 @@ declarations themselves (``docs/architecture.md`` is generated from them), a nam
 provides and a cycle are errors that say which products are involved, and a provider cannot
 read anything it has not declared.
 
+A provider declared ``per_rank=True`` is *rank-local*: its product over the run is the
+concatenation, in ascending rank order, of the provider called on each rank's events alone
+(:data:`SHARDED`), every other parameter passed whole ("broadcast"). The declaration is data:
+``Run`` may then compute it rank by rank, in another process or on another node
+(:mod:`analyzer.model.sharded`); ``tests/test_per_rank.py`` checks every such declaration.
+
 :class:`Products` lists every product with its type, so that ``run.bubbles`` is typed for mypy;
 ``tests/test_products.py`` checks that it and the providers name the same products.
 """
@@ -39,6 +45,11 @@ LAZY = "lazy"
 """The parameter through which a provider reads, on demand, only the products it declared as
 ``lazy=``: the guidelines read what each metric needs, so that one failing product fails only
 the guidelines that read it."""
+SHARDED = "events"
+"""The input a rank-local (``per_rank``) provider reads one rank at a time."""
+MUTABLE = ("warnings", "failures")
+"""Inputs a provider appends to: a rank-local one, which may run in another process, reads
+neither."""
 
 
 class ProductError(RuntimeError):
@@ -54,6 +65,8 @@ class Provider:
     """The parameters, each a product or an input (:data:`INPUTS`), or :data:`LAZY`."""
     lazy: tuple[str, ...]
     schema: Mapping[str, pl.DataType] | None
+    per_rank: bool = False
+    """Rank-local: the concatenation in rank order of the provider over each rank's events."""
 
     @property
     def module(self) -> str:
@@ -69,9 +82,10 @@ _PROVIDERS: dict[str, Provider] = {}
 
 
 def provides(name: str, *, schema: Mapping[str, pl.DataType] | None = None,
-             lazy: tuple[str, ...] = ()) -> Callable[[F], F]:
+             lazy: tuple[str, ...] = (), per_rank: bool = False) -> Callable[[F], F]:
     """Declare ``fn`` the provider of product ``name``; its parameter names are what it reads
-    (with ``lazy``, a parameter named :data:`LAZY` reads those on demand)."""
+    (with ``lazy``, a parameter named :data:`LAZY` reads those on demand; with ``per_rank``,
+    it is rank-local: see the module's docstring)."""
 
     def register(fn: F) -> F:
         params = tuple(inspect.signature(fn).parameters)
@@ -79,11 +93,17 @@ def provides(name: str, *, schema: Mapping[str, pl.DataType] | None = None,
             raise ProductError(
                 f"{fn.__qualname__}: lazy products need a parameter {LAZY!r}, and it needs them"
             )
+        if per_rank and (SHARDED not in params or lazy or set(params) & set(MUTABLE)):
+            raise ProductError(
+                f"{fn.__qualname__}: a per_rank provider reads {SHARDED!r} (one rank's), nothing "
+                f"on demand, and none of {', '.join(MUTABLE)} (what it appended there in a "
+                "worker would be lost)"
+            )
         known = _PROVIDERS.get(name)
         if known is not None and known.fn.__qualname__ != fn.__qualname__:
             raise ProductError(f"{name!r} provided by both {known.module}.{known.fn.__qualname__} "
                                f"and {fn.__module__}.{fn.__qualname__}")
-        _PROVIDERS[name] = Provider(name, fn, params, lazy, schema)
+        _PROVIDERS[name] = Provider(name, fn, params, lazy, schema, per_rank)
         return fn
 
     return register

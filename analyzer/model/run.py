@@ -18,7 +18,8 @@ import polars as pl
 from . import frames
 from .failures import Failure
 from .options import Options
-from .products import LAZY, Lazy, ProductError, Products, Provider, providers
+from .products import INPUTS, LAZY, SHARDED, Lazy, ProductError, Products, Provider, providers
+from .sharded import Shards
 
 
 @dataclass
@@ -44,6 +45,9 @@ class Run(Products):
     options: Options = field(default_factory=Options)
     failures: dict[str, Failure] = field(default_factory=dict)
     """What failed with an internal error so far (what → failure), in the order it happened."""
+    shards: Shards | None = None
+    """Where rank-local products are computed rank by rank (a run read from a dataset); None:
+    over the whole event table (:mod:`analyzer.model.sharded`)."""
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
     _resolving: list[str] = field(default_factory=list, repr=False)
 
@@ -58,16 +62,41 @@ class Run(Products):
             raise ProductError(
                 "products read each other in a cycle: " + " → ".join([*self._resolving, name])
             )
+        if provider.per_rank and self.shards is not None:
+            return self._per_rank(provider, self.shards)
         self._resolving.append(name)
         try:
             args = {p: self._argument(p, provider) for p in provider.params}
             value = provider.fn(**args)
         finally:
             self._resolving.pop()
+        return self._kept(provider, value)
+
+    def _kept(self, provider: Provider, value: Any) -> Any:
         if provider.schema is not None:
-            value = frames.check(value, provider.schema, name)
-        self._cache[name] = value
+            value = frames.check(value, provider.schema, provider.name)
+        self._cache[provider.name] = value
         return value
+
+    def _per_rank(self, provider: Provider, shards: Shards) -> Any:
+        """``provider``'s product through the shards, together with every other rank-local
+        product whose inputs are at hand (one pass over the ranks computes them all)."""
+        batch = [provider, *(
+            p for p in providers().values()
+            if p.per_rank and p.name != provider.name and p.name not in self._cache
+            and all(q in INPUTS or q in self._cache for q in p.params)
+        )]
+        self._resolving.append(provider.name)
+        try:
+            broadcast = {
+                p.name: {q: self.read(q) for q in p.params if q != SHARDED} for p in batch
+            }
+        finally:
+            self._resolving.pop()
+        values = shards.evaluate(batch, broadcast)
+        for p in batch:
+            self._kept(p, values[p.name])
+        return self._cache[provider.name]
 
     def _argument(self, param: str, provider: Provider) -> Any:
         if param == LAZY:

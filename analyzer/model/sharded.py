@@ -1,0 +1,81 @@
+"""Rank-local products computed rank by rank (``@provides(..., per_rank=True)``).
+
+A rank-local provider's product over the run is the concatenation, in ascending rank order
+(null ranks first, as ``sort`` puts them), of the provider called on each rank's events alone
+with its other parameters passed whole. ``Run`` computes such a product through its
+:class:`Shards` when it has one (a run read from a dataset: each rank's partition read by a
+worker, ``analyzer/engines/per_rank.py``), else over the whole event table; the two are equal
+(``tests/test_per_rank.py`` checks every declaration on multi-rank runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import polars as pl
+
+from parsers.events import empty_events
+
+from .products import SHARDED, Provider
+
+Broadcast = Mapping[str, Mapping[str, Any]]
+"""Product → its provider's parameters other than the events, passed whole to every rank."""
+PerRank = list[dict[str, pl.DataFrame]]
+"""Product → value, one dict per rank in rank order."""
+
+
+class Shards(Protocol):
+    def evaluate(
+        self, providers: Sequence[Provider], broadcast: Broadcast
+    ) -> dict[str, pl.DataFrame]:
+        """Each provider's product over the run, computed rank by rank and gathered."""
+        ...
+
+
+def split(events: pl.DataFrame) -> list[pl.DataFrame]:
+    """The events of each rank, in rank order, each in the run's row order."""
+    if events.height == 0:
+        return []
+    parts = events.partition_by("rank", maintain_order=True, as_dict=True)
+    order = sorted(parts, key=lambda k: (k[0] is not None, k[0] if k[0] is not None else 0))
+    return [parts[k] for k in order]
+
+
+def on_rank(
+    providers: Sequence[Provider], events: pl.DataFrame, broadcast: Broadcast
+) -> dict[str, pl.DataFrame]:
+    """Every provider on one rank's events."""
+    return {p.name: p.fn(**{SHARDED: events, **broadcast[p.name]}) for p in providers}
+
+
+def over_ranks(
+    providers: Sequence[Provider], events: pl.DataFrame, broadcast: Broadcast
+) -> PerRank:
+    """Every provider on each rank of ``events`` in turn."""
+    return [on_rank(providers, part, broadcast) for part in split(events)]
+
+
+def gathered(
+    providers: Sequence[Provider], per_rank: PerRank, broadcast: Broadcast
+) -> dict[str, pl.DataFrame]:
+    """The run's products from the per-rank ones; a run without events gets the provider's
+    value over the empty event table (what the whole-run computation gives)."""
+    if not per_rank:
+        return on_rank(providers, empty_events(), broadcast)
+    return {
+        p.name: pl.concat([values[p.name] for values in per_rank], how="vertical")
+        for p in providers
+    }
+
+
+class InProcess:
+    """The run's own event table split by rank, each rank computed in this process."""
+
+    def __init__(self, events: pl.DataFrame) -> None:
+        self.events = events
+
+    def evaluate(
+        self, providers: Sequence[Provider], broadcast: Broadcast
+    ) -> dict[str, pl.DataFrame]:
+        return gathered(providers, over_ranks(providers, self.events, broadcast), broadcast)

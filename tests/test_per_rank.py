@@ -1,0 +1,120 @@
+"""Rank-local products (``@provides(..., per_rank=True)``): for every product so declared, on
+multi-rank bundled samples and a multi-rank corpus run, the product computed rank by rank and
+concatenated in rank order equals the whole-run product exactly (values, dtypes, row order); a
+product wrongly declared rank-local fails the same check; a run read from a dataset computes
+them from each rank's partition and gets the whole-run values."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import analyzer
+from analyzer.model import products
+from analyzer.model.products import SHARDED, ProductError, Provider, providers, provides
+from analyzer.model.run import Run
+from analyzer.model.sharded import InProcess, split
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus" / "HolisticTraceAnalysis"
+RUNS = {
+    "synthetic disaggregated": [REPO / "sample_traces/synthetic/disaggregated"],
+    "verl ppo disaggregated": [REPO / "sample_traces/runs/verl_ppo_disaggregated"],
+    "verl ppo multi-process nsys": [REPO / "sample_traces/runs/verl_ppo_multiprocess_nsys"],
+    "HTA sampled ranks 0 and 1": [CORPUS / "sampled_rank-0.json.gz",
+                                  CORPUS / "sampled_rank-1.json.gz"],
+}
+"""Bundled multi-rank samples (8-rank synthetic traces, a real verl run's traces and logs, one
+Nsight report of several ranks' processes) and a two-rank run of the corpus."""
+RANK_LOCAL = {"gpu_time", "annotations"}
+
+
+@cache
+def loaded(name: str) -> Run:
+    return analyzer.load(RUNS[name], use_cache=False)
+
+
+@pytest.fixture(params=list(RUNS))
+def run(request: pytest.FixtureRequest) -> Run:
+    return loaded(request.param)
+
+
+def rank_local() -> list[Provider]:
+    return [p for p in providers().values() if p.per_rank]
+
+
+def whole(run: Run, provider: Provider) -> pl.DataFrame:
+    return provider.fn(**{q: run.read(q) for q in provider.params})
+
+
+def broadcast(run: Run, provider: Provider) -> dict[str, dict]:
+    return {provider.name: {q: run.read(q) for q in provider.params if q != SHARDED}}
+
+
+def by_ranks(run: Run, provider: Provider) -> pl.DataFrame:
+    return InProcess(run.events).evaluate([provider], broadcast(run, provider))[provider.name]
+
+
+def test_the_rank_local_products_are_declared() -> None:
+    assert {p.name for p in rank_local()} == RANK_LOCAL
+
+
+def test_the_runs_have_several_ranks(run: Run) -> None:
+    """What the check stands on: at least two ranks with events, and each rank-local product
+    has rows of at least two ranks (else concatenation would be trivially the whole)."""
+    assert len(split(run.events)) >= 2
+    for p in rank_local():
+        assert whole(run, p)["rank"].n_unique() >= 2, p.name
+
+
+def test_every_rank_local_product_equals_its_whole_run_value(run: Run) -> None:
+    for p in rank_local():
+        assert_frame_equal(by_ranks(run, p), whole(run, p), check_exact=True)
+
+
+def test_a_product_wrongly_declared_rank_local_fails_the_check(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share of the run's whole event count (its denominator reads every rank) declared
+    rank-local: the per-rank value differs, and the check says so."""
+    monkeypatch.setattr(products, "_PROVIDERS", dict(products._PROVIDERS))
+
+    @provides("_share_of_run", per_rank=True)
+    def share(events: pl.DataFrame) -> pl.DataFrame:
+        return events.group_by("rank").len().with_columns(
+            (pl.col("len") / events.height).alias("share")
+        ).sort("rank")
+
+    with pytest.raises(AssertionError):
+        assert_frame_equal(by_ranks(run, providers()["_share_of_run"]),
+                           whole(run, providers()["_share_of_run"]), check_exact=True)
+
+
+def test_collective_matching_declared_rank_local_fails_the_check() -> None:
+    """A real cross-rank product (collective calls matched across members into instances)
+    declared rank-local: the check fails on a run whose ranks talk to each other."""
+    run = loaded("synthetic disaggregated")
+    calls = dataclasses.replace(providers()["collective_calls"], per_rank=True)
+    assert whole(run, calls)["rank"].n_unique() >= 2
+    with pytest.raises(AssertionError):
+        assert_frame_equal(by_ranks(run, calls), whole(run, calls), check_exact=True)
+
+
+@pytest.mark.parametrize("reads", [("events", "warnings"), ("rank",), ("events", "lazy")])
+def test_a_rank_local_provider_reads_one_ranks_events_and_nothing_mutable(reads) -> None:
+    registry = dict(products._PROVIDERS)
+    source = f"def fn({', '.join(reads)}): return None"
+    namespace: dict = {}
+    exec(source, namespace)
+    try:
+        with pytest.raises(ProductError, match="a per_rank provider reads 'events'"):
+            provides("_bad", per_rank=True, lazy=("steps",) if "lazy" in reads else ())(
+                namespace["fn"])
+    finally:
+        products._PROVIDERS.clear()
+        products._PROVIDERS.update(registry)
