@@ -12,6 +12,7 @@ when stages are known, inside each stage. Thresholds, names and wording are data
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -185,10 +186,24 @@ def small_kernels(kernels: pl.DataFrame, launches: pl.DataFrame, wall: pl.DataFr
     ).with_columns((pl.col("api_ns") / pl.col("wall_ns")).alias("api_share"))
 
 
-def _busy_gaps(busy: pl.DataFrame, min_gap_ns: int) -> pl.DataFrame:
-    """Per rank, the gaps of at least ``min_gap_ns`` between the union's pieces."""
-    merged = intervals.union(busy, ["rank"]).sort("rank", "start_ns")
-    gaps = merged.select(
+@dataclass(frozen=True)
+class Busy:
+    """Per rank, the union of all GPU activity and that of its kernels, merged once for the
+    checks that read them (a union of a union is itself, so they serve as covers too)."""
+
+    gpu: pl.DataFrame
+    kernels: pl.DataFrame
+
+    @classmethod
+    def of(cls, gpu: pl.DataFrame) -> Busy:
+        kernels = gpu.lazy().filter(pl.col("kind") == "kernel")
+        return cls(intervals.union(gpu, ["rank"]), intervals.union(kernels, ["rank"]))
+
+
+def _busy_gaps(merged: pl.DataFrame, min_gap_ns: int) -> pl.DataFrame:
+    """Per rank, the gaps of at least ``min_gap_ns`` between the pieces of a union
+    (``intervals.union`` by rank)."""
+    gaps = merged.sort("rank", "start_ns").select(
         "rank",
         pl.col("end_ns").shift(1).over("rank").alias("start_ns"),
         pl.col("start_ns").alias("end_ns"),
@@ -196,15 +211,14 @@ def _busy_gaps(busy: pl.DataFrame, min_gap_ns: int) -> pl.DataFrame:
     return gaps.with_row_index("_id")
 
 
-def idle_gaps(gpu: pl.DataFrame, stage_spans: pl.DataFrame, win: pl.DataFrame,
+def idle_gaps(gpu: pl.DataFrame, busy: Busy, stage_spans: pl.DataFrame, win: pl.DataFrame,
               rule: dict[str, Any]) -> pl.DataFrame:
     """Per scope and rank: gaps of at least ``min_gap_ns`` with no kernel running on any
     stream, their count, total and longest, the part no copy or memset fills either, and the
     total's share of the kernel window (in a stage: of the stage's time)."""
-    kernels = gpu.filter(pl.col("kind") == "kernel")
-    gaps = _busy_gaps(kernels, rule["min_gap_ns"])
+    gaps = _busy_gaps(busy.kernels, rule["min_gap_ns"])
     uncovered = gaps.with_columns(
-        (_dur() - intervals.overlap_each(gaps, gpu, ["rank"])).alias("empty_ns")
+        (_dur() - intervals.overlap_each(gaps, busy.gpu, ["rank"])).alias("empty_ns")
     )
     pieces = _clip_scoped(gaps, stage_spans).join(
         uncovered.select("_id", "empty_ns", _dur().alias("_whole")), on="_id"
@@ -214,7 +228,7 @@ def idle_gaps(gpu: pl.DataFrame, stage_spans: pl.DataFrame, win: pl.DataFrame,
         (pl.col("empty_ns") * _dur() / pl.col("_whole")).sum().round().cast(pl.Int64)
         .alias("empty_ns"),
     )
-    kwin = kernels.lazy().group_by("rank").agg(
+    kwin = gpu.lazy().filter(pl.col("kind") == "kernel").group_by("rank").agg(
         (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("kernel_window_ns")
     ).collect()
     out = per.join(win, on=["scope", "rank"]).join(kwin, on="rank", how="left").with_columns(
@@ -224,12 +238,12 @@ def idle_gaps(gpu: pl.DataFrame, stage_spans: pl.DataFrame, win: pl.DataFrame,
     return out.with_columns((pl.col("idle_ns") / pl.col("window_ns")).alias("share"))
 
 
-def host_bound(gpu: pl.DataFrame, launches: pl.DataFrame, stage_spans: pl.DataFrame,
-               win: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
+def host_bound(gpu: pl.DataFrame, gaps: pl.DataFrame, launches: pl.DataFrame,
+               stage_spans: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     """Per scope and rank: gaps in all GPU activity (at least ``min_gap_ns``) whose closing
     work was launched by a call that ended after the gap had begun — the GPU ran dry waiting
-    for the host; their count, total and share of the GPU window."""
-    gaps = _busy_gaps(gpu, rule["min_gap_ns"])
+    for the host; their count, total and share of the GPU window. ``gaps``: those of at
+    least ``min_gap_ns`` in all GPU activity (:func:`_busy_gaps`)."""
     closing = gpu.select("rank", "corr", "start_ns").join(
         launches, on=["rank", "corr"], how="inner"
     ).group_by(
@@ -247,12 +261,13 @@ def host_bound(gpu: pl.DataFrame, launches: pl.DataFrame, stage_spans: pl.DataFr
     )
 
 
-def sync_blocking(events: pl.DataFrame | pl.LazyFrame, gpu: pl.DataFrame, stage_spans: pl.DataFrame,
-                  win: pl.DataFrame, names: dict[str, Any], min_gap_ns: int) -> pl.DataFrame:
+def sync_blocking(events: pl.DataFrame | pl.LazyFrame, gaps: pl.DataFrame,
+                  stage_spans: pl.DataFrame, win: pl.DataFrame, names: dict[str, Any]
+                  ) -> pl.DataFrame:
     """Per scope and rank: the union of the host's blocking waits (blocking runtime calls and
     host-side CUDA sync records), its share of the wall window, the part of it the GPU spent
-    idle (gaps of at least ``min_gap_ns`` in all GPU activity: the wait is the gap's cause,
-    ``idle_ns``) and the call that waits most."""
+    idle (``gaps`` in all GPU activity, those of :func:`host_bound`: the wait is the gap's
+    cause, ``idle_ns``) and the call that waits most."""
     runtime = events.lazy().filter(pl.col("kind") == "runtime")
     host = events.lazy().filter(pl.col("kind") == "gpu_sync")
     blocking = (
@@ -265,7 +280,7 @@ def sync_blocking(events: pl.DataFrame | pl.LazyFrame, gpu: pl.DataFrame, stage_
     merged = intervals.union(waits, ["rank"]).with_row_index("_id")
     pieces = _clip_scoped(merged, stage_spans)
     pieces = pieces.with_columns(
-        intervals.overlap_each(pieces, _busy_gaps(gpu, min_gap_ns), ["rank"]).alias("idle_ns")
+        intervals.overlap_each(pieces, gaps, ["rank"]).alias("idle_ns")
     )
     per = pieces.group_by("scope", "rank").agg(
         _dur().sum().alias("blocked_ns"), pl.col("idle_ns").sum()
@@ -278,18 +293,17 @@ def sync_blocking(events: pl.DataFrame | pl.LazyFrame, gpu: pl.DataFrame, stage_
     )
 
 
-def copies(gpu: pl.DataFrame, win: pl.DataFrame, names: dict[str, Any],
+def copies(gpu: pl.DataFrame, busy: Busy, win: pl.DataFrame, names: dict[str, Any],
            rule: dict[str, Any]) -> pl.DataFrame:
     """Per scope and copy direction: copies, bytes, time, those of at least ``large_bytes``,
     the longest copy, the time no kernel overlaps (exposed) and shares of the GPU window."""
-    kernels = gpu.filter(pl.col("kind") == "kernel")
     copy = gpu.filter(pl.col("kind") == "memcpy").with_columns(
         pl.col("name").cast(pl.String).str.extract(names["copy_direction"], 1)
         .fill_null("other").alias("direction")
     )
     if copy.height:
         copy = copy.with_columns(
-            (_dur() - intervals.overlap_each(copy, kernels, ["rank"])).alias("exposed_ns")
+            (_dur() - intervals.overlap_each(copy, busy.kernels, ["rank"])).alias("exposed_ns")
         )
     else:
         copy = copy.with_columns(pl.lit(0, pl.Int64).alias("exposed_ns"))
@@ -393,14 +407,15 @@ def measure(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
     small = small_kernels(kernels, launch, win, table["small_kernels"])
     del kernels
     waits = collective_waits.filter(pl.col("rank") >= 0)
+    busy = Busy.of(gpu)
+    gaps = _busy_gaps(busy.gpu, table["host_bound"]["min_gap_ns"])
     return {
         "top_kernel": top,
         "small_kernels": small,
-        "idle_gaps": idle_gaps(gpu, spans_, win, table["idle_gaps"]),
-        "host_bound": host_bound(gpu, launch, spans_, win, table["host_bound"]),
-        "sync_blocking": sync_blocking(ev, gpu, spans_, win, names,
-                                       table["host_bound"]["min_gap_ns"]),
-        "copies": copies(gpu, win, names, table["copies"]),
+        "idle_gaps": idle_gaps(gpu, busy, spans_, win, table["idle_gaps"]),
+        "host_bound": host_bound(gpu, gaps, launch, spans_, win),
+        "sync_blocking": sync_blocking(ev, gaps, spans_, win, names),
+        "copies": copies(gpu, busy, win, names, table["copies"]),
         "nccl_variability": nccl_variability(waits, table["nccl_variability"]),
         "straggler": stragglers(waits, win),
         "exposed_comm": exposed_comm(waits, win),
