@@ -59,10 +59,12 @@ def load(
     from .assemble import build  # deferred: the pipeline imports polars
     from .assemble.ingest import ingest  # deferred: polars
     from .assemble.runs import choose  # deferred: polars
+    from .engines.per_rank import sharded  # deferred: polars
 
     if isinstance(paths, (str, Path)):
         paths = [paths]
     paths = list(paths)
     found = ingest(paths, jobs=jobs, use_cache=use_cache, progress=progress)
     sources, chosen = choose(found.sources, run, paths)
-    return build(sources, options, unknown=found.unknown, notes=[*found.notes, *chosen])
+    built = build(sources, options, unknown=found.unknown, notes=[*found.notes, *chosen])
+    return sharded(built, [Path(p) for p in paths])

@@ -7,6 +7,7 @@ them from each rank's partition and gets the whole-run values."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from functools import cache
 from pathlib import Path
 
@@ -15,10 +16,13 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import analyzer
+from analyzer.engines.per_rank import DatasetShards
 from analyzer.model import products
 from analyzer.model.products import SHARDED, ProductError, Provider, providers, provides
 from analyzer.model.run import Run
 from analyzer.model.sharded import InProcess, split
+from parsers.events import empty_events
+from tests.report_truth import rlperf
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus" / "HolisticTraceAnalysis"
@@ -118,3 +122,45 @@ def test_a_rank_local_provider_reads_one_ranks_events_and_nothing_mutable(reads)
     finally:
         products._PROVIDERS.clear()
         products._PROVIDERS.update(registry)
+
+
+# --- a run read from a dataset: each rank's partition ------------------------------------------
+
+SHARDED_RUNS = ["synthetic disaggregated", "verl ppo disaggregated", "HTA sampled ranks 0 and 1"]
+"""Runs whose dataset partitions are their ranks (every trace states its rank)."""
+
+
+def ingested(capsys, folder: Path, name: str) -> Path:
+    out = folder / "ds"
+    status, _, err = rlperf(capsys, "ingest", *map(str, RUNS[name]), "-o", str(out), "-q",
+                            "--no-cache")
+    assert status == 0, err
+    return out
+
+
+@pytest.mark.parametrize("name", SHARDED_RUNS)
+def test_a_dataset_run_computes_them_from_its_rank_partitions(capsys, tmp_path, name) -> None:
+    """One call per rank partition computes every rank-local product in one pass, in this
+    process (the local engine); the run's own event table is not read (emptied here), and the
+    values equal the whole-run ones of the run read from its sources."""
+    run = analyzer.load([ingested(capsys, tmp_path, name)])
+    assert isinstance(run.shards, DatasetShards)
+    partitions = len(run.shards.partitions)
+    assert partitions == len(split(run.events)) >= 2
+    run.events = empty_events()
+    for p in rank_local():
+        assert_frame_equal(run.product(p.name), whole(loaded(name), p), check_exact=True)
+    assert run.shards.ran == [os.getpid()] * partitions
+
+
+def test_a_dataset_whose_partitions_are_not_its_ranks_computes_over_the_whole_table(
+    capsys, tmp_path
+) -> None:
+    """One Nsight report of several ranks' processes: the assembly gives its processes their
+    ranks, so its rows sit in partition ``rank=-1``; the products come from the event table."""
+    name = "verl ppo multi-process nsys"
+    run = analyzer.load([ingested(capsys, tmp_path, name)])
+    assert run.shards is None
+    assert sorted(p.name for p in (tmp_path / "ds" / "events").iterdir()) == ["rank=-1"]
+    for p in rank_local():
+        assert_frame_equal(run.product(p.name), whole(loaded(name), p), check_exact=True)

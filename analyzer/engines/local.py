@@ -28,6 +28,10 @@ class LocalEngine:
     ) -> Iterator[Wrote]:
         return mapped(partial(write_one, root=root, keep=keep), jobs, workers, progress)
 
+    def each(self, work: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
+        """In this process, one call after the other (a rank's partition at a time)."""
+        return (work(*call) for call in calls)
+
 
 def mapped(
     work: Callable[[Job], R], jobs: list[Job], workers: int | None, progress: Progress

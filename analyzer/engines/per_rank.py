@@ -1,0 +1,135 @@
+"""Rank-local products of a run read from a dataset, computed from each rank's partition.
+
+A run analysed from a dataset (``rlperf ingest``) gets :class:`DatasetShards`: the first time
+a rank-local product (``@provides(..., per_rank=True)``, :mod:`analyzer.model.sharded`) is
+read, one call per rank partition (``events/rank=R/``) reads only that partition's files from
+the dataset folder, assembles them as the run did (the run's source numbers, the
+communication families marked) and computes every rank-local product then at hand; the
+driver keeps only the per-rank results and concatenates them in rank order. The local engine
+makes the calls in this process one after the other; the Ray engine makes each a Ray task, on
+a node that must see the dataset folder (docs/ray.md).
+
+This holds only while the dataset's partitions are the run's ranks: a source whose rank the
+assembly assigned (from its file name, by input order, a process of an Nsight report) has its
+rows in partition ``rank=-1`` under another rank in the run; such a run, and a run of part of
+a dataset's sources, computes its rank-local products over the whole event table as before.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from parsers import InputError
+from parsers.events import concat
+from taxonomy.collectives import load_families
+
+from .. import dataset
+from ..assemble.collectives import mark_communication
+from ..dataset.store import ROW
+from ..model.products import Provider, providers
+from ..model.run import Run
+from ..model.sharded import Broadcast, PerRank, gathered, over_ranks
+from . import selected
+from .base import Engine
+
+Partition = tuple[int, tuple[int, ...]]
+"""A rank and the sources (their numbers, in order) with rows in its partition."""
+
+
+def partitions(run: Run, manifest: dict) -> list[Partition] | None:
+    """The dataset's rank partitions, when they hold exactly the run's ranks: every source of
+    the dataset in the run, each with as many rows of each rank as its partitions hold."""
+    records = manifest["sources"]
+    if len(records) != len(run.sources):
+        return None
+    try:
+        stated = {(int(r["index"]), int(rank)): n
+                  for r in records for rank, n in r["events"].items() if n}
+    except ValueError:
+        return None
+    counts = run.events.group_by("source", "rank").len()
+    held = {(int(s), int(k)): n for s, k, n in counts.iter_rows() if k is not None}
+    if held != stated or counts["rank"].null_count():
+        return None
+    ranks: dict[int, list[int]] = {}
+    for source, rank in sorted(stated):
+        ranks.setdefault(rank, []).append(source)
+    return [(rank, tuple(ranks[rank])) for rank in sorted(ranks)]
+
+
+def rank_events(root: Path, rank: int, sources: tuple[int, ...], rules: str | None) -> pl.DataFrame:
+    """One rank partition's events as the run holds them (its rows, in its order)."""
+    folder = root / "events" / f"rank={rank}"
+    tables = []
+    for index in sources:
+        table = pl.read_parquet(folder / f"part-{index:05d}.parquet")
+        tables.append(table.drop(ROW).with_columns(pl.lit(index, pl.UInt32).alias("source")))
+    return mark_communication(concat(tables), load_families(rules))
+
+
+def rank_products(
+    root: str, rank: int, sources: tuple[int, ...], names: tuple[str, ...],
+    broadcast: Broadcast, rules: str | None,
+) -> tuple[int, PerRank] | InputError:
+    """Where the call ran (its process) and the rank-local products ``names`` of one rank
+    partition of the dataset ``root``."""
+    folder = Path(root)
+    if not folder.is_dir():
+        return InputError(folder, f"not found on the node {socket.gethostname()}: the dataset "
+                          "must be on a path every node sees (docs/ray.md)")
+    chosen = [providers()[n] for n in names]
+    try:
+        events = rank_events(folder, rank, sources, rules)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        return InputError(folder / "events" / f"rank={rank}",
+                          f"cannot be read for the per-rank analysis: {exc}")
+    return os.getpid(), over_ranks(chosen, events, broadcast)
+
+
+@dataclass
+class DatasetShards:
+    """A run's rank partitions in the dataset folder ``root``, computed by ``engine``."""
+
+    root: Path
+    partitions: list[Partition]
+    engine: Engine
+    rules: str | None = None
+    """``--collective-rules``: the communication families the assembly marked with."""
+    ran: list[int] = field(default_factory=list)
+    """The process of each call made so far (a Ray task's is its worker's)."""
+
+    def evaluate(
+        self, providers: Sequence[Provider], broadcast: Broadcast
+    ) -> dict[str, pl.DataFrame]:
+        names = tuple(p.name for p in providers)
+        calls = [(str(self.root), rank, sources, names, broadcast, self.rules)
+                 for rank, sources in self.partitions]
+        per_rank: PerRank = []
+        for result in self.engine.each(rank_products, calls):
+            if isinstance(result, InputError):
+                raise result
+            pid, values = result
+            self.ran.append(pid)
+            per_rank.extend(values)
+        return gathered(providers, per_rank, broadcast)
+
+
+def sharded(run: Run, paths: Sequence[Path], engine: Engine | None = None) -> Run:
+    """``run`` with :class:`DatasetShards` (computed by ``engine``, default the engine chosen)
+    when it is the whole dataset that ``paths`` name and the dataset's partitions are its
+    ranks; else as it was."""
+    if len(paths) != 1 or not dataset.is_dataset(paths[0]):
+        return run
+    root = paths[0]
+    found = partitions(run, dataset.read_manifest(root))
+    if found is not None:
+        run.shards = DatasetShards(
+            root.absolute(), found, engine or selected(), run.options.collective_rules
+        )
+    return run
