@@ -113,24 +113,28 @@ def group_dims(
     ).select("group", "pg_desc", "gdim", "by", "_layout", "_weak")
 
 
-def _family_dims(names: pl.Series, options: Options) -> pl.DataFrame:
+def _family_dims(names: pl.Series, families: tuple[tc.Family, ...]) -> pl.DataFrame:
     """name → the dimension its communication family names (``_fdim``), for families that
     name one."""
-    fam = tc.family_frame(names, tc.load_families(options.collective_rules))
+    fam = tc.family_frame(names, families)
     return fam.filter(pl.col("family_dim").is_not_null()).select(
         "name", pl.col("family_dim").alias("_fdim")
     )
 
 
 def _dims_for(
-    rows: pl.DataFrame, options: Options, pools: pl.DataFrame, *, pipeline_seen: bool = True
+    rows: pl.DataFrame, options: Options, pools: pl.DataFrame, *, pipeline_seen: bool = True,
+    families: tuple[tc.Family, ...] | None = None,
 ) -> pl.DataFrame:
     """``rows`` (group, pg_desc, name, coll, stage, bytes, group_recorded) → dim and
     ``dim_by``. A family's dimension decides only where no process group was recorded (the
     group then is a guess from which ranks make the same calls, which says nothing of the
     dimension). Without ``pipeline_seen`` (pipeline ranges in the trace), a pattern-only pp
-    send/recv is ``unknown`` unless a group or the layout shows a pipeline."""
+    send/recv is ``unknown`` unless a group or the layout shows a pipeline. ``families``: those
+    the caller read already (each read parses the TOML files again)."""
     rules = _dim_rules(options)
+    if families is None:
+        families = tc.load_families(options.collective_rules)
     g = group_dims(pools, rows.select("group", "pg_desc"), rules)
     names = rows["name"].unique()
     recorded = (
@@ -142,7 +146,7 @@ def _dims_for(
     out = rows.join(
         g, on=["group", "pg_desc"], how="left", nulls_equal=True, maintain_order="left"
     ).join(kd, on="name", how="left", maintain_order="left").join(
-        _family_dims(names, options), on="name", how="left", maintain_order="left"
+        _family_dims(names, families), on="name", how="left", maintain_order="left"
     ).with_columns(
         pl.when(~recorded).then(pl.col("_fdim")).alias("_fdim")
     )
@@ -168,11 +172,7 @@ def _dims_for(
             pl.lit("pattern"),
         ).alias("dim_by"),
     ).drop("gdim", "by", "_kdim", "_fdim", "_layout", "_weak")
-    return _no_pipeline(out, pipeline_seen or _rules_pp(options))
-
-
-def _rules_pp(options: Options) -> bool:
-    return _dim_rules(options).layout.degrees.get("pp", 1) > 1
+    return _no_pipeline(out, pipeline_seen or rules.layout.degrees.get("pp", 1) > 1)
 
 
 def _no_pipeline(out: pl.DataFrame, pipeline_seen: bool) -> pl.DataFrame:
@@ -210,12 +210,13 @@ def row_dims(
         "bytes",
         "stage",
     )
-    filled = fill_groups(calls, pg_config(sources), tc.load_families(options.collective_rules))
-    dims = _dims_for(filled, options, pools, pipeline_seen=pipeline_ranges(ev))
+    families = tc.load_families(options.collective_rules)
+    filled = fill_groups(calls, pg_config(sources), families)
+    dims = _dims_for(filled, options, pools, pipeline_seen=pipeline_ranges(ev), families=families)
     return (
         pl.DataFrame({"_row": pl.int_range(ev.height, eager=True).cast(pl.UInt32)})
-        .join(dims.select(pl.col("_row").cast(pl.UInt32), "dim"), on="_row", how="left")
-        .sort("_row")["dim"]
+        .join(dims.select(pl.col("_row").cast(pl.UInt32), "dim"), on="_row", how="left",
+              maintain_order="left")["dim"]
     )
 
 
