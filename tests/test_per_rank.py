@@ -21,6 +21,7 @@ from analyzer.model import products
 from analyzer.model.products import SHARDED, ProductError, Provider, providers, provides
 from analyzer.model.run import Run
 from analyzer.model.sharded import InProcess, split
+from parsers import InputError
 from parsers.events import empty_events
 from tests.report_truth import rlperf
 
@@ -164,3 +165,23 @@ def test_a_dataset_whose_partitions_are_not_its_ranks_computes_over_the_whole_ta
     assert sorted(p.name for p in (tmp_path / "ds" / "events").iterdir()) == ["rank=-1"]
     for p in rank_local():
         assert_frame_equal(run.product(p.name), whole(loaded(name), p), check_exact=True)
+
+
+def test_a_call_on_a_node_with_other_code_or_without_the_dataset_is_one_error(
+    capsys, tmp_path
+) -> None:
+    """What a Ray task on another node returns (the driver raises it: one line, exit 2)."""
+    from analyzer.engines.per_rank import code, digest, rank_products
+
+    root = ingested(capsys, tmp_path, "HTA sampled ranks 0 and 1")
+    files = code(["gpu_time"])
+    other = rank_products(str(root), 0, (0,), ("gpu_time",), {"gpu_time": {}}, None, files,
+                          "another-rlperf")
+    assert isinstance(other, InputError) and "runs another rlperf" in other.problem
+    unseen = rank_products(str(tmp_path / "elsewhere"), 0, (0,), ("gpu_time",),
+                           {"gpu_time": {}}, None, files, digest(files))
+    assert isinstance(unseen, InputError)
+    assert "the dataset must be on a path every node sees" in unseen.problem
+    where, values = rank_products(str(root), 0, (0,), ("gpu_time",), {"gpu_time": {}}, None,
+                                files, digest(files))
+    assert where == os.getpid() and values[0]["gpu_time"]["rank"].to_list() == [0]

@@ -76,18 +76,16 @@ class RayEngine:
             yield result
 
     def each(self, work: Any, calls: list[tuple[Any, ...]]) -> Iterator[Any]:
-        """A Ray task per call (1 CPU each, all submitted at once), results in order; a task on
-        a node that runs another rlperf, or that Ray lost, is an InputError naming the call's
-        first argument (the dataset folder)."""
+        """A Ray task per call (1 CPU each, all submitted at once), results in order; a task
+        Ray lost is an InputError naming the call's first argument (the dataset folder)."""
         if not calls:
             return
         if self.address == "local":
             local_settings()
         ray = ray_module()
         with connected(ray, self.address, None, quiet=self.quiet):
-            task = ray.remote(num_cpus=1)(call_remote)
-            digest = code_digest()
-            refs = [task.remote(work, call, digest) for call in calls]
+            task = ray.remote(num_cpus=1)(work)
+            refs = [task.remote(*call) for call in calls]
             for call, ref in zip(calls, refs, strict=True):
                 try:
                     yield ray.get(ref)
@@ -333,34 +331,6 @@ def inside(folder: Path) -> Iterator[None]:
         yield
     finally:
         os.chdir(before)
-
-
-def call_remote(work: Any, call: tuple[Any, ...], digest: str) -> Any:
-    """On a Ray worker: ``work(*call)`` after checking that this node runs the same rlperf
-    (an analysis run by other code could give other numbers)."""
-    if code_digest() != digest:
-        return InputError(
-            call[0],
-            f"the Ray node {socket.gethostname()} runs another rlperf (its code differs from "
-            "this machine's): install the same rlperf on every node",
-        )
-    return work(*call)
-
-
-CODE = ("parsers", "taxonomy", "analyzer")
-
-
-@cache
-def code_digest() -> str:
-    """A hash of rlperf's code and data files (what an analysis task runs)."""
-    digest = hashlib.sha1()
-    root = Path(parsers.__file__).parents[1]
-    for package in CODE:
-        for f in sorted((root / package).rglob("*")):
-            if f.suffix in (".py", ".toml") and "__pycache__" not in f.parts:
-                digest.update(f.relative_to(root).as_posix().encode())
-                digest.update(f.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 @cache

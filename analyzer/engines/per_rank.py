@@ -17,8 +17,10 @@ a dataset's sources, computes its rank-local products over the whole event table
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,13 +75,45 @@ def rank_events(root: Path, rank: int, sources: tuple[int, ...], rules: str | No
     return mark_communication(concat(tables), load_families(rules))
 
 
+HOME = Path(__file__).resolve().parents[2]
+"""Where rlperf's packages are (the checkout or site-packages)."""
+ALWAYS = ("analyzer/model", "analyzer/assemble/collectives.py", "analyzer/engines/per_rank.py",
+          "parsers/events.py", "taxonomy")
+"""What every per-rank call runs besides its providers' modules."""
+
+
+def code(names: Sequence[str]) -> tuple[str, ...]:
+    """The files (relative to :data:`HOME`) whose code computes the products ``names``."""
+    files = {Path(str(sys.modules[providers()[n].module].__file__)) for n in names}
+    for part in ALWAYS:
+        where = HOME / part
+        files |= set(where.rglob("*")) if where.is_dir() else {where}
+    return tuple(sorted(
+        f.resolve().relative_to(HOME).as_posix() for f in files
+        if f.suffix in (".py", ".toml") and "__pycache__" not in f.parts
+    ))
+
+
+def digest(files: Sequence[str]) -> str:
+    """A hash of ``files``: a node whose copy differs would compute other numbers."""
+    h = hashlib.sha1()
+    for f in files:
+        h.update(f.encode())
+        h.update((HOME / f).read_bytes() if (HOME / f).is_file() else b"")
+    return h.hexdigest()[:16]
+
+
 def rank_products(
     root: str, rank: int, sources: tuple[int, ...], names: tuple[str, ...],
-    broadcast: Broadcast, rules: str | None,
+    broadcast: Broadcast, rules: str | None, files: tuple[str, ...], sha: str,
 ) -> tuple[int, PerRank] | InputError:
     """Where the call ran (its process) and the rank-local products ``names`` of one rank
-    partition of the dataset ``root``."""
+    partition of the dataset ``root``, computed by code whose ``files`` hash to ``sha``."""
     folder = Path(root)
+    if digest(files) != sha:
+        return InputError(folder, f"the node {socket.gethostname()} runs another rlperf (its "
+                          "code differs from this machine's): install the same rlperf on every "
+                          "node")
     if not folder.is_dir():
         return InputError(folder, f"not found on the node {socket.gethostname()}: the dataset "
                           "must be on a path every node sees (docs/ray.md)")
@@ -108,7 +142,9 @@ class DatasetShards:
         self, providers: Sequence[Provider], broadcast: Broadcast
     ) -> dict[str, pl.DataFrame]:
         names = tuple(p.name for p in providers)
-        calls = [(str(self.root), rank, sources, names, broadcast, self.rules)
+        files = code(names)
+        sha = digest(files)
+        calls = [(str(self.root), rank, sources, names, broadcast, self.rules, files, sha)
                  for rank, sources in self.partitions]
         per_rank: PerRank = []
         for result in self.engine.each(rank_products, calls):
