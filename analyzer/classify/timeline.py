@@ -133,13 +133,23 @@ def stage_timeline(segments: pl.DataFrame) -> pl.DataFrame:
 
 
 def window_step(points: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
-    """Step whose window holds the point (the latest-starting one when windows overlap)."""
+    """Step whose window holds the point (the latest-starting one when windows overlap), in
+    ``_row`` order. The few windows are searched for each point where an as-of join would sort
+    every point by time and back."""
     if steps.height == 0:
         return pl.Series("step", [None] * points.height, dtype=pl.Int32)
     w = steps.sort("start_ns").select(
         pl.col("start_ns").alias("t"), pl.col("end_ns").alias("_we"), "step"
     )
-    hit = points.select("_row", "t").sort("t").join_asof(w, on="t", strategy="backward")
-    return hit.sort("_row").select(
-        pl.when(pl.col("t") < pl.col("_we")).then(pl.col("step")).cast(pl.Int32)
+    if w["t"].null_count():
+        hit = points.select("_row", "t").sort("t").join_asof(w, on="t", strategy="backward")
+        return hit.sort("_row").select(
+            pl.when(pl.col("t") < pl.col("_we")).then(pl.col("step")).cast(pl.Int32)
+        )["step"]
+    at = pl.lit(w["t"]).search_sorted(pl.col("t"), side="right").cast(pl.Int64) - 1
+    found = points.select("_row", "t", at.alias("_w")).sort("_row")
+    pick = pl.col("_w").clip(lower_bound=0)
+    inside = (pl.col("_w") >= 0) & (pl.col("t") < pl.lit(w["_we"]).gather(pick))
+    return found.select(
+        pl.when(inside).then(pl.lit(w["step"]).gather(pick)).cast(pl.Int32).alias("step")
     )["step"]
