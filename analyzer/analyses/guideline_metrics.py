@@ -223,7 +223,7 @@ def unhidden_tail_share(ev: Evidence, check: Check) -> Result:
         "step", "start_ns", "end_ns"
     )
     hidden = (
-        intervals.union_length(intervals.intersection(tails, prep, ["step"]), ["step"], "hidden")
+        intervals.length(intervals.intersection(tails, prep, ["step"]), ["step"], "hidden")
         if prep.height
         else None
     )
@@ -483,7 +483,7 @@ def exposed_update_comm(ev: Evidence, check: Check) -> Result:
         "den",
     )
     exposed = (
-        intervals.union_length(intervals.difference(comm, compute, keys), keys, "num")
+        intervals.length(intervals.difference(comm, compute, keys), keys, "num")
         if comm.height
         else pl.DataFrame(schema={"step": pl.Int32, "rank": pl.Int32, "num": pl.Int64})
     )

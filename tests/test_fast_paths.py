@@ -1,0 +1,71 @@
+"""The faster forms of three analysis steps give what the general forms they replace give.
+
+Thread crossings count depth by a search in the sorted ends where ``nesting_depth`` sweeps
+every boundary; ``window_step`` searches the few step windows for each point where an as-of
+join sorted every point; ``stage_at`` sorts points by time, then stably by rank.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analyzer.analyses.quality import _open_depth, thread_crossings
+from analyzer.classify.timeline import by_rank, window_step
+from parsers.events import nesting_depth
+
+UNIT = 10_000
+"""10 µs: past the timer resolution the crossing check forgives."""
+KEYS = ["source", "pid", "tid"]
+
+
+def host_rows() -> pl.DataFrame:
+    """Thread 1: A ⊃ B ⊃ C, F a copy of C, D after B (touching it), E crossing A's end from
+    inside D; thread 2: G and H touching."""
+    spans = [(1, 0, 100), (1, 10, 50), (1, 20, 30), (1, 50, 60), (1, 55, 120), (1, 20, 30),
+             (2, 0, 10), (2, 10, 20)]
+    return pl.DataFrame(
+        {
+            "source": pl.Series([0] * len(spans), dtype=pl.UInt32),
+            "pid": [1] * len(spans),
+            "tid": [t for t, _, _ in spans],
+            "kind": ["cpu_op"] * len(spans),
+            "start_ns": [s * UNIT for _, s, _ in spans],
+            "end_ns": [e * UNIT for _, _, e in spans],
+        }
+    )
+
+
+def test_depth_by_sorted_ends_is_the_sweep_depth():
+    rows = host_rows()
+    ordered = (
+        rows.with_row_index("_row")
+        .sort([*KEYS, "start_ns", "end_ns", "_row"], descending=[False] * 4 + [True, False])
+        .with_columns(_open_depth(KEYS).alias("depth"))
+        .sort("_row")
+    )
+    assert ordered["depth"].to_list() == [0, 1, 2, 1, 2, 3, 0, 0]
+    assert ordered["depth"].to_list() == nesting_depth(rows, KEYS).to_list()
+
+
+def test_the_crossing_range_is_counted_once():
+    found = thread_crossings(host_rows())
+    assert found.select("source", "count").rows() == [(0, 1)]
+    assert found["detail"].to_list() == ["1 cpu_op"]
+
+
+def test_window_step_takes_the_latest_starting_window():
+    """As the as-of join did: the window starting last at or before the point, if the point is
+    inside it (77 is in step 1's window, but step 3 started later and has ended)."""
+    steps = pl.DataFrame(
+        {"step": [1, 2, 3], "start_ns": [0, 50, 70], "end_ns": [100, 80, 75]},
+        schema={"step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64},
+    )
+    points = pl.DataFrame(
+        {"t": [-5, 0, 49, 55, 72, 77, 100, None]}, schema={"t": pl.Int64}
+    ).with_row_index("_row")
+    assert window_step(points, steps).to_list() == [None, 1, 1, 2, 3, None, None, None]
+
+
+def test_by_rank_orders_as_a_two_key_sort():
+    frame = pl.DataFrame({"rank": [1, 0, 1, 0, 2], "t": [5, 9, 1, 3, 0]})
+    assert by_rank(frame, "t").rows() == [(0, 3), (0, 9), (1, 1), (1, 5), (2, 0)]
