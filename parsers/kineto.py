@@ -509,8 +509,8 @@ def _metadata(path: Path, trace: _Trace, out: ParsedSource) -> dict[str, Any]:
     )
     host = str(host) if host is not None else None
     meta["host"] = single(table, "host") if table else host
-    meta["device_properties"] = _raw_value(trace.deviceProperties)
     meta["rocm"] = bool(trace.roctracer_version or trace.hip_runtime_version)
+    meta["device_properties"] = _named_devices(_raw_value(trace.deviceProperties), meta["rocm"])
     meta["trace_name"] = _raw_value(trace.traceName)
     meta["display_time_unit"] = _raw_value(trace.displayTimeUnit)
     base = _raw_value(trace.baseTimeNanoseconds)
@@ -522,6 +522,36 @@ def _metadata(path: Path, trace: _Trace, out: ParsedSource) -> dict[str, Any]:
         tb.group("ms") if tb else None, 0, ms_hi, "the file name's epoch ms", "base_time", out
     )
     return meta
+
+
+_GIB = 1 << 30
+UNNAMED_DEVICES: tuple[tuple[tuple[int, int], int, tuple[int, int], str], ...] = (
+    ((9, 4), 304, (180, 200), "AMD Instinct MI300X"),
+)
+"""ROCm devices a trace leaves unnamed, by ``(computeMajor, computeMinor)``, compute units
+(``numSms``) and memory in GiB: ROCm 7 profilers write ``"name": ""`` for every MI300X (vLLM and
+SGLang traces), which left them without a peak and so without MFU. 304 CUs with 192 GiB is an
+MI300X and nothing else (the MI325X has 256 GiB, the MI300A 228 CUs)."""
+
+
+def _named_devices(props: Any, rocm: bool) -> Any:
+    """``deviceProperties`` with each unnamed ROCm device named from its properties when they
+    identify one model; the name says it was read from them, so no report passes it as stated."""
+    if not rocm or not isinstance(props, list):
+        return props
+    return [_device_named(p) if isinstance(p, dict) and not p.get("name") else p for p in props]
+
+
+def _device_named(entry: dict[str, Any]) -> dict[str, Any]:
+    arch = (entry.get("computeMajor"), entry.get("computeMinor"))
+    memory = entry.get("totalGlobalMem")
+    if not isinstance(memory, int | float):
+        return entry
+    for want, units, (lo, hi), name in UNNAMED_DEVICES:
+        if arch == want and entry.get("numSms") == units and lo * _GIB <= memory <= hi * _GIB:
+            said = f"{units} CUs, {memory / _GIB:.0f} GiB, gfx{want[0]}{want[1]}x"
+            return {**entry, "name": f"{name} (unnamed in the trace; from its properties: {said})"}
+    return entry
 
 
 def _meta_int(value: Any, lo: int, hi: int, what: str, kind: str, out: ParsedSource) -> int | None:
