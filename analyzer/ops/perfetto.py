@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from parsers.errors import InputError
 from parsers.kineto_export import BUBBLE_CATEGORY, FLOW_CATEGORY, STAGE_CATEGORY
 
 from ..analyses.overview import frame_of
@@ -64,7 +65,9 @@ def export(run, output: Path) -> dict[str, Any]:
         as_int(f["start_ns"].min()) for f in (events, stages, bubbles) if f is not None and f.height
     ]
     if not starts:
-        raise ValueError("nothing to export: the run has no trace events")
+        names = ", ".join(Path(str(s.path)).name for s in run.sources) or "the input"
+        raise InputError(names, "nothing to export: no trace events, stage ranges or idle time "
+                         "in these sources (a Perfetto timeline needs a trace)")
     t0 = (min(starts) // 1000) * 1000
     parts = [_events(events, t0)]
     counts = {"events": events.height, "stage_slices": 0, "bubble_slices": 0,
