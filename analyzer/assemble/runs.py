@@ -34,7 +34,7 @@ from parsers.source import RANK_IN_NAME_BOUNDED
 from taxonomy import profiles as tp
 
 from ..model.scalars import number_or_none
-from ..model.units import spans
+from ..model.units import duration, spans
 
 WINDOW_SLACK_NS = 2_000_000_000
 """Trace windows closer than this overlap: hosts' clocks and profilers' start differ by less."""
@@ -506,6 +506,8 @@ def _ties(g: Group) -> str:
 
 
 def _duration(seconds: float) -> str:
+    if seconds < 1e-3:
+        return duration(seconds * 1e9)
     if seconds < 60:
         return f"{seconds:.3g} s"
     if seconds < 3600:
