@@ -39,6 +39,7 @@ from ..model.run import Run
 from ..model.sharded import Broadcast, PerRank, gathered, over_ranks
 from . import selected
 from .base import Engine
+from .local import LocalEngine
 
 Partition = tuple[int, tuple[int, ...]]
 """A rank and the sources (their numbers, in order) with rows in its partition."""
@@ -105,12 +106,13 @@ def digest(files: Sequence[str]) -> str:
 
 def rank_products(
     root: str, rank: int, sources: tuple[int, ...], names: tuple[str, ...],
-    broadcast: Broadcast, rules: str | None, files: tuple[str, ...], sha: str,
+    broadcast: Broadcast, rules: str | None, files: tuple[str, ...], sha: str | None,
 ) -> tuple[int, PerRank] | InputError:
     """Where the call ran (its process) and the rank-local products ``names`` of one rank
-    partition of the dataset ``root``, computed by code whose ``files`` hash to ``sha``."""
+    partition of the dataset ``root``, computed by code whose ``files`` hash to ``sha`` (None:
+    the driver's own process, nothing to check)."""
     folder = Path(root)
-    if digest(files) != sha:
+    if sha is not None and digest(files) != sha:
         return InputError(folder, f"the node {socket.gethostname()} runs another rlperf (its "
                           "code differs from this machine's): install the same rlperf on every "
                           "node")
@@ -143,7 +145,7 @@ class DatasetShards:
     ) -> dict[str, pl.DataFrame]:
         names = tuple(p.name for p in providers)
         files = code(names)
-        sha = digest(files)
+        sha = None if isinstance(self.engine, LocalEngine) else digest(files)
         calls = [(str(self.root), rank, sources, names, broadcast, self.rules, files, sha)
                  for rank, sources in self.partitions]
         per_rank: PerRank = []
