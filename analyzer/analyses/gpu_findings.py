@@ -262,14 +262,14 @@ def host_bound(gpu: pl.DataFrame, gaps: pl.DataFrame, launches: pl.DataFrame,
 
 
 def sync_blocking(events: pl.DataFrame | pl.LazyFrame, gaps: pl.DataFrame,
-                  stage_spans: pl.DataFrame, win: pl.DataFrame, names: dict[str, Any]
-                  ) -> pl.DataFrame:
+                  stage_spans: pl.DataFrame, win: pl.DataFrame, names: dict[str, Any],
+                  distinct: dict[str, pl.Series]) -> pl.DataFrame:
     """Per scope and rank: the union of the host's blocking waits (blocking runtime calls and
     host-side CUDA sync records), its share of the wall window, the part of it the GPU spent
     idle (``gaps`` in all GPU activity, those of :func:`host_bound`: the wait is the gap's
-    cause, ``idle_ns``) and the call that waits most."""
-    runtime = events.lazy().filter(pl.col("kind") == "runtime")
-    host = events.lazy().filter(pl.col("kind") == "gpu_sync")
+    cause, ``idle_ns``) and the call that waits most. ``distinct``: the names of the runtime
+    calls and sync records (:func:`_distinct_names`)."""
+    runtime, host = distinct["runtime"], distinct["gpu_sync"]
     blocking = (
         (pl.col("kind") == "runtime") & _name_matches(runtime, names["blocking"])
         & ~_name_matches(runtime, names["not_blocking"])
@@ -374,11 +374,18 @@ COLUMNS = ["rank", "kind", "name", "stream", "stage", "start_ns", "end_ns", "cor
 copied by every filter of the events for nothing."""
 
 
-def _name_matches(frame: pl.DataFrame | pl.LazyFrame, pattern: str | list[str]) -> pl.Expr:
+def _distinct_names(events: pl.LazyFrame, kinds: tuple[str, ...]) -> dict[str, pl.Series]:
+    """Per kind, its distinct names, read in one pass over the events."""
+    pairs = events.filter(pl.col("kind").is_in(list(kinds))).select(
+        pl.col("kind").cast(pl.String), "name"
+    ).unique().drop_nulls("name").collect()
+    return {k: pairs.filter(pl.col("kind") == k)["name"] for k in kinds}
+
+
+def _name_matches(distinct: pl.Series, pattern: str | list[str]) -> pl.Expr:
     """Rows whose name matches ``pattern`` (a regular expression, or a list of whole names),
-    matched once per distinct name: casting the categorical column to strings would
-    materialise every row's name."""
-    distinct = frame.lazy().select(pl.col("name").unique().drop_nulls()).collect()["name"]
+    matched once per distinct name (``distinct``: those the rows may have, or more): casting
+    the categorical column to strings would materialise every row's name."""
     text = distinct.cast(pl.String)
     hit = text.is_in(pattern) if isinstance(pattern, list) else text.str.contains(pattern)
     return pl.col("name").is_in(distinct.filter(hit))
@@ -394,8 +401,10 @@ def measure(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
     names = table["names"]
     ev = classified.lazy().select(COLUMNS).filter(pl.col("rank") >= 0)
     gpu = ev.filter(_is_gpu()).collect()
+    distinct = _distinct_names(ev, ("runtime", "gpu_sync"))
     runtime = ev.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null())
-    launch = runtime.filter(_name_matches(runtime, names["launch"])).group_by("rank", "corr").agg(
+    launching = runtime.filter(_name_matches(distinct["runtime"], names["launch"]))
+    launch = launching.group_by("rank", "corr").agg(
         _dur().sum().alias("api_ns"), pl.col("end_ns").max().alias("launch_end_ns")
     ).collect()
     spans_ = _stage_spans(stage_timeline)
@@ -414,7 +423,7 @@ def measure(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
         "small_kernels": small,
         "idle_gaps": idle_gaps(gpu, busy, spans_, win, table["idle_gaps"]),
         "host_bound": host_bound(gpu, gaps, launch, spans_, win),
-        "sync_blocking": sync_blocking(ev, gaps, spans_, win, names),
+        "sync_blocking": sync_blocking(ev, gaps, spans_, win, names, distinct),
         "copies": copies(gpu, busy, win, names, table["copies"]),
         "nccl_variability": nccl_variability(waits, table["nccl_variability"]),
         "straggler": stragglers(waits, win),
