@@ -41,7 +41,7 @@ import re
 import zlib
 from datetime import datetime, timezone
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, not_
 from pathlib import Path
 from typing import Any
 
@@ -637,6 +637,7 @@ class _Chunks:
         )
         if "" in cats:
             _process_names(events, cats, self.found)
+            _window_marks(events, cats, self.found)
         if "Trace" in cats:
             span = events[cats.index("Trace")]
             self.found["profiler_window_us"] = (span.ts, span.ts + span.dur)
@@ -651,6 +652,7 @@ def _table(chunks: _Chunks, meta: dict[str, Any], source: int, out: ParsedSource
     if chunks.unknown:
         meta["skipped_categories"] = sorted(chunks.unknown)
     frames, chunks.frames = chunks.frames, []
+    _window_from_marks(meta)
     if not frames:
         out.warn("no trace events of a known kind")
         _time_base_ns(meta["base_time_ns"], None, meta, out)
@@ -678,6 +680,27 @@ def _process_names(events: list[_Event], cats: list[str], meta: dict[str, Any]) 
             at = cats.index("", at + 1)
         except ValueError:
             return
+
+
+WINDOW_MARKS = {"Iteration Start: PyTorch Profiler": 0, "Record Window End": 1}
+"""The instants Kineto writes at the start and end of what it recorded, with no category."""
+
+
+def _window_marks(events: list[_Event], cats: list[str], meta: dict[str, Any]) -> None:
+    """The profiler's start and end instants: the window a trace without a ``Trace`` span
+    states (verl's trimmed per-role headers), which the data-quality check holds events to."""
+    marks = meta.setdefault("_window_marks", [None, None])
+    for event in compress(events, map(not_, cats)):
+        at = WINDOW_MARKS.get(event.name)
+        if at is not None and marks[at] is None:
+            marks[at] = event.ts
+
+
+def _window_from_marks(meta: dict[str, Any]) -> None:
+    start, end = meta.pop("_window_marks", None) or (None, None)
+    if "profiler_window_us" in meta or start is None or end is None or end <= start:
+        return
+    meta["profiler_window_us"] = (start, end)
 
 
 def _typical_ts(ts: pl.Series) -> float:

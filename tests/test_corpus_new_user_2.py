@@ -95,3 +95,42 @@ def test_run_listing_gives_a_microsecond_window_in_microseconds(capsys) -> None:
     run1 = next(line for line in err.splitlines() if line.strip().startswith("run 1:"))
     assert run1.endswith("2026-02-22 03:18:02 UTC for 1.99 µs"), run1
     assert "e-06" not in err
+
+
+def _marks_and_events(path: Path) -> tuple[dict[str, float], list[dict]]:
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    marks = {e["name"]: e["ts"] for e in events if e.get("ph") == "i"}
+    return marks, [e for e in events if e.get("ph") == "X"]
+
+
+def test_profiler_window_from_the_start_and_end_instants(capsys) -> None:
+    """verl's trimmed actor headers have no ``Trace`` span, only the 'Iteration Start' and
+    'Record Window End' instants (3.84 s apart); their one ``cudaMemGetInfo`` lasts 10.08 s, so
+    it ends 6.2 s past the window. The parser takes the window from the instants, and the data
+    quality section counts that one event outside it (it said 'no problems' of the window)."""
+    path = RL_INSIGHT / "actor_compute_log_prob__prof_rank-0_031847.json.gz"
+    marks, spans = _marks_and_events(path)
+    start, end = marks["Iteration Start: PyTorch Profiler"], marks["Record Window End"]
+    assert end - start == pytest.approx(3_842_523.9, abs=0.1)
+    outside = [e for e in spans if e["ts"] < start or e["ts"] + e["dur"] > end]
+    assert [e["name"] for e in outside] == ["cudaMemGetInfo"]
+    assert parse_file(path).meta["profiler_window_us"] == (start, end)
+    status, out, err = rlperf(capsys, "analyze", str(path), "-f", "json")
+    assert status == 0, err
+    rows = [r for r in json.loads(out)["data_quality"] if r["check"] == "outside_window"]
+    assert [(r["file"], r["count"], r["detail"]) for r in rows] == [
+        (path.name, len(outside), "1 runtime"), ("(all files)", 1, "in 1 file")
+    ]
+
+
+def test_a_trace_span_wins_over_the_instants() -> None:
+    """The rollout header has both: the ``Trace`` span (10.08 s) is the window, not the
+    instants (10.21 s), as before."""
+    path = RL_INSIGHT / ("agent_loop_rollout_replica_0__huawei_372640.1771730291744166997"
+                         ".pt.trace.json.gz")
+    with gzip.open(path) as f:
+        span = next(e for e in json.load(f)["traceEvents"] if e.get("cat") == "Trace")
+    meta = parse_file(path).meta
+    assert meta["profiler_window_us"] == (span["ts"], span["ts"] + span["dur"])
+    assert "_window_marks" not in meta
