@@ -44,10 +44,16 @@ def free_port() -> int:
 TOKEN = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 """The test cluster's authentication, given to it and to every driver of this module (Ray
 would otherwise read or write the user's ~/.ray/auth_token)."""
+FAST_IMPORT = {"PYTHONPATH": os.pathsep.join(
+    [str(REPO / "tests" / "ray_env"), *filter(None, [os.environ.get("PYTHONPATH")])]
+)}
+"""Ray's processes and drivers start without the grammar jsonschema builds at import
+(tests/ray_env/rfc3987_syntax.py says why)."""
 
 
 def start_head(temp: Path, port: int) -> subprocess.Popen:
-    env = {**os.environ, **TOKEN, "RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_worker_prestart": "0"}
+    env = {**os.environ, **TOKEN, **FAST_IMPORT, "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_enable_worker_prestart": "0"}
     env.pop("RAY_ADDRESS", None)
     return subprocess.Popen(
         [
@@ -115,7 +121,7 @@ def rlperf(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=300,
-        env={**clean, **TOKEN, **(env or {})},
+        env={**clean, **TOKEN, **FAST_IMPORT, **(env or {})},
     )
 
 
@@ -280,7 +286,8 @@ def test_a_node_that_cannot_see_the_dataset_folder_is_one_line(cluster: str, tmp
             [str(BIN / "rlperf"), "ingest", SAMPLES[0], "-o", out, "--no-cache", "-q",
              "--engine", "ray", "--ray-address", cluster],
             cwd=REPO, capture_output=True, text=True, timeout=300, pass_fds=(high,),
-            env={**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **TOKEN},
+            env={**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **TOKEN,
+                 **FAST_IMPORT},
         )
     finally:
         os.close(high)
