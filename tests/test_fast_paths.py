@@ -1,21 +1,20 @@
-"""The faster forms of three analysis steps give what the general forms they replace give.
+"""The faster forms of two classification steps give what the general forms they replace gave.
 
-Thread crossings count depth by a search in the sorted ends where ``nesting_depth`` sweeps
-every boundary; ``window_step`` searches the few step windows for each point where an as-of
-join sorted every point; ``stage_at`` sorts points by time, then stably by rank.
+``window_step`` searches the few step windows for each point where an as-of join sorted every
+point; ``stage_at`` sorts points by time, then stably by rank (``by_rank``). Beside them, the
+thread-crossing check on ranges nested, copied, touching and crossing, whose depth-based
+parent lookup a faster depth must keep.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from analyzer.analyses.quality import _open_depth, thread_crossings
+from analyzer.analyses.quality import thread_crossings
 from analyzer.classify.timeline import by_rank, window_step
-from parsers.events import nesting_depth
 
 UNIT = 10_000
 """10 µs: past the timer resolution the crossing check forgives."""
-KEYS = ["source", "pid", "tid"]
 
 
 def host_rows() -> pl.DataFrame:
@@ -33,18 +32,6 @@ def host_rows() -> pl.DataFrame:
             "end_ns": [e * UNIT for _, _, e in spans],
         }
     )
-
-
-def test_depth_by_sorted_ends_is_the_sweep_depth():
-    rows = host_rows()
-    ordered = (
-        rows.with_row_index("_row")
-        .sort([*KEYS, "start_ns", "end_ns", "_row"], descending=[False] * 4 + [True, False])
-        .with_columns(_open_depth(KEYS).alias("depth"))
-        .sort("_row")
-    )
-    assert ordered["depth"].to_list() == [0, 1, 2, 1, 2, 3, 0, 0]
-    assert ordered["depth"].to_list() == nesting_depth(rows, KEYS).to_list()
 
 
 def test_the_crossing_range_is_counted_once():

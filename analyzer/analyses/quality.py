@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from parsers.discover import format_traits
-from parsers.events import BOUNDS, GPU_ACTIVITY_KINDS
+from parsers.events import GPU_ACTIVITY_KINDS, nesting_depth
 from parsers.source import CORRELATION_PER_PROCESS
 from taxonomy import profiles as tp
 from taxonomy.pipeline_phases import phase_of
@@ -191,22 +191,20 @@ def stream_overlaps(events: pl.DataFrame) -> Per:
 
 def thread_crossings(events: pl.DataFrame) -> Per:
     """Host ranges that end after the range enclosing their start, on one thread (ranges of a
-    thread form a stack; a crossing one breaks every stage and depth rule built on it). One
-    query: the rows sorted once, their depth counted in that order, the parent found by an
-    as-of join."""
+    thread form a stack; a crossing one breaks every stage and depth rule built on it)."""
     keys = ["source", "pid", "tid"]
+    host = events.lazy().select(*keys, "kind", "start_ns", "end_ns").filter(
+        pl.col("kind").is_in(list(HOST_KINDS))
+        & (pl.col("tid") >= 0)
+        & (pl.col("end_ns") > pl.col("start_ns"))
+    ).collect()
+    if host.height == 0:
+        return _empty()
     ordered = (
-        events.lazy()
-        .select(*keys, "kind", "start_ns", "end_ns")
-        .filter(
-            pl.col("kind").is_in(list(HOST_KINDS))
-            & (pl.col("tid") >= 0)
-            & (pl.col("end_ns") > pl.col("start_ns"))
-        )
+        host.with_columns(nesting_depth(host, keys).cast(pl.Int32).alias("depth"))
         .with_row_index("_row")
         .sort([*keys, "start_ns", "end_ns", "_row"], descending=[False] * 4 + [True, False])
         .with_row_index("_order")
-        .with_columns(_open_depth(keys).alias("depth"))
     )
     parents = ordered.select(
         *keys, "_order", (pl.col("depth") + 1).alias("depth"), pl.col("end_ns").alias("_parent_end")
@@ -219,20 +217,7 @@ def thread_crossings(events: pl.DataFrame) -> Per:
         allow_exact_matches=False,
         check_sortedness=False,
     )
-    return _per_source(
-        linked.filter(pl.col("end_ns") > pl.col("_parent_end") + RESOLUTION_NS).collect()
-    )
-
-
-def _open_depth(keys: list[str]) -> pl.Expr:
-    """:func:`parsers.events.nesting_depth` of ranges of positive length already in (keys,
-    start, longest first, row) order: the rows before one in its group, less those that ended
-    by its start (a later row cannot have), clamped as the depth column is. A search in the
-    sorted ends, where the general sweep sorts twice as many boundary points."""
-    opened = pl.int_range(pl.len(), dtype=pl.Int64)
-    closed = pl.col("end_ns").sort().search_sorted(pl.col("start_ns"), side="right")
-    depth = (opened - closed.cast(pl.Int64)).over(keys)
-    return depth.clip(upper_bound=BOUNDS["depth"][1]).cast(pl.Int32)
+    return _per_source(linked.filter(pl.col("end_ns") > pl.col("_parent_end") + RESOLUTION_NS))
 
 
 def _launch_pid(formats: dict[int, str]) -> pl.Expr:
