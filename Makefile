@@ -27,14 +27,15 @@ demo: $(VENV)/.installed
 	$(BIN)/rlperf demo
 
 # Test processes (pytest-xdist; a test file runs whole in one of them, so its module fixtures
-# are built once). 2 fits the 2-core CI machine; `make test WORKERS=0` runs in one process.
+# are built once; the longest files go first, tests/conftest.py). 2 fits the 2-core CI machine;
+# `make test WORKERS=0` runs in one process.
 WORKERS ?= 2
 
 test: $(VENV)/.installed-test
 	tests/install-tools.sh
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy $(TYPED)
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .

@@ -15,6 +15,16 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 
+LONGEST_FIRST = ("test_fuzz_corpus.py", "test_ray_engine.py")
+"""The files that run for minutes. `make test` hands whole files to its workers in the order
+collected (--dist loadfile --no-loadscope-reorder): started first, neither is the one left
+running at the end while the other worker idles."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
