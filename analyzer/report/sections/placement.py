@@ -12,11 +12,13 @@ from ..section import Column, Section
 
 
 def number_ranges(numbers: list[int]) -> str:
-    """``[1, 2, 3, 7, 9, 10]`` → ``"1–3, 7, 9–10 (6)"``: step lists stay one line."""
-    count = len(set(numbers))
-    return spans(numbers, ", ", "–") + (
-        f" ({count})" if count > 2 else ""
-    )
+    """``[1, 2, 3, 7, 9, 10]`` → ``"1–3, 7, 9–10 (6)"``: step lists stay one line. The count
+    is left out only where the numbers count themselves (``1``, ``1–2``): a lone ``134`` read
+    as 134 steps."""
+    distinct = sorted(set(numbers))
+    count = len(distinct)
+    counts_itself = count <= 2 and distinct == list(range(1, count + 1))
+    return spans(numbers, ", ", "–") + ("" if counts_itself else f" ({count})")
 
 
 def _hosts(hosts: list[str]) -> str:
