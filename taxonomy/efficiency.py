@@ -11,6 +11,7 @@ from functools import cache
 from pathlib import Path
 
 from .tomlfile import read_toml, regex_problem
+from .vocab import ROLES
 
 PATH = Path(__file__).with_name("efficiency.toml")
 AGGREGATES = ("mean", "max")
@@ -45,6 +46,8 @@ class EfficiencyTable:
     devices: tuple[Device, ...]
     warmup_ratio: float
     low_mfu: float
+    low_mfu_exempt: tuple[str, ...] = ()
+    """Roles the low-MFU finding leaves out (``[low_mfu] exempt_roles``)."""
 
     def device(self, name: str | None) -> Device | None:
         """The first device row whose pattern matches ``name``; None when none does."""
@@ -109,7 +112,18 @@ def load(path: Path = PATH) -> EfficiencyTable:
         tuple(_device(path, i, r) for i, r in enumerate(data.get("device", []))),
         _threshold(path, data, "warmup_ratio"),
         _threshold(path, data, "low_mfu"),
+        _roles(path, data),
     )
+
+
+def _roles(path: Path, data: dict) -> tuple[str, ...]:
+    roles = (data.get("low_mfu") or {}).get("exempt_roles", [])
+    if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+        raise _error(path, "[low_mfu] exempt_roles needs a list of role names")
+    if unknown := sorted(set(roles) - set(ROLES)):
+        raise _error(path, f"[low_mfu] exempt_roles names no role: {', '.join(unknown)} "
+                           f"(roles: {', '.join(ROLES)})")
+    return tuple(roles)
 
 
 @cache

@@ -294,3 +294,23 @@ def test_real_mi300x_trace_gets_mfu_per_step_and_per_stage_from_shapes():
     whole = row(run, "mfu")
     assert whole["headline_value"] == pytest.approx(row(run, "achieved_tflops")["mean"] / 1307.4)
     assert "read as AMD Instinct MI300X" in " ".join(run.efficiency_notes)
+
+
+def test_rollout_mfu_is_measured_but_not_a_low_mfu_finding():
+    """vLLM decode on MI300X runs at about 0.15% of peak: measured, yet decode is memory-bound
+    by nature, so the training advice of the low-MFU finding is not given for it."""
+    trace = CORPUS / "TraceLens" / "inference" / "vllm_decode_full__graph_execution.json.gz"
+    run = analyzer.load([trace], use_cache=False)
+    rollout = run.efficiency.filter((pl.col("metric") == "mfu") & (pl.col("role") == "rollout"))
+    assert rollout.height == 1 and 0 < rollout["headline_value"][0] < table().low_mfu
+    assert run.efficiency_findings.height == 0
+    assert table().low_mfu_exempt == ("rollout",)
+
+
+def test_an_exempt_role_the_vocabulary_lacks_names_the_file(tmp_path: Path):
+    bad = tmp_path / "eff.toml"
+    bad.write_text('[thresholds]\nwarmup_ratio = 1.5\nlow_mfu = 0.2\n'
+                   '[low_mfu]\nexempt_roles = ["rollouts"]\n')
+    with pytest.raises(EfficiencyTableError,
+                       match=r"eff.toml: \[low_mfu\] exempt_roles names no role: rollouts"):
+        load(bad)

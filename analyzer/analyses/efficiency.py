@@ -392,10 +392,13 @@ def shape_notes(sources: list[SourceInfo]) -> list[str]:
 
 @provides("efficiency_findings", schema=FINDING_CANDIDATES)
 def efficiency_findings(efficiency: pl.DataFrame) -> pl.DataFrame:
-    """A training role whose headline MFU is under the table's ``low_mfu``."""
-    low = table().low_mfu
+    """A training role whose headline MFU is under the table's ``low_mfu`` (the roles it
+    exempts, generation, are memory-bound by nature)."""
+    tab = table()
+    low = tab.low_mfu
     rows = efficiency.filter(
-        (pl.col("metric") == "mfu") & (pl.col("headline_value") < low) & (pl.col("role") != "all")
+        (pl.col("metric") == "mfu") & (pl.col("headline_value") < low)
+        & (pl.col("role") != "all") & ~pl.col("role").is_in(tab.low_mfu_exempt)
     )
     found = rows.select(
         pl.format("efficiency.low_mfu.{}", "role").alias("id"),
