@@ -126,8 +126,8 @@ def test_compare_run_an_input_lacks_names_that_input(several):
     assert done.returncode == 2
     assert done.stderr == (
         f"rlperf: error: {several}: holds 4 runs (1-4), none of them --run 5: choose one of "
-        "them with --run (its number as rlperf analyze lists them, or a path prefix of its "
-        "files)\n"
+        "them with --run (its number as rlperf analyze lists them, or a path or file-name "
+        "prefix of its files)\n"
     )
 
 

@@ -76,7 +76,8 @@ def test_a_trace_without_a_wall_clock_is_not_glued_to_an_unrelated_capture(
         "  run 1: h100_2gpu_1s.sqlite: nsys-sqlite; no rank stated; "
         "2026-05-24 13:42:50 UTC for 0.969 s",
         "  run 2: cut.json.gz: kineto; rank 0; no wall-clock time",
-        "choose one with --run K (K as listed above, or a path prefix of the run's files)",
+        "choose one with --run K (K as listed above, or a path or file-name prefix of the "
+        "run's files)",
     ]
 
 

@@ -260,3 +260,16 @@ def test_the_cli_lists_the_runs_and_analyses_the_one_chosen(tmp_path: Path) -> N
             "give one of those numbers"
         )
     )
+
+
+def test_a_file_name_prefix_chooses_the_run_holding_that_file() -> None:
+    """``--run vllm_decode_full`` from another folder: no path starts with it, but file names
+    do; a prefix of a path still wins, and a name prefix shared by runs is refused."""
+    folder = CORPUS / "TraceLens" / "inference"
+    sources = list(parsed(folder))
+    chosen, _ = choose(sources, "sglang_prefilldecode", [folder])
+    assert [s.path.name for s in chosen] == [
+        "sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode.json.gz"
+    ]
+    with pytest.raises(InputError, match="'vllm' matches runs"):
+        choose(sources, "vllm", [folder])

@@ -104,7 +104,8 @@ class RunsError(InputError):
         lines = [f"{len(runs)} separate runs found{why}; rlperf analyses one run at a time"]
         lines += [f"  run {r.number}: {r.summary}" for r in runs]
         lines.append(
-            "choose one with --run K (K as listed above, or a path prefix of the run's files)"
+            "choose one with --run K (K as listed above, or a path or file-name prefix of the "
+            "run's files)"
         )
         super().__init__(where, lines[0])
         self.problem = "\n".join(lines)
@@ -406,7 +407,7 @@ def _pick(choice: str, listed: list[FoundRun]) -> int:
         r.number
         for r in listed
         if any(_norm(p).startswith(prefix) or str(p).startswith(choice) for p in r.paths)
-    ]
+    ] or [r.number for r in listed if any(p.name.startswith(choice) for p in r.paths)]
     if len(hits) == 1:
         return hits[0]
     if not hits:

@@ -38,7 +38,8 @@ CompareRun = Annotated[
     typer.Option(
         "--run",
         help="For each input that holds several separate runs, compare this one: its number as "
-             "listed, or a path prefix of its files (an input of one run is that run).",
+             "listed, or a path or file-name prefix of its files (an input of one run is that "
+             "run).",
     ),
 ]
 
@@ -127,7 +128,8 @@ def load_input(path: Path, steps: Steps, choice: str | None, **options: Any) -> 
         raise InputError(
             path,
             f"holds {count} runs (1-{count}), none of them --run {choice}: choose one of them "
-            "with --run (its number as rlperf analyze lists them, or a path prefix of its files)",
+            "with --run (its number as rlperf analyze lists them, or a path or file-name prefix "
+            "of its files)",
         ) from None
 
 

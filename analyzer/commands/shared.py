@@ -147,7 +147,7 @@ RunChoice = Annotated[
     typer.Option(
         "--run",
         help="When the inputs hold several separate runs (rlperf lists them and stops), analyse "
-             "this one: its number as listed, or a path prefix of its files.",
+             "this one: its number as listed, or a path or file-name prefix of its files.",
     ),
 ]
 RulesFile = Annotated[
