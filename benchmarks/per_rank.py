@@ -31,9 +31,11 @@ CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
 import analyzer
+from analyzer.engines.local import LocalEngine
+from analyzer.engines.per_rank import sharded as shard
 from analyzer.model.products import providers
 mode, ds, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-run = analyzer.load([ds])
+run = shard(analyzer.load([ds]), [ds], LocalEngine())
 sharded = run.shards is not None
 if mode == "whole":
     run.shards = None

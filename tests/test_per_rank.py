@@ -16,7 +16,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import analyzer
-from analyzer.engines.per_rank import DatasetShards
+from analyzer.engines.local import LocalEngine
+from analyzer.engines.per_rank import DatasetShards, sharded
 from analyzer.model import products
 from analyzer.model.products import SHARDED, ProductError, Provider, providers, provides
 from analyzer.model.run import Run
@@ -142,9 +143,11 @@ def ingested(capsys, folder: Path, name: str) -> Path:
 @pytest.mark.parametrize("name", SHARDED_RUNS)
 def test_a_dataset_run_computes_them_from_its_rank_partitions(capsys, tmp_path, name) -> None:
     """One call per rank partition computes every rank-local product in one pass, in this
-    process (the local engine); the run's own event table is not read (emptied here), and the
-    values equal the whole-run ones of the run read from its sources."""
-    run = analyzer.load([ingested(capsys, tmp_path, name)])
+    process (the local engine, given); the run's own event table is not read (emptied here),
+    and the values equal the whole-run ones of the run read from its sources."""
+    ds = ingested(capsys, tmp_path, name)
+    assert analyzer.load([ds]).shards is None
+    run = sharded(analyzer.load([ds]), [ds], LocalEngine())
     assert isinstance(run.shards, DatasetShards)
     partitions = len(run.shards.partitions)
     assert partitions == len(split(run.events)) >= 2
@@ -160,7 +163,8 @@ def test_a_dataset_whose_partitions_are_not_its_ranks_computes_over_the_whole_ta
     """One Nsight report of several ranks' processes: the assembly gives its processes their
     ranks, so its rows sit in partition ``rank=-1``; the products come from the event table."""
     name = "verl ppo multi-process nsys"
-    run = analyzer.load([ingested(capsys, tmp_path, name)])
+    ds = ingested(capsys, tmp_path, name)
+    run = sharded(analyzer.load([ds]), [ds], LocalEngine())
     assert run.shards is None
     assert sorted(p.name for p in (tmp_path / "ds" / "events").iterdir()) == ["rank=-1"]
     for p in rank_local():

@@ -159,15 +159,22 @@ class DatasetShards:
 
 
 def sharded(run: Run, paths: Sequence[Path], engine: Engine | None = None) -> Run:
-    """``run`` with :class:`DatasetShards` (computed by ``engine``, default the engine chosen)
-    when it is the whole dataset that ``paths`` name and the dataset's partitions are its
-    ranks; else as it was."""
+    """``run`` with :class:`DatasetShards` (computed by ``engine``) when it is the whole
+    dataset that ``paths`` name and the dataset's partitions are its ranks; else as it was.
+
+    Without ``engine``, only an engine chosen that runs elsewhere (Ray) gets them: while the
+    driver holds the whole event table, the local engine's calls one after the other save
+    nothing and cost time (each rank pays polars' per-query overhead: 4.8 s against 1.3 s on
+    64 ranks, ``benchmarks/per_rank.py``)."""
     if len(paths) != 1 or not dataset.is_dataset(paths[0]):
+        return run
+    chosen = engine or selected()
+    if engine is None and isinstance(chosen, LocalEngine):
         return run
     root = paths[0]
     found = partitions(run, dataset.read_manifest(root))
     if found is not None:
         run.shards = DatasetShards(
-            root.absolute(), found, engine or selected(), run.options.collective_rules
+            root.absolute(), found, chosen, run.options.collective_rules
         )
     return run
