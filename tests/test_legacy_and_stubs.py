@@ -28,7 +28,7 @@ ROLLOUT = RL_INSIGHT / (
 )
 WORLD = "distributedInfo world_size 2, default group 'default_pg' has 4 ranks (0,1,2,3)"
 ROLE = (
-    "folder names actor_update (stage actor_update), the process names "
+    "file-name prefix names actor_update (stage actor_update), the process names "
     "ray::WorkerDict.actor_rollout_compute_log_prob (stage old_logprob)"
 )
 
@@ -131,7 +131,7 @@ def test_each_contradiction_is_a_quality_row_and_a_warning(path: Path, found: di
     rows = dict(zip(quality["check"], quality["detail"], strict=True))
     assert {k: v for k, v in rows.items() if k in ("world_size_mismatch", "role_mismatch")} == found
     said = [w for w in run.warnings if "contradict" in w or "default group" in w
-            or "folder names" in w]
+            or "file-name prefix names" in w]
     assert len(said) == len(found)
     assert all(any(detail in w and path.name in w for w in said) for detail in found.values())
 
@@ -154,15 +154,15 @@ def test_a_role_folder_is_read_as_well_as_a_prefix(tmp_path: Path) -> None:
     copy.write_bytes(ACTOR_UPDATE.read_bytes())
     quality = analyzer.load([copy]).data_quality
     detail = quality.filter((pl.col("check") == "role_mismatch") & (pl.col("file") == copy.name))
-    assert detail["detail"].to_list() == [ROLE]
+    assert detail["detail"].to_list() == [ROLE.replace("file-name prefix names", "folder names")]
 
 
 def test_copies_in_another_role_folder_say_both_roles() -> None:
     run = analyzer.load([RL_INSIGHT], run="2")
     copies = sorted(w for w in run.warnings if "a copy of" in w)
     assert len(copies) == 2
-    assert all("its folder names actor_update (actor_update) and the other's "
-               "actor_compute_log_prob (old_logprob)" in w for w in copies)
+    assert all("its file-name prefix names actor_update (actor_update) and the other's "
+               "file-name prefix actor_compute_log_prob (old_logprob)" in w for w in copies)
 
 
 @pytest.mark.parametrize("fmt", ["text", "json", "md", "html"])

@@ -90,8 +90,9 @@ def test_rl_insight_holds_two_profiler_sessions_and_a_copy() -> None:
     assert sorted(copies) == [
         f"actor_update__prof_rank-{r}_031904.json.gz: a copy of "
         f"actor_compute_log_prob__prof_rank-{r}_031847.json.gz "
-        "(same ranks, events and time window, although its folder names actor_update "
-        "(actor_update) and the other's actor_compute_log_prob (old_logprob)); read once"
+        "(same ranks, events and time window, although its file-name prefix names actor_update "
+        "(actor_update) and the other's file-name prefix actor_compute_log_prob (old_logprob)); "
+        "read once"
         for r in (0, 1)
     ]
 
@@ -273,3 +274,12 @@ def test_a_file_name_prefix_chooses_the_run_holding_that_file() -> None:
     ]
     with pytest.raises(InputError, match="'vllm' matches runs"):
         choose(sources, "vllm", [folder])
+
+
+def test_a_role_is_said_to_come_from_where_it_was_read() -> None:
+    from analyzer.assemble.runs import folder_role, role_place
+
+    flat = Path("prof/actor_update__prof_rank-0_031904.json.gz")
+    nested = Path("prof/actor_update/rank0.json.gz")
+    assert (folder_role(flat), role_place(flat)) == ("actor_update", "file-name prefix")
+    assert (folder_role(nested), role_place(nested)) == ("actor_update", "folder")

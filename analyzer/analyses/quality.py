@@ -38,7 +38,7 @@ from parsers.source import CORRELATION_PER_PROCESS
 from taxonomy import profiles as tp
 from taxonomy.pipeline_phases import phase_of
 
-from ..assemble.runs import folder_role
+from ..assemble.runs import folder_role, role_place
 from ..classify.steps import exclusion, name_classes, trace_ends
 from ..model import frames
 from ..model.products import provides
@@ -91,7 +91,8 @@ TITLES: dict[str, str] = {
     "unmapped_names": "annotation names no profile rule maps",
     "unmapped_timers": "log timers no profile rule maps",
     "world_size_mismatch": "contradiction: world_size is not the default group's size",
-    "role_mismatch": "contradiction: the folder names one role, the trace's process another",
+    "role_mismatch": "contradiction: the folder (or verl's role__ file-name prefix) names one "
+                     "role, the trace's process another",
     "salvaged": "file cut short: complete events kept",
     "excluded_steps": "incomplete steps excluded from per-step analyses",
 }
@@ -412,7 +413,8 @@ def role_mismatch(q: Inputs) -> Per:
         said = {p: stages[p] for p in processes if p in stages}
         if label in stages and said and stages[label] not in said.values():
             names = ", ".join(f"{p} (stage {st})" for p, st in said.items())
-            rows.append((s.index, 1, f"folder names {label} (stage {stages[label]}), the process "
+            rows.append((s.index, 1, f"{role_place(s.path)} names {label} (stage "
+                         f"{stages[label]}), the process "
                          f"names {names}"))
     return _frame(rows)
 

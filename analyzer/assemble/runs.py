@@ -179,9 +179,10 @@ def _deduplicate(found: list[Facts]) -> list[Facts]:
         if first is not f:
             roles = [folder_role(f.source.path), folder_role(first.source.path)]
             stages = [role_stage(r) for r in roles]
+            places = [role_place(f.source.path), role_place(first.source.path)]
             differ = (
-                f", although its folder names {roles[0]} ({stages[0]}) and the other's "
-                f"{roles[1]} ({stages[1]})"
+                f", although its {places[0]} names {roles[0]} ({stages[0]}) and the other's "
+                f"{places[1]} {roles[1]} ({stages[1]})"
                 if None not in stages and stages[0] != stages[1]
                 else ""
             )
@@ -196,6 +197,12 @@ def folder_role(path: Path) -> str:
     """The role a file's location names: the ``<role>__`` prefix of its name (verl's per-role
     profiler folders, flattened), else its folder's name."""
     return path.name.split("__", 1)[0] if "__" in path.name else path.parent.name
+
+
+def role_place(path: Path) -> str:
+    """Where :func:`folder_role` read the role: ``"file-name prefix"`` or ``"folder"`` (a
+    message that said "folder" of verl's flattened ``actor_update__…`` files misled)."""
+    return "file-name prefix" if "__" in path.name else "folder"
 
 
 @cache
