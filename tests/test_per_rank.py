@@ -16,6 +16,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import analyzer
+from analyzer.dataset.store import read_manifest
 from analyzer.engines.local import LocalEngine
 from analyzer.engines.per_rank import DatasetShards, sharded
 from analyzer.model import products
@@ -179,13 +180,19 @@ def test_a_call_on_a_node_with_other_code_or_without_the_dataset_is_one_error(
 
     root = ingested(capsys, tmp_path, "HTA sampled ranks 0 and 1")
     files = code(["gpu_time"])
-    other = rank_products(str(root), 0, (0,), ("gpu_time",), {"gpu_time": {}}, None, files,
+    part = ((0, read_manifest(root)["sources"][0]["events"]["0"]),)
+    other = rank_products(str(root), 0, part, ("gpu_time",), {"gpu_time": {}}, None, files,
                           "another-rlperf")
     assert isinstance(other, InputError) and "runs another rlperf" in other.problem
-    unseen = rank_products(str(tmp_path / "elsewhere"), 0, (0,), ("gpu_time",),
+    unseen = rank_products(str(tmp_path / "elsewhere"), 0, part, ("gpu_time",),
                            {"gpu_time": {}}, None, files, digest(files))
     assert isinstance(unseen, InputError)
     assert "the dataset must be on a path every node sees" in unseen.problem
-    where, values = rank_products(str(root), 0, (0,), ("gpu_time",), {"gpu_time": {}}, None,
+    where, values = rank_products(str(root), 0, part, ("gpu_time",), {"gpu_time": {}}, None,
                                 files, digest(files))
     assert where == os.getpid() and values[0]["gpu_time"]["rank"].to_list() == [0]
+    short = ((0, part[0][1] + 1),)
+    damaged = rank_products(str(root), 0, short, ("gpu_time",), {"gpu_time": {}}, None, files,
+                            digest(files))
+    assert isinstance(damaged, InputError)
+    assert f"where the manifest says {short[0][1]}: the dataset is damaged" in damaged.problem

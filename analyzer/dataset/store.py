@@ -337,13 +337,17 @@ def _unlisted(root: Path, records: list[dict[str, Any]]) -> None:
                                  "dataset is damaged (run rlperf ingest again)")
 
 
+def rank_partition(root: Path, rank: int, index: int, rows: int) -> pl.DataFrame:
+    """Source ``index``'s rows in partition ``rank``, checked against the manifest's ``rows``,
+    the event table's schema and the partition's rank (with their :data:`ROW` column)."""
+    path = root / "events" / f"rank={rank}" / f"part-{index:05d}.parquet"
+    return _rank_checked(_schema_checked(_table(path, rows), path), path, rank)
+
+
 def _read_source(root: Path, record: dict[str, Any]) -> ParsedSource:
     index = int(record["index"])
     part = f"part-{index:05d}"
-    files = [(root / "events" / f"rank={r}" / f"{part}.parquet", n)
-             for r, n in record["events"].items()]
-    pieces = [_rank_checked(_schema_checked(_table(f, n), f), f, int(r))
-              for (f, n), r in zip(files, record["events"], strict=True)]
+    pieces = [rank_partition(root, int(r), index, n) for r, n in record["events"].items()]
     events = pieces[0] if len(pieces) == 1 else pl.concat(pieces).sort(ROW)
     info = _info(root / "sources" / f"{part}.json")
     _format_checked(root, record, info)

@@ -33,7 +33,7 @@ from taxonomy.collectives import load_families
 
 from .. import dataset
 from ..assemble.collectives import mark_communication
-from ..dataset.store import ROW
+from ..dataset.store import ROW, rank_partition
 from ..model.products import Provider, providers
 from ..model.run import Run
 from ..model.sharded import Broadcast, PerRank, gathered, over_ranks
@@ -41,8 +41,9 @@ from . import selected
 from .base import Engine
 from .local import LocalEngine
 
-Partition = tuple[int, tuple[int, ...]]
-"""A rank and the sources (their numbers, in order) with rows in its partition."""
+Partition = tuple[int, tuple[tuple[int, int], ...]]
+"""A rank and the sources with rows in its partition: each source's number and row count
+there (what the manifest states), in source order."""
 
 
 def partitions(run: Run, manifest: dict) -> list[Partition] | None:
@@ -60,19 +61,22 @@ def partitions(run: Run, manifest: dict) -> list[Partition] | None:
     held = {(int(s), int(k)): n for s, k, n in counts.iter_rows() if k is not None}
     if held != stated or counts["rank"].null_count():
         return None
-    ranks: dict[int, list[int]] = {}
+    ranks: dict[int, list[tuple[int, int]]] = {}
     for source, rank in sorted(stated):
-        ranks.setdefault(rank, []).append(source)
+        ranks.setdefault(rank, []).append((source, stated[source, rank]))
     return [(rank, tuple(ranks[rank])) for rank in sorted(ranks)]
 
 
-def rank_events(root: Path, rank: int, sources: tuple[int, ...], rules: str | None) -> pl.DataFrame:
-    """One rank partition's events as the run holds them (its rows, in its order)."""
-    folder = root / "events" / f"rank={rank}"
-    tables = []
-    for index in sources:
-        table = pl.read_parquet(folder / f"part-{index:05d}.parquet")
-        tables.append(table.drop(ROW).with_columns(pl.lit(index, pl.UInt32).alias("source")))
+def rank_events(
+    root: Path, rank: int, sources: tuple[tuple[int, int], ...], rules: str | None
+) -> pl.DataFrame:
+    """One rank partition's events as the run holds them (its rows, in its order), each part
+    checked as reading the whole dataset checks it."""
+    tables = [
+        rank_partition(root, rank, index, rows).drop(ROW)
+        .with_columns(pl.lit(index, pl.UInt32).alias("source"))
+        for index, rows in sources
+    ]
     return mark_communication(concat(tables), load_families(rules))
 
 
@@ -105,7 +109,7 @@ def digest(files: Sequence[str]) -> str:
 
 
 def rank_products(
-    root: str, rank: int, sources: tuple[int, ...], names: tuple[str, ...],
+    root: str, rank: int, sources: tuple[tuple[int, int], ...], names: tuple[str, ...],
     broadcast: Broadcast, rules: str | None, files: tuple[str, ...], sha: str | None,
 ) -> tuple[int, PerRank] | InputError:
     """Where the call ran (its process) and the rank-local products ``names`` of one rank
@@ -122,9 +126,8 @@ def rank_products(
     chosen = [providers()[n] for n in names]
     try:
         events = rank_events(folder, rank, sources, rules)
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        return InputError(folder / "events" / f"rank={rank}",
-                          f"cannot be read for the per-rank analysis: {exc}")
+    except InputError as exc:
+        return exc
     return os.getpid(), over_ranks(chosen, events, broadcast)
 
 
