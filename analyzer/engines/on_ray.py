@@ -80,29 +80,18 @@ class RayEngine:
         Ray lost is an InputError naming the call's first argument (the dataset folder)."""
         if not calls:
             return
-        if self.address == "local":
-            local_settings()
-        ray = ray_module()
-        with connected(ray, self.address, None, quiet=self.quiet):
+        with self.session(None) as ray:
             task = ray.remote(num_cpus=1)(work)
             refs = [task.remote(*call) for call in calls]
             for call, ref in zip(calls, refs, strict=True):
-                try:
-                    yield ray.get(ref)
-                except ray.exceptions.RayTaskError:
-                    raise
-                except ray.exceptions.RayError as exc:
-                    yield InputError(call[0], f"its Ray task failed: {first_line(exc)}")
+                yield got(ray, ref, call[0])
 
     def tasks(
         self, work: Any, args: tuple, jobs: list[Job], workers: int | None, progress: Progress
     ) -> Iterator[tuple[Job, Any]]:
         """``work(job, *args, cwd, digest)`` as a Ray task per job, at most ``workers`` in
         flight, results in the order of ``jobs``."""
-        if self.address == "local":
-            local_settings()
-        ray = ray_module()
-        with connected(ray, self.address, workers, quiet=self.quiet):
+        with self.session(workers) as ray:
             task = ray.remote(num_cpus=1)(work)
             cwd, digest = os.getcwd(), parsers_digest()
             todo = deque(jobs)
@@ -117,6 +106,16 @@ class RayEngine:
                 if progress:
                     progress(job[1])
                 yield job, result
+
+    @contextmanager
+    def session(self, workers: int | None) -> Iterator[ModuleType]:
+        """Ray, connected to this engine's cluster for the block (a local one of ``workers``
+        CPUs started first when the address is ``local``)."""
+        if self.address == "local":
+            local_settings()
+        ray = ray_module()
+        with connected(ray, self.address, workers, quiet=self.quiet):
+            yield ray
 
 
 @contextmanager
@@ -221,14 +220,21 @@ def first_line(exc: BaseException) -> str:
 
 
 def fetched(ray: ModuleType, job: Job, ref: Any) -> tuple[int, Any]:
-    """A task's result on the driver; a task Ray lost (its node or worker died, out of memory)
-    is an error naming the file, as a parse error is."""
+    """A parse task's result on the driver; a task Ray lost is an error naming the file, as a
+    parse error is."""
+    result = got(ray, ref, job[1])
+    return (job[0], result) if isinstance(result, InputError) else result
+
+
+def got(ray: ModuleType, ref: Any, where: Any) -> Any:
+    """A task's result; a task Ray lost (its node or worker died, out of memory) is an
+    InputError naming ``where``, and an error raised in the task propagates."""
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError:
         raise
     except ray.exceptions.RayError as exc:
-        return job[0], InputError(job[1], f"its Ray task failed: {first_line(exc)}")
+        return InputError(where, f"its Ray task failed: {first_line(exc)}")
 
 
 @dataclass
