@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,14 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 """CI runs the property tests on a fixed sequence of examples (set by .ci/run); a developer's
 `make test` explores new ones each run."""
+
+RAY_TOKEN = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+"""The authentication of the Ray clusters this test process starts and of every driver it runs.
+Ray reads the mode and the token once, when it is first imported or connects, and any test may
+be the first to import it: so they are in this process's environment from its start, never
+set by a test (a token set after the import is ignored and the cluster refuses the driver), and
+never Ray's default ~/.ray/auth_token of the user's own clusters."""
+os.environ |= RAY_TOKEN
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 

@@ -9,7 +9,6 @@ import json
 import os
 from pathlib import Path
 
-import pytest
 from polars.testing import assert_frame_equal
 
 import analyzer
@@ -19,19 +18,20 @@ from analyzer.engines.per_rank import DatasetShards
 from parsers.events import empty_events
 from tests.report_truth import rlperf
 from tests.test_per_rank import ingested, loaded, rank_local, whole
-from tests.test_ray_engine import TOKEN, cluster  # noqa: F401  # the fixture: a Ray head
+from tests.test_ray_engine import cluster  # noqa: F401  # the fixture: a Ray head
 
 NAME = "synthetic disaggregated"
 """8 ranks, one trace each: 8 partitions, 8 tasks."""
 
 
 def test_ray_tasks_compute_the_rank_local_products_of_a_dataset(
-    cluster: str, capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    cluster: str, capsys, tmp_path: Path  # noqa: F811
 ) -> None:
     """The run's own event table is emptied before the products are read: they come from the
-    tasks, which ran in Ray's workers (not this process), one per partition."""
-    for name, value in TOKEN.items():
-        monkeypatch.setenv(name, value)
+    tasks, which ran in Ray's workers (not this process), one per partition. Ray is imported
+    first, as any earlier test of this process may have done: the token it reads then is the
+    cluster's (tests/conftest.py)."""
+    import ray  # noqa: F401
     ds = ingested(capsys, tmp_path, NAME)
     with engines.using("ray", cluster):
         run = analyzer.load([ds])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -41,9 +40,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-TOKEN = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-"""The test cluster's authentication, given to it and to every driver of this module (Ray
-would otherwise read or write the user's ~/.ray/auth_token)."""
+TOKEN = {name: os.environ[name] for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+"""The test cluster's authentication, in this process's environment from its start
+(tests/conftest.py says why), given to the cluster and to every driver."""
 FAST_IMPORT = {"PYTHONPATH": os.pathsep.join(
     [str(REPO / "tests" / "ray_env"), *filter(None, [os.environ.get("PYTHONPATH")])]
 )}
@@ -163,8 +162,6 @@ def test_the_parse_runs_in_rays_workers(cluster: str, monkeypatch: pytest.Monkey
     worker, with the real digest) can notice, and it names the node and the file."""
     path = REPO / SAMPLES[0] / "rank-1.synthetic.pt.trace.json.gz"
     monkeypatch.setattr(on_ray, "parsers_digest", lambda: "another-rlperf")
-    for name, value in TOKEN.items():
-        monkeypatch.setenv(name, value)
     with engines.using("ray", cluster), pytest.raises(InputError) as caught:
         ingest([path], use_cache=False)
     assert caught.value.path == str(path)
@@ -263,8 +260,6 @@ def test_ray_tasks_write_the_dataset(cluster: str, tmp_path: Path, monkeypatch):
         raise AssertionError(f"the tables of {path} came to the driver")
 
     monkeypatch.setattr(on_ray.Wire, "parsed", no_tables)
-    for name, value in TOKEN.items():
-        monkeypatch.setenv(name, value)
     status = in_process("ingest", str(run), "-o", str(tmp_path / "ray"), "--no-cache", "-q",
                         "--engine", "ray", "--ray-address", cluster)
     assert status == 0
