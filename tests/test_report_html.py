@@ -3,9 +3,11 @@ draws completely — every chart present as SVG, no console message, no error re
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import struct
+import time
 import zlib
 from pathlib import Path
 
@@ -199,19 +201,41 @@ def running_with(marker: bytes) -> list[int]:
     return found
 
 
-def test_no_chromium_left_behind():
+def test_no_chromium_left_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """After a render that finishes, no process of that Chromium's session is left and none
+    names its profile folder. Only this render's processes are looked for: another test worker
+    may be rendering at the same time."""
     import subprocess
     import sys
 
-    probe = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)", "rlperf-probe-marker"]
-    )
+    started: list[tuple[int, str]] = []
+    popen = subprocess.Popen
+
+    def recording(command, *args, **kwargs):
+        proc = popen(command, *args, **kwargs)
+        profile = next(a for a in command if a.startswith("--user-data-dir="))
+        started.append((proc.pid, profile.split("=", 1)[1]))
+        return proc
+
+    probe = popen([sys.executable, "-c", "import time; time.sleep(60)", "rlperf-probe-marker"])
     try:
+        until = time.monotonic() + 10  # its command line shows once its exec is through
+        while running_with(b"rlperf-probe-marker") != [probe.pid] and time.monotonic() < until:
+            time.sleep(0.05)
         assert running_with(b"rlperf-probe-marker") == [probe.pid]  # the scan sees a live process
+        assert probe.pid in live_in_group(os.getpgid(probe.pid))
     finally:
         probe.kill()
         probe.wait()
-    assert running_with(b"rlperf-chromium-") == []
+    monkeypatch.setattr(browser.subprocess, "Popen", recording)
+    page = tmp_path / "page.html"
+    page.write_text('<!doctype html><div data-chart="a" data-rendered="ok"><svg></svg></div>')
+    assert browser.render(page).charts == {"a": {"rendered": "ok", "svg": 1, "canvas": 0}}
+    assert len(started) == 1
+    group, profile = started[0]
+    assert live_in_group(group) == []
+    assert running_with(profile.encode()) == []
+    assert not Path(profile).exists()
 
 
 def live_in_group(group: int) -> list[int]:
