@@ -179,6 +179,19 @@ def test_a_bad_address_is_one_line_within_the_probe_time():
     assert time.monotonic() - start < 60, line
 
 
+@pytest.mark.parametrize("token", [{"RAY_AUTH_TOKEN": "0" * 64}, {"RAY_AUTH_MODE": "disabled"}])
+def test_a_refused_token_is_one_line_that_says_so(cluster: str, token: dict[str, str]):
+    """Another token, or none, against the cluster's: Ray's core logs a warning a second while it
+    retries (the budget cut to 2 s here); what the user sees is the one line naming the token."""
+    done = rlperf("analyze", SAMPLES[0], "--engine", "ray", "--ray-address", cluster,
+                  env={**token, "RAY_gcs_server_port_wait_time_s": "2"})
+    assert one_line_error(done) == (
+        f"rlperf: error: --ray-address: the Ray cluster at {cluster} refused this process's "
+        "authentication token: set RAY_AUTH_TOKEN to the cluster's (`ray get-auth-token` on its "
+        "head node prints it)"
+    )
+
+
 def test_an_unanswering_host_is_bounded_by_the_timeout():
     """A host that never answers (a reserved documentation address) fails after
     ``RLPERF_RAY_TIMEOUT``, not after Ray's own minutes of retries."""

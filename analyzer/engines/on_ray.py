@@ -17,6 +17,7 @@ import secrets
 import signal
 import socket
 import sys
+import tempfile
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -42,6 +43,12 @@ LOCAL_START_FACTOR = 3
 """Starting a Ray for the run may take this many times as long (half a minute on a busy
 2-core machine)."""
 PROBE_TIMEOUT_S = 10.0
+REFUSED_TOKEN = "InvalidAuthToken"
+"""What Ray's core logs while a cluster rejects the driver's token (absent or another one)."""
+REFUSED = (
+    "refused this process's authentication token: set RAY_AUTH_TOKEN to the cluster's "
+    "(`ray get-auth-token` on its head node prints it)"
+)
 STARTING_LOCAL = "rlperf: starting a local Ray cluster (about a minute)…"
 """How long a HOST:PORT address may take to accept a TCP connection at all."""
 
@@ -137,18 +144,22 @@ def connected(
             print(STARTING_LOCAL, file=sys.stderr, flush=True)
     elif address != "auto":
         probe(address, min(timeout, PROBE_TIMEOUT_S))
-    try:
-        with deadline(timeout):
-            ray.init(address=address, **options)
-    except TimeoutError:
-        ray.shutdown()
-        raise InputError(
-            "--ray-address", f"no Ray cluster at {address} answered within {timeout:g} s"
-        ) from None
-    except Exception as exc:
-        raise InputError(
-            "--ray-address", f"cannot use Ray at {address}: {first_line(exc)}"
-        ) from None
+    failure = None
+    with held_stderr() as held:
+        try:
+            with deadline(timeout):
+                ray.init(address=address, **options)
+        except TimeoutError:
+            ray.shutdown()
+            failure = f"no Ray cluster at {address} answered within {timeout:g} s"
+        except Exception as exc:
+            failure = f"cannot use Ray at {address}: {first_line(exc)}"
+    if failure is None:
+        sys.stderr.write(held.text)
+    elif REFUSED_TOKEN in held.text:
+        raise InputError("--ray-address", f"the Ray cluster at {address} {REFUSED}")
+    else:
+        raise InputError("--ray-address", failure)
     try:
         yield
     finally:
@@ -212,6 +223,32 @@ def probe(address: str, timeout: float) -> None:
         raise InputError(
             "--ray-address", f"no Ray cluster at {address} ({why} within {timeout:g} s)"
         ) from None
+
+
+@dataclass
+class Held:
+    text: str = ""
+
+
+@contextmanager
+def held_stderr() -> Iterator[Held]:
+    """File descriptor 2 held in a temporary file for the block, its text in the ``Held`` after.
+    Ray's core writes a warning line a second there while a cluster refuses to connect, which
+    would bury the one line that says why; what a connection that succeeds wrote is the
+    caller's to pass on."""
+    held = Held()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as spool:
+        os.dup2(spool.fileno(), 2)
+        try:
+            yield held
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            spool.seek(0)
+            held.text = spool.read().decode(errors="replace")
 
 
 def first_line(exc: BaseException) -> str:
