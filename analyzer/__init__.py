@@ -67,4 +67,4 @@ def load(
     found = ingest(paths, jobs=jobs, use_cache=use_cache, progress=progress)
     sources, chosen = choose(found.sources, run, paths)
     built = build(sources, options, unknown=found.unknown, notes=[*found.notes, *chosen])
-    return sharded(built, [Path(p) for p in paths])
+    return sharded(built, [Path(p) for p in paths], jobs=jobs)

@@ -196,3 +196,45 @@ def test_a_call_on_a_node_with_other_code_or_without_the_dataset_is_one_error(
                             digest(files))
     assert isinstance(damaged, InputError)
     assert f"where the manifest says {short[0][1]}: the dataset is damaged" in damaged.problem
+
+
+class RecordingTask:
+    """What ``in_flight`` uses of a Ray remote function: each submission recorded."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[int, ...]] = []
+
+    def remote(self, *call: int) -> tuple[int, ...]:
+        self.submitted.append(call)
+        return call
+
+
+@pytest.mark.parametrize(("window", "seen"), [
+    (2, [2, 3, 4, 5, 5]), (1, [1, 2, 3, 4, 5]), (None, [5, 5, 5, 5, 5]), (9, [5, 5, 5, 5, 5]),
+])
+def test_jobs_bounds_the_ray_tasks_in_flight(window: int | None, seen: list[int]) -> None:
+    """``--jobs N``: a task is submitted only while fewer than N handed out are unread (the
+    count submitted as each result is handed out); the calls come back in order, each with
+    its own task."""
+    from analyzer.engines.on_ray import in_flight
+
+    task = RecordingTask()
+    calls = [(i,) for i in range(5)]
+    out = [(call, ref, len(task.submitted)) for call, ref in in_flight(task, calls, window)]
+    assert [(c, r) for c, r, _ in out] == [(c, c) for c in calls]
+    assert [n for _, _, n in out] == seen
+    assert task.submitted == calls
+
+
+@pytest.mark.parametrize("jobs", [3, None])
+def test_jobs_reaches_the_dataset_shards(capsys, tmp_path, jobs: int | None) -> None:
+    """``analyzer.load(..., jobs=)`` (``--jobs``) is what the Ray engine's per-rank calls get
+    (choosing the engine connects to nothing)."""
+    from analyzer import engines
+    from analyzer.engines.on_ray import RayEngine
+
+    ds = ingested(capsys, tmp_path, "HTA sampled ranks 0 and 1")
+    with engines.using("ray", "127.0.0.1:1"):
+        run = analyzer.load([ds], jobs=jobs)
+    assert isinstance(run.shards, DatasetShards) and isinstance(run.shards.engine, RayEngine)
+    assert run.shards.workers == jobs

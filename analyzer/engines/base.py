@@ -64,11 +64,13 @@ class Engine(Protocol):
         ``keep``: workers on this machine also fill its parse cache."""
         ...
 
-    def each(self, work: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
+    def each(
+        self, work: Callable[..., Any], calls: list[tuple[Any, ...]], workers: int | None = None
+    ) -> Iterator[Any]:
         """``work(*call)`` for every call, results in the order of ``calls``: rank-local
         products of a run read from a dataset, one call per rank partition
-        (:mod:`analyzer.engines.per_rank`). ``work`` returns an InputError it met rather
-        than raising it."""
+        (:mod:`analyzer.engines.per_rank`); ``workers`` is ``--jobs``. ``work`` returns an
+        InputError it met rather than raising it."""
         ...
 
 

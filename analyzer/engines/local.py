@@ -28,8 +28,11 @@ class LocalEngine:
     ) -> Iterator[Wrote]:
         return mapped(partial(write_one, root=root, keep=keep), jobs, workers, progress)
 
-    def each(self, work: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
-        """In this process, one call after the other (a rank's partition at a time)."""
+    def each(
+        self, work: Callable[..., Any], calls: list[tuple[Any, ...]], workers: int | None = None
+    ) -> Iterator[Any]:
+        """In this process, one call after the other (a rank's partition at a time), whatever
+        ``workers``."""
         return (work(*call) for call in calls)
 
 

@@ -82,15 +82,17 @@ class RayEngine:
                                     progress):
             yield result
 
-    def each(self, work: Any, calls: list[tuple[Any, ...]]) -> Iterator[Any]:
-        """A Ray task per call (1 CPU each, all submitted at once), results in order; a task
-        Ray lost is an InputError naming the call's first argument (the dataset folder)."""
+    def each(
+        self, work: Any, calls: list[tuple[Any, ...]], workers: int | None = None
+    ) -> Iterator[Any]:
+        """A Ray task per call (1 CPU each, at most ``workers`` in flight: all when None),
+        results in order; a task Ray lost is an InputError naming the call's first argument
+        (the dataset folder)."""
         if not calls:
             return
-        with self.session(None) as ray:
+        with self.session(workers) as ray:
             task = ray.remote(num_cpus=1)(work)
-            refs = [task.remote(*call) for call in calls]
-            for call, ref in zip(calls, refs, strict=True):
+            for call, ref in in_flight(task, calls, workers):
                 yield got(ray, ref, call[0])
 
     def tasks(
@@ -101,14 +103,9 @@ class RayEngine:
         with self.session(workers) as ray:
             task = ray.remote(num_cpus=1)(work)
             cwd, digest = os.getcwd(), parsers_digest()
-            todo = deque(jobs)
-            window = workers or len(jobs)
-            running: deque[tuple[Job, Any]] = deque()
-            while todo or running:
-                while todo and len(running) < window:
-                    job = todo.popleft()
-                    running.append((job, task.remote(job, *args, cwd, digest)))
-                job, ref = running.popleft()
+            calls = [(job, *args, cwd, digest) for job in jobs]
+            for call, ref in in_flight(task, calls, workers):
+                job = call[0]
                 result = fetched(ray, job, ref)
                 if progress:
                     progress(job[1])
@@ -249,6 +246,21 @@ def held_stderr() -> Iterator[Held]:
             os.close(saved)
             spool.seek(0)
             held.text = spool.read().decode(errors="replace")
+
+
+def in_flight(
+    task: Any, calls: list[tuple[Any, ...]], window: int | None
+) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """Each call with the reference of its Ray task, in the order of ``calls``; a task is
+    submitted only while fewer than ``window`` (None: all) of those handed out are unread, so
+    ``--jobs`` bounds what the run takes of a shared cluster."""
+    todo = deque(calls)
+    running: deque[tuple[tuple[Any, ...], Any]] = deque()
+    while todo or running:
+        while todo and len(running) < (window or len(calls)):
+            call = todo.popleft()
+            running.append((call, task.remote(*call)))
+        yield running.popleft()
 
 
 def first_line(exc: BaseException) -> str:

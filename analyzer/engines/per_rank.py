@@ -140,6 +140,8 @@ class DatasetShards:
     engine: Engine
     rules: str | None = None
     """``--collective-rules``: the communication families the assembly marked with."""
+    workers: int | None = None
+    """``--jobs``: at most this many calls at once (None: the engine's default)."""
     ran: list[int] = field(default_factory=list)
     """The process of each call made so far (a Ray task's is its worker's)."""
 
@@ -152,7 +154,7 @@ class DatasetShards:
         calls = [(str(self.root), rank, sources, names, broadcast, self.rules, files, sha)
                  for rank, sources in self.partitions]
         per_rank: PerRank = []
-        for result in self.engine.each(rank_products, calls):
+        for result in self.engine.each(rank_products, calls, self.workers):
             if isinstance(result, InputError):
                 raise result
             pid, values = result
@@ -161,9 +163,12 @@ class DatasetShards:
         return gathered(providers, per_rank, broadcast)
 
 
-def sharded(run: Run, paths: Sequence[Path], engine: Engine | None = None) -> Run:
-    """``run`` with :class:`DatasetShards` (computed by ``engine``) when it is the whole
-    dataset that ``paths`` name and the dataset's partitions are its ranks; else as it was.
+def sharded(
+    run: Run, paths: Sequence[Path], engine: Engine | None = None, *, jobs: int | None = None
+) -> Run:
+    """``run`` with :class:`DatasetShards` (computed by ``engine``, at most ``jobs`` calls at
+    once) when it is the whole dataset that ``paths`` name and the dataset's partitions are its
+    ranks; else as it was.
 
     Without ``engine``, only an engine chosen that runs elsewhere (Ray) gets them: while the
     driver holds the whole event table, the local engine's calls one after the other save
@@ -178,6 +183,6 @@ def sharded(run: Run, paths: Sequence[Path], engine: Engine | None = None) -> Ru
     found = partitions(run, dataset.read_manifest(root))
     if found is not None:
         run.shards = DatasetShards(
-            root.absolute(), found, chosen, run.options.collective_rules
+            root.absolute(), found, chosen, run.options.collective_rules, jobs
         )
     return run
