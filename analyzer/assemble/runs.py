@@ -5,12 +5,14 @@ sources of different runs gives wrong numbers without a sign of it (two logs' st
 each other, the hours between two captures counted as idle, two processes on one rank), so the
 sources are grouped by what they state before assembly (docs/assembly.md, "Run identity"):
 
-* **Copies** of one capture (same format, ranks, events and window) are read once, with a warning.
+* **Copies** of one capture (same format, ranks, window, event and metric rows and stated facts)
+  are read once, with a warning.
 * **Traces** join a run when their absolute time window overlaps it (within
   :data:`WINDOW_SLACK_NS`) and no member states the same rank or another world size. A trace
   without a wall clock has no window to overlap: it joins a run only when its file name is
   another member's with the rank changed (one job's rank files), else it is a run of its own.
-* **Logs** join each other unless their frameworks, world sizes or wall-clock windows disagree;
+* **Logs** join each other unless their frameworks, world sizes, settings (:data:`RUN_CONFIG`)
+  or wall-clock windows disagree;
   a log group joins the traces its window overlaps (within :data:`LOG_SLACK_NS`, its stamps'
   time zone is unknown), or the traces when both are the only ones there are.
 
@@ -19,6 +21,8 @@ Several runs → :class:`RunsError` (exit 2) listing them, unless ``--run K`` ch
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -44,6 +48,12 @@ EPOCH_MIN_NS = 10**18
 """Times before 2001-09 are not on the epoch clock (relative times that start near 0)."""
 RELATIVE_MARKERS = ("relative", "unknown", "quarter", "from 0", "none")
 """A ``time_base`` with one of these gives no absolute window (docs/events.md)."""
+RUN_CONFIG = (
+    "algorithm", "train_batch_size", "max_prompt_length", "max_response_length", "rollout_n",
+    "train_strategy",
+)
+"""Settings a log states (its meta) that every log of one run states alike: two logs that
+disagree on one are two runs, even when neither has a wall clock to tell them apart."""
 LISTED_FILES = 3
 """Files named per run in the refusal; the rest are counted."""
 
@@ -61,6 +71,10 @@ class Facts:
     window: tuple[int, int] | None
     """Absolute ``[start, end]`` in epoch ns; None when the source has no wall clock."""
     counts: tuple[int, int, int] = (0, 0, 0)
+    content: str = ""
+    """:attr:`Statement.content`."""
+    settings: tuple = ()
+    """:attr:`Statement.settings`."""
 
 
 @dataclass
@@ -131,6 +145,10 @@ class Statement:
     window: tuple[int, int] | None
     counts: tuple[int, int, int]
     """Events, their summed duration and distinct names: part of a copy's fingerprint."""
+    content: str = ""
+    """Digest of the source's event and metric rows and of its meta (:func:`content`)."""
+    settings: tuple = ()
+    """Its meta's :data:`RUN_CONFIG` values (None where not stated), in that order."""
 
 
 def statement(parsed: ParsedSource) -> Statement:
@@ -141,7 +159,28 @@ def statement(parsed: ParsedSource) -> Statement:
     ranks = frozenset(int(r) for r in events.filter(pl.col("rank") >= 0)["rank"].unique().to_list())
     dur = int((events["end_ns"] - events["start_ns"]).sum()) if events.height else 0
     names = events["name"].n_unique() if events.height else 0
-    return Statement(log, ranks, _window(parsed), (events.height, dur, names))
+    settings = tuple(_settled(parsed.meta.get(k)) for k in RUN_CONFIG)
+    return Statement(
+        log, ranks, _window(parsed), (events.height, dur, names), content(parsed), settings
+    )
+
+
+def _settled(value: object) -> str | None:
+    """A setting as compared: ``256`` and ``"256"`` alike."""
+    return None if value is None or value == "" else str(value)
+
+
+def content(parsed: ParsedSource) -> str:
+    """What the capture holds, whatever file it came from: its event and metric rows (as a set,
+    their ``source`` number aside) and its meta. Counts and windows alone called two logs of
+    different runs copies when neither had an event or a wall clock."""
+    digest = hashlib.sha1()
+    for table in (parsed.events, parsed.metrics):
+        rows = table.drop("source", strict=False)
+        total = int(rows.hash_rows(seed=0).sum()) if rows.height and rows.width else 0
+        digest.update(f"{rows.height}:{total};".encode())
+    digest.update(json.dumps(parsed.meta, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
 
 
 def facts(index: int, parsed: ParsedSource, said: Statement | None = None) -> Facts:
@@ -151,6 +190,7 @@ def facts(index: int, parsed: ParsedSource, said: Statement | None = None) -> Fa
         index=index, source=parsed, log=said.log, ranks=said.ranks if not said.log else frozenset(),
         world=int(world) if isinstance(world, int) and world > 0 else None,
         framework=parsed.meta.get("framework") or None, window=said.window, counts=said.counts,
+        content=said.content, settings=said.settings,
     )
 
 
@@ -166,9 +206,12 @@ def _window(parsed: ParsedSource) -> tuple[int, int] | None:
 
 
 def _fingerprint(f: Facts) -> tuple:
-    """Equal for copies of one capture; two captures agreeing on all of it do not occur."""
+    """Equal for copies of one capture: what the source holds, not only how much of it."""
     height, dur, names = f.counts
-    return (f.source.format, height, f.window, f.ranks, dur, names, f.source.meta.get("rank"))
+    return (
+        f.source.format, height, f.window, f.ranks, dur, names, f.source.meta.get("rank"),
+        f.content,
+    )
 
 
 def _deduplicate(found: list[Facts]) -> list[Facts]:
@@ -243,10 +286,16 @@ def _log_conflict(f: Facts, group: Group) -> str | None:
             return "logs of different frameworks"
         if f.world and m.world and f.world != m.world:
             return "world sizes that disagree"
+        if _settings_disagree(f.settings, m.settings):
+            return "log configurations that disagree"
     window = group.window
     if f.window and window and not _overlap(f.window, window, LOG_SLACK_NS):
         return "log times that do not overlap"
     return None
+
+
+def _settings_disagree(a: tuple, b: tuple) -> bool:
+    return any(x is not None and y is not None and x != y for x, y in zip(a, b, strict=False))
 
 
 Tie = Callable[[Facts, Group], str | None]
