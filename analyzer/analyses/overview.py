@@ -121,6 +121,7 @@ READS = (
     "pools",
     "weight_sync",
     "collectives_by_dim",
+    "exposed_comm",
     "workdepth",
     "violations",
     "step_outliers",
@@ -131,7 +132,7 @@ READS = (
 @provides("overview")
 def overview(ranks: list[int], steps: pl.DataFrame, gpu_time: pl.DataFrame, bubbles: pl.DataFrame,
              pools: pl.DataFrame, weight_sync: pl.DataFrame, collectives_by_dim: pl.DataFrame,
-             workdepth: pl.DataFrame, violations: pl.DataFrame,
+             exposed_comm: pl.DataFrame, workdepth: pl.DataFrame, violations: pl.DataFrame,
              step_outliers: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
     return compute(
         dict(
@@ -144,6 +145,7 @@ def overview(ranks: list[int], steps: pl.DataFrame, gpu_time: pl.DataFrame, bubb
             pools=pools,
             weight_sync=weight_sync,
             collectives_by_dim=collectives_by_dim,
+            exposed_comm=exposed_comm,
             workdepth=workdepth,
             violations=violations,
         )
@@ -271,7 +273,8 @@ def _collectives(products: Mapping[str, Any]) -> dict[str, Any]:
         return {"exposed_comm_ns": 0} if searched else {}
     if coll is None or coll["exposed_ns"].null_count() == coll.height:
         return {}
-    return {"exposed_comm_ns": coll["exposed_ns"].sum()}
+    exposed = _in(products, "exposed_comm", "exposed_ns")
+    return {"exposed_comm_ns": exposed["exposed_ns"].sum()} if exposed is not None else {}
 
 
 def _workdepth(products: Mapping[str, Any]) -> dict[str, Any]:

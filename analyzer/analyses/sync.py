@@ -9,7 +9,10 @@ no non-collective activity overlaps). From it:
   transfer and the bytes-weighted bus bandwidth (nccl-tests convention, :data:`BUSBW_FACTOR`);
 - ``weight_sync``: per step, the wall time some rank spends in the ``weight_sync`` stage, the
   bytes its collectives move (each instance once) and the effective bandwidth;
-- ``stragglers``: per rank, the wait it caused by arriving last.
+- ``stragglers``: per rank, the wait it caused by arriving last;
+- ``exposed_comm``: per rank, the time a collective runs and the part of it exposed, each call
+  that overlaps another counted once (the per-call sums above count both: two collectives on
+  two streams or threads at once are twice the time of either, more than the device spent).
 """
 
 from __future__ import annotations
@@ -60,6 +63,33 @@ def compute_waits(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataF
         ((pl.col("end_ns") - pl.col("start_ns")) - hidden).alias("exposed_ns"),
     ).select(
         pl.col(name).cast(dtype) for name, dtype in frames.COLLECTIVE_WAITS.items()
+    )
+
+
+def exposed_union(
+    calls: pl.DataFrame, activity: pl.DataFrame, by: list[str]
+) -> pl.DataFrame:
+    """Per ``by`` (which holds ``rank``): the length of the union of the ``calls`` and the part
+    of it no non-collective activity of the rank covers."""
+    compute = activity.filter(~pl.col("is_collective")).select("rank", "start_ns", "end_ns")
+    if [k for k in by if k != "rank"]:
+        keys = calls.select(by).unique()
+        compute = compute.join(keys, on="rank")
+    comm = intervals.union_length(calls, by, "comm_ns")
+    exposed = intervals.length(intervals.difference(calls, compute, by), by, "exposed_ns")
+    return comm.join(exposed, on=by, how="left").with_columns(
+        pl.col("exposed_ns").fill_null(0)
+    )
+
+
+def compute_exposed(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
+    """EXPOSED_COMM."""
+    if collectives.height == 0:
+        return frames.empty(frames.EXPOSED_COMM)
+    return (
+        exposed_union(collectives, activity, ["rank"])
+        .select(pl.col(name).cast(dtype) for name, dtype in frames.EXPOSED_COMM.items())
+        .sort("rank")
     )
 
 
@@ -172,6 +202,11 @@ def compute_stragglers(waits: pl.DataFrame) -> pl.DataFrame:
 @provides("collective_waits")
 def collective_waits(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
     return compute_waits(collectives, activity)
+
+
+@provides("exposed_comm", schema=frames.EXPOSED_COMM)
+def exposed_comm(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
+    return compute_exposed(collectives, activity)
 
 
 @provides("collectives_by_dim")

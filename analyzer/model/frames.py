@@ -223,6 +223,14 @@ WEIGHT_SYNC = pl.Schema({
 })
 """Per step: weight-sync time, bytes moved, effective bandwidth, share of the step time."""
 
+EXPOSED_COMM = pl.Schema({
+    "rank": pl.Int32(),
+    "comm_ns": pl.Int64(),
+    "exposed_ns": pl.Int64(),
+})
+"""Per rank: the time some collective runs on it (calls that overlap counted once) and the part
+of it no non-collective activity overlaps."""
+
 STRAGGLERS = pl.Schema({
     "rank": pl.Int32(),
     "caused_wait_ns": pl.Int64(),
