@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+import re
+import shlex
+from collections.abc import Iterable, Iterator
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -278,8 +280,9 @@ def is_dataset(path: Path) -> bool:
 
 
 def read_manifest(root: Path) -> dict[str, Any]:
-    """The manifest, checked: not JSON, not an rlperf dataset, another layout version or a
-    source record without its fields is an InputError naming the manifest."""
+    """The manifest, checked: not JSON, not an rlperf dataset, another layout version, or a
+    field a reader uses missing or of another type is an InputError naming the manifest (and
+    the field, and the source record it is in)."""
     where = root / MANIFEST
     try:
         manifest = json.loads(where.read_text())
@@ -289,28 +292,95 @@ def read_manifest(root: Path) -> dict[str, Any]:
         raise InputError(where, f"is not a dataset manifest (not JSON: {exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise InputError(where, f"is not an rlperf dataset manifest (no \"format\": \"{FORMAT}\")")
-    if manifest.get("version") != VERSION:
+    if not _is(manifest.get("version"), int) or manifest["version"] != VERSION:
         raise InputError(
             where,
             f"is dataset layout version {manifest.get('version')!r}; this rlperf reads version "
             f"{VERSION}: run rlperf ingest again",
         )
-    sources = manifest.get("sources")
-    if not isinstance(sources, list) or not all(_record_ok(r) for r in sources):
-        raise InputError(where, "has a damaged source list (a record lacks its fields)")
+    problem = next(_manifest_problems(manifest), None)
+    if problem is not None:
+        raise InputError(where, f"{problem}: the manifest is damaged (run rlperf ingest again)")
+    sources = manifest["sources"]
     if [r["index"] for r in sources] != list(range(len(sources))):
         raise InputError(where, "has a damaged source list (sources are not numbered 0..N-1)")
     return manifest
 
 
-RECORD_FIELDS = {"index": int, "path": str, "resolved": str, "size": int, "mtime_ns": int,
-                 "format": str, "parser_version": str, "events": dict, "metrics": int}
+Kind = type | tuple[type, ...]
+TOP_FIELDS: dict[str, Kind] = {"run": dict, "notes": list, "unknown": list, "sources": list}
+"""The manifest's fields a reader uses, besides ``format`` and ``version``."""
+RECORD_FIELDS: dict[str, Kind] = {
+    "index": int, "path": str, "resolved": str, "size": int, "mtime_ns": int,
+    "sha256": (str, type(None)), "format": str, "parser_version": str, "events": dict,
+    "metrics": int,
+}
+"""A source record's fields (:data:`IDENTITY` among them) and their JSON types."""
+KIND_NAMES = {int: "an integer", str: "a string", dict: "an object", list: "a list",
+              type(None): "null", bool: "true or false", float: "a number"}
 
 
-def _record_ok(record: object) -> bool:
-    return isinstance(record, dict) and all(
-        isinstance(record.get(k), t) for k, t in RECORD_FIELDS.items()
-    )
+def _kind(value: object) -> str:
+    return KIND_NAMES.get(type(value), type(value).__name__)
+
+
+def _wanted(kind: Kind) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(KIND_NAMES[k] for k in kinds)
+
+
+def _is(value: object, kind: Kind) -> bool:
+    """JSON's ``true`` is no integer, though Python's bool is one."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+
+
+def _field_problem(holder: dict[str, Any], name: str, kind: Kind) -> str | None:
+    if name not in holder:
+        return f"lacks {name!r}"
+    if not _is(holder[name], kind):
+        return f"has {name!r} as {_kind(holder[name])}, not {_wanted(kind)}"
+    return None
+
+
+def _manifest_problems(manifest: dict[str, Any]) -> Iterator[str]:
+    """What is wrong with the fields a reader uses, the first problem first (a field missing or
+    of another type would be an internal error wherever it is read)."""
+    for name, kind in TOP_FIELDS.items():
+        if problem := _field_problem(manifest, name, kind):
+            yield problem
+    for name in ("notes", "unknown"):
+        bad = [v for v in manifest[name] if not isinstance(v, str)]
+        if bad:
+            yield f"has {name!r} holding {_kind(bad[0])}, not only strings"
+    choice = manifest["run"].get("choice")
+    if choice is not None and not isinstance(choice, str):
+        yield f"has the run's 'choice' as {_kind(choice)}, not a string or null"
+    for position, record in enumerate(manifest["sources"]):
+        if problem := _record_problem(record):
+            yield f"has a damaged source list: {_which(position, record)} {problem}"
+
+
+def _record_problem(record: object) -> str | None:
+    if not isinstance(record, dict):
+        return f"is {_kind(record)}, not an object"
+    for name, kind in RECORD_FIELDS.items():
+        if problem := _field_problem(record, name, kind):
+            return problem
+    for rank, rows in record["events"].items():
+        if not RANK_KEY.fullmatch(rank) or not _is(rows, int):
+            return (f"has 'events' holding {rank!r}: {json.dumps(rows)}, not a rank's number and "
+                    "its row count")
+    return None
+
+
+RANK_KEY = re.compile(r"-?[0-9]+")
+
+
+def _which(position: int, record: object) -> str:
+    """A record as the user finds it in the file: its place in the list and its path."""
+    path = record.get("path") if isinstance(record, dict) else None
+    return f"source {position}" + (f" ({path})" if isinstance(path, str) else "")
 
 
 def read_sources(root: Path, manifest: dict[str, Any]) -> list[ParsedSource]:
@@ -351,13 +421,14 @@ def _read_source(root: Path, record: dict[str, Any]) -> ParsedSource:
     events = pieces[0] if len(pieces) == 1 else pl.concat(pieces).sort(ROW)
     info = _info(root / "sources" / f"{part}.json")
     _format_checked(root, record, info)
+    metrics = root / "metrics" / f"{part}.parquet"
     source_col = pl.lit(index, dtype=pl.UInt32).alias("source")
     return ParsedSource(
         path=_path(record),
         format=record["format"],
         events=events.drop(ROW).with_columns(source_col),
         meta=info["meta"],
-        metrics=_table(root / "metrics" / f"{part}.parquet", record["metrics"]).with_columns(
+        metrics=_metrics_checked(_table(metrics, record["metrics"]), metrics).with_columns(
             source_col
         ),
         warnings=list(info["warnings"]),
@@ -406,16 +477,35 @@ def _table(path: Path, rows: int) -> pl.DataFrame:
 
 
 def _schema_checked(table: pl.DataFrame, path: Path) -> pl.DataFrame:
-    """A partition has the event table's columns and dtypes (another dtype would fail deep in
-    an analysis, an internal error, instead of naming the damaged file)."""
+    """A partition's columns: the event table's and :data:`ROW` (see :func:`_columns`)."""
     from parsers.events import EVENT_SCHEMA  # deferred: the contract's names load on first use
 
-    for name, dtype in EVENT_SCHEMA.items():
+    return _columns(table, path, {**EVENT_SCHEMA, ROW: pl.UInt32()}, "event table")
+
+
+def _metrics_checked(table: pl.DataFrame, path: Path) -> pl.DataFrame:
+    from parsers.source import METRICS_SCHEMA  # deferred: as the event contract
+
+    return _columns(table, path, dict(METRICS_SCHEMA), "metrics table")
+
+
+def _columns(
+    table: pl.DataFrame, path: Path, wanted: dict[str, pl.DataType], what: str
+) -> pl.DataFrame:
+    """The ``wanted`` columns by name, in that order, their dtypes checked (another dtype would
+    fail deep in an analysis, an internal error, instead of naming the damaged file). A file
+    rewritten by another Parquet tool may order its columns otherwise or add its own: Parquet
+    columns are named, so their order is no damage, and a column the contract lacks is one no
+    analysis reads, left out (as a reader selecting the contract's columns would)."""
+    for name, dtype in wanted.items():
         have = table.schema.get(name)
+        if have is None:
+            raise InputError(path, f"lacks the column {name!r} ({dtype}) of the {what}: the "
+                             "dataset is damaged (run rlperf ingest again)")
         if have != dtype:
-            raise InputError(path, f"has column {name!r} as {have or 'missing'} where the event "
-                             f"table has {dtype}: the dataset is damaged (run rlperf ingest again)")
-    return table
+            raise InputError(path, f"has column {name!r} as {have} where the {what} has "
+                             f"{dtype}: the dataset is damaged (run rlperf ingest again)")
+    return table if table.columns == list(wanted) else table.select(list(wanted))
 
 
 def _rank_checked(table: pl.DataFrame, path: Path, rank: int) -> pl.DataFrame:
@@ -451,25 +541,52 @@ def _path(record: dict[str, Any]) -> Path:
 # --- freshness ---------------------------------------------------------------------------------
 
 
-def stale(root: Path, manifest: dict[str, Any]) -> dict[int, str]:
+def stale(
+    root: Path, manifest: dict[str, Any], *, copied_to: Path | None = None
+) -> dict[int, str]:
     """Source index → why its tables no longer say what the source would: the file changed
     since ingest (size or time differ and so does its content, when a hash was kept) or this
     rlperf parses its format differently. A source no longer there is not stale: a dataset is
-    kept so that it can outlive its sources."""
+    kept so that it can outlive its sources. ``copied_to``: the dataset is being ingested into
+    that folder, which copies its tables as they are (the warning says so, and how to read the
+    sources anew instead)."""
     out: dict[int, str] = {}
+    reads = ("its tables are copied from the dataset, not read anew" if copied_to is not None
+             else "the report reads the tables ingested then")
+    again = reingest(manifest, copied_to or root)
     for r in manifest["sources"]:
         name = Path(r["path"]).name
         if changed(r):
-            out[r["index"]] = (
-                f"dataset {root}: {name} changed since it was ingested; the report reads the "
-                "tables ingested then (run rlperf ingest again to read it anew)"
-            )
+            out[r["index"]] = (f"dataset {root}: {name} changed since it was ingested; {reads} "
+                               f"(to read it anew, ingest the sources into the dataset: {again})")
         elif _other_parser(r):
             out[r["index"]] = (
                 f"dataset {root}: {name} was ingested by another version of the {r['format']} "
-                "parser; the report reads the tables it wrote (run rlperf ingest again)"
+                f"parser; {reads.replace('ingested then', 'it wrote')} (to parse it with this "
+                f"rlperf, ingest the sources into the dataset: {again})"
             )
     return out
+
+
+SHOWN_SOURCES = 3
+"""Past this many sources, the command that ingests them again names their common folder."""
+
+
+def reingest(manifest: dict[str, Any], into: Path) -> str:
+    """The command that reads a dataset's sources anew into ``into``: by their paths (as
+    :func:`_path` finds them from here), or past :data:`SHOWN_SOURCES` their common folder with
+    the run's ``--run`` choice (the paths themselves are the chosen run alone)."""
+    paths = [str(_path(r)) for r in manifest["sources"]]
+    choice = None
+    if len(paths) > SHOWN_SOURCES:
+        try:
+            paths = [os.path.commonpath(paths) or "."]
+        except ValueError:  # relative and absolute paths mixed
+            paths = [os.path.commonpath([str(Path(p).absolute()) for p in paths])]
+        choice = manifest["run"].get("choice")
+    run = f" --run {shlex.quote(choice)}" if choice else ""
+    named = " ".join(shlex.quote(p) for p in paths)
+    return f"rlperf ingest {named}{run} -o {shlex.quote(str(into))}"
 
 
 def changed(record: dict[str, Any]) -> bool:
