@@ -63,13 +63,16 @@ def stored(root: Path, name: str) -> tuple[bytes, list[str]] | None:
 
 
 def keep(root: Path, name: str, data: bytes, warnings: list[str]) -> None:
-    """Keep a report (renamed into place whole); a dataset that cannot take it stays as it
-    is: keeping is an optimisation, never an error."""
+    """Keep a report (renamed into place whole), its folder with the permissions the umask
+    gives any new folder as the dataset's own folders have (mkdtemp makes it 0700: a dataset on
+    shared storage is read by other users); a dataset that cannot take it stays as it is:
+    keeping is an optimisation, never an error."""
     folder = root / PRODUCTS / name
     try:
         folder.parent.mkdir(exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=folder.parent))
         try:
+            tmp.chmod(0o777 & ~umask())
             (tmp / "report").write_bytes(data)
             info = {"bytes": len(data), "warnings": warnings}
             (tmp / "info.json").write_text(json.dumps(info))
@@ -78,3 +81,10 @@ def keep(root: Path, name: str, data: bytes, warnings: list[str]) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError:
         return
+
+
+def umask() -> int:
+    """The process's umask (reading it means setting it: set back at once)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
