@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from parsers import InputError, ParsedSource, discover, parse_file
 from parsers.discover import Discovery, parser_modules, skipped_note
@@ -28,6 +29,8 @@ class Ingested:
     sources: list[ParsedSource] = field(default_factory=list)
     unknown: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    run: dict[str, Any] = field(default_factory=dict)
+    """A dataset's run record (its ``--run`` choice), when a dataset was read."""
 
 
 _WRITES: ContextVar[tuple[Path, ...]] = ContextVar("rlperf_writes", default=())
@@ -50,13 +53,16 @@ def ingest(
     jobs: int | None = None,
     use_cache: bool | None = None,
     progress: Callable[[Path], None] | None = None,
+    copying: bool = False,
 ) -> Ingested:
-    """Discover every source under ``paths`` and parse it (in parallel, through the cache)."""
+    """Discover every source under ``paths`` and parse it (in parallel, through the cache).
+    ``copying``: a dataset among them is being ingested into the folder :func:`writing`
+    names."""
     given = [Path(p) for p in paths]
     if not given:
         raise InputError(".", "no input paths given")
     if any(dataset.is_dataset(p) for p in given):
-        return _from_dataset(given)
+        return _from_dataset(given, _WRITES.get()[0] if copying and _WRITES.get() else None)
     found = _found(given)
     use_cache = _cache_enabled() if use_cache is None else use_cache
     todo = [(i, p, fmt) for i, (p, fmt) in enumerate(found.sources)]
@@ -154,19 +160,30 @@ def _notes(given: list[Path], found: Discovery, any_read: bool) -> list[str]:
     return [*found.notes, *([note] if note else [])]
 
 
-def _from_dataset(given: list[Path]) -> Ingested:
-    """A dataset (``rlperf ingest``) read in place of its sources: a source changed since, or
-    parsed by another parser version, keeps its tables with a warning saying so."""
+def _from_dataset(given: list[Path], into: Path | None) -> Ingested:
+    """A dataset read in place of its sources (``into``: ingested into that folder): a source
+    changed since, or parsed by another parser version, keeps its tables with a warning saying
+    so."""
     root = next(p for p in given if dataset.is_dataset(p))
     if len(given) > 1:
         raise InputError(root, "is an rlperf dataset: give it as the only path of its run")
+    if into is not None:
+        _refuse_inside(root, into)
     manifest = dataset.read_manifest(root)
     sources = dataset.read_sources(root, manifest)
-    for index, why in dataset.stale(root, manifest).items():
+    for index, why in dataset.stale(root, manifest, copied_to=into).items():
         sources[index].warnings.append(why)
-    return Ingested(
-        sources=sources, unknown=[Path(u) for u in manifest["unknown"]], notes=manifest["notes"]
-    )
+    return Ingested(sources=sources, unknown=[Path(u) for u in manifest["unknown"]],
+                    notes=list(manifest["notes"]), run=dict(manifest["run"]))
+
+
+def _refuse_inside(root: Path, into: Path) -> None:
+    """A dataset written inside the dataset it copies would be a folder the dataset does not
+    list: the next ingest into ``root`` refuses it as a foreign file, and a reader of ``root``
+    would have a second copy of its run inside it."""
+    if root.resolve() in into.resolve().parents:
+        raise InputError(into, f"is inside the dataset {root}, the input of this ingest: name a "
+                         f"folder outside {root}")
 
 
 def _in_path_order(found: Discovery) -> None:

@@ -180,14 +180,15 @@ def _from_dataset(
     from ..assemble.ingest import ingest as read_sources  # deferred: polars
     from ..assemble.runs import choose  # deferred: polars
     from ..dataset import write_manifest, write_source  # deferred: polars
-    found = read_sources(paths, jobs=jobs, use_cache=not no_cache, progress=progress)
+    found = read_sources(paths, jobs=jobs, use_cache=not no_cache, progress=progress,
+                         copying=True)
     sources, chosen = choose(found.sources, run_choice, paths)
     warnings = [w for s in sources for w in s.warnings]
     refuse_warnings(warnings)
 
     def write(root: Path) -> dict[str, Any]:
         records = [write_source(s, root, i) for i, s in enumerate(sources)]
-        run = _run_record(run_choice, records)
+        run = _run_record(found.run.get("choice") or run_choice, records)  # as its notes
         write_manifest(root, records, run=run, notes=[*found.notes, *chosen],
                        unknown=found.unknown)
         return {"run": run, "warnings": warnings, "unranked": _unranked(records),
