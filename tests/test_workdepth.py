@@ -103,3 +103,34 @@ def test_a_step_whose_path_holds_no_rollout_gains_nothing_from_overlap_or_the_ta
     assert row["async_overlap_bound"] == 1.0
     assert row["no_tail_step_ns"] == row["step_ns"] == row["balanced_dp_step_ns"]
     assert row["depth_ns"] == 40 * MS and row["parallelism"] == pytest.approx(60 / 40)
+
+
+def test_depth_is_never_less_than_the_busiest_devices_own_work() -> None:
+    """A path of one 10 ms range while rank 1's device works 30 ms (its work queued past the
+    range): D is the 30 ms the device needed, so W/D is 1.5 over the three ranks' 15+30+0,
+    not 4.5."""
+    run = run_with(
+        chain=[(1, "rollout", 0, 10 * MS)],
+        rollout_ends=[10 * MS, 10 * MS, 10 * MS],
+        update_productive=[15 * MS, 30 * MS, 0],
+    )
+    row = run.workdepth.row(0, named=True)
+    assert (row["depth_ns"], row["work_ns"]) == (30 * MS, 45 * MS)
+    assert row["parallelism"] == pytest.approx(1.5)
+
+
+def test_one_gpu_whose_graphs_run_long_after_their_launch_has_a_parallelism_of_one() -> None:
+    """TraceLens' vLLM piecewise-graph trace (one MI300X): the engine's 26.4 ms step annotation
+    ends while its 156 ms of GPU work is still queued (kernels start 146-282 ms after their
+    launches). One device cannot hold a parallelism of 5.92."""
+    from pathlib import Path
+
+    import analyzer
+
+    trace = (Path(__file__).resolve().parents[2] / "shared" / "corpus" / "TraceLens"
+             / "inference" / "vllm_prefilldecode_piecewise__graph_execution.json.gz")
+    run = analyzer.load([trace], use_cache=False)
+    (path,) = run.critical_path.select("start_ns", "end_ns").rows()
+    assert path[1] - path[0] == 26_353_441
+    row = run.workdepth.row(0, named=True)
+    assert (row["work_ns"], row["depth_ns"], row["parallelism"]) == (156_085_793, 156_085_793, 1.0)

@@ -2,7 +2,9 @@
 
 Definitions are docs/analyses.md §7. Per step: W = Σ over devices
 of productive busy time (from ``bubbles``), D = the critical path's length (from
-``critical_path``), W/D = the parallelism the step exposed; and three what-if bounds:
+``critical_path``) and never less than the busiest device's own productive time (its work
+takes at least that long, even where the stage ranges on the path ended while it was still
+queued), W/D = the parallelism the step exposed; and three what-if bounds:
 
 - async overlap: (T_gen + T_train) / max(T_gen, T_train), T_gen = rollout time on the critical
   path, T_train = the rest of the path after its last rollout interval;
@@ -39,13 +41,16 @@ def compute(
     )
     work = (
         bubbles.group_by("step", "rank").agg(pl.col("productive_ns").first()).group_by("step").agg(
-            pl.col("productive_ns").sum().alias("work_ns")
+            pl.col("productive_ns").sum().alias("work_ns"),
+            pl.col("productive_ns").max().alias("_busiest"),
         )
     )
     out = (
         summary.select("step", "depth_ns")
         .join(step_ns, on="step")
         .join(work, on="step", how="left")
+        .with_columns(pl.max_horizontal("depth_ns", pl.col("_busiest").fill_null(0))
+                      .alias("depth_ns"))
         .join(_async_overlap(chain), on="step", how="left")
         .join(_tail_saving(chain, stage_ranges), on="step", how="left")
         .join(_imbalance(stage_timeline, states), on="step", how="left")
