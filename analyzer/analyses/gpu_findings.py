@@ -586,13 +586,22 @@ def _host_bound(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dic
         evidence = (
             f"rank {r['rank']}: the GPU ran dry waiting for the next launch for "
             f"{duration(r['starved_ns'])} in {r['gaps']} gaps ≥ {duration(rule['min_gap_ns'])} "
-            f"= {percent(r['share'])} of its GPU window ({duration(r['gpu_window_ns'])}) "
+            f"= {percent(r['share'])} of {_measured_window(r['scope'])} "
+            f"({duration(r['gpu_window_ns'])}) "
             "(a gap whose closing work was launched by a call that ended after the gap began)"
         )
         severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
         out.append(_finding("host_bound", rule, r["scope"], severity, _ranks(r["_ranks"]),
                             evidence, r["starved_ns"] // n_steps, "medium", rank=r["rank"]))
     return out
+
+
+def _measured_window(scope: str) -> str:
+    """What a scope's ``gpu_window_ns`` is: the rank's GPU window, or in a stage the stage's
+    ranges on that rank. The stage is named because a finding merged into another can show
+    this evidence under that one's "Where" (a stage's 877 ms once read "its GPU window" under
+    "all", where the GPU window was 1.22 s)."""
+    return "its GPU window" if scope == WHOLE else f"its time in {scope}"
 
 
 def _sync_blocking(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
