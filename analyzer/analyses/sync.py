@@ -54,7 +54,7 @@ def compute_waits(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataF
         pl.col("arrival_ns").fill_null(pl.col("start_ns"))
     )
     wait_end = pl.max_horizontal("start_ns", pl.min_horizontal("end_ns", "arrival_ns"))
-    compute = activity.filter(~pl.col("is_collective")).select("rank", "start_ns", "end_ns")
+    compute = non_collective(activity).select("rank", "start_ns", "end_ns")
     waiting = rows.select("rank", "start_ns", wait_end.alias("end_ns"))
     hidden_wait = intervals.overlap_each(waiting, compute, ["rank"])
     hidden = intervals.overlap_each(rows.select("rank", "start_ns", "end_ns"), compute, ["rank"])
@@ -66,15 +66,9 @@ def compute_waits(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataF
     )
 
 
-def exposed_union(
-    calls: pl.DataFrame, activity: pl.DataFrame, by: list[str]
-) -> pl.DataFrame:
-    """Per ``by`` (which holds ``rank``): the length of the union of the ``calls`` and the part
-    of it no non-collective activity of the rank covers."""
-    compute = activity.filter(~pl.col("is_collective")).select("rank", "start_ns", "end_ns")
-    if [k for k in by if k != "rank"]:
-        keys = calls.select(by).unique()
-        compute = compute.join(keys, on="rank")
+def exposed_union(calls: pl.DataFrame, compute: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Per ``by``: the length of the union of the ``calls`` (``comm_ns``) and the part of it
+    no ``compute`` interval of the same ``by`` covers (``exposed_ns``)."""
     comm = intervals.union_length(calls, by, "comm_ns")
     exposed = intervals.length(intervals.difference(calls, compute, by), by, "exposed_ns")
     return comm.join(exposed, on=by, how="left").with_columns(
@@ -82,12 +76,19 @@ def exposed_union(
     )
 
 
+def non_collective(activity: pl.DataFrame) -> pl.DataFrame:
+    """What hides a collective: the rank's other activity."""
+    return activity.filter(~pl.col("is_collective"))
+
+
 def compute_exposed(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
     """EXPOSED_COMM."""
     if collectives.height == 0:
         return frames.empty(frames.EXPOSED_COMM)
     return (
-        exposed_union(collectives, activity, ["rank"])
+        exposed_union(
+            collectives, non_collective(activity).select("rank", "start_ns", "end_ns"), ["rank"]
+        )
         .select(pl.col(name).cast(dtype) for name, dtype in frames.EXPOSED_COMM.items())
         .sort("rank")
     )
