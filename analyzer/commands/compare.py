@@ -190,7 +190,8 @@ def render_text(comparison, console: Console) -> None:
             table.add_column(
                 column,
                 justify="left" if column in TEXT_COLUMNS else "right",
-                no_wrap=column != "metric",
+                no_wrap=column not in ("metric", "winner"),
+                max_width=widest(shown, "winner") if column == "winner" else None,
             )
         for row in shown.select(columns).iter_rows():
             table.add_row(*row)
@@ -204,15 +205,23 @@ PADDING = 3
 """What one column of a rich table adds to its widest cell (padding and the rule)."""
 
 
+def widest(shown: pl.DataFrame, column: str) -> int:
+    """The column's widest cell; a winner cell that names several runs (``a, b``) wraps after
+    each name, so its widest name."""
+    from rich.cells import cell_len  # deferred: rlperf --help does without rich
+
+    def width(value: str) -> int:
+        if column != "winner":
+            return cell_len(value)
+        return max(cell_len(name) + 1 for name in value.split(", "))
+
+    return max([cell_len(column), *(width(v) for v in shown[column].to_list())])
+
+
 def stacked(shown: pl.DataFrame, width: int) -> list[list[str]]:
     """The columns split into tables of at most ``width`` characters, each led by ``metric``
     (which wraps if it must); one table when everything fits."""
-    from rich.cells import cell_len  # deferred: rlperf --help does without rich
-
-    natural = {
-        c: max([cell_len(c), *(cell_len(v) for v in shown[c].to_list())]) + PADDING
-        for c in shown.columns
-    }
+    natural = {c: widest(shown, c) + PADDING for c in shown.columns}
     lead = min(natural["metric"], max(width // 3, 12))
     parts: list[list[str]] = [["metric"]]
     used = lead

@@ -266,8 +266,9 @@ def _order() -> pl.Expr:
 
 
 def _winner(row: dict[str, object], labels: list[str]) -> str | None:
-    """The label with the best value, "tie" when the best are within TIE_TOLERANCE, None when the
-    metric has no direction or fewer than two runs have it."""
+    """The label with the best value; the labels that share it (within TIE_TOLERANCE), joined
+    by ", ", when some but not all runs do; "tie" when every run with a value does; None when
+    the metric has no direction or fewer than two runs have it."""
     better = row["better"]
     values = {label: number(row[label]) for label in labels if row[label] is not None}
     if better not in ("lower", "higher") or len(values) < 2:
@@ -277,7 +278,7 @@ def _winner(row: dict[str, object], labels: list[str]) -> str | None:
     leaders = [
         label for label, v in values.items() if abs(float(v) - float(best)) <= TIE_TOLERANCE * scale
     ]
-    return leaders[0] if len(leaders) == 1 else "tie"
+    return "tie" if len(leaders) == len(values) else ", ".join(leaders)
 
 
 def default_labels(paths: Sequence) -> list[str]:
