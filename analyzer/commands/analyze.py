@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from enum import Enum
 from pathlib import Path
@@ -142,6 +143,7 @@ def analyze(
         folder=fmt.value == "png",
         options=options,
     )
+    check_layout(run)
     run.warnings.extend(selection_warnings(run) + framework_warnings(run))
     with steps.step("Analyzing"):
         sections(run)  # computes every product once, behind a progress display
@@ -178,6 +180,32 @@ def selection_warnings(run) -> list[str]:
                 f"({has}); analysing {noun} {spans(inside)}"
             )
     return out
+
+
+def check_layout(run) -> None:
+    """``--layout`` degrees that describe neither the run's ranks nor any pool's would be left
+    unused without a sign (the collectives read by rank pattern alone, a report identical to
+    one without the option): an InputError naming the option and the run's rank count."""
+    from taxonomy.collectives import has_degrees, parse_layout  # deferred: polars
+
+    text = run.options.layout
+    layout = parse_layout(text) if text else None
+    if layout is None or all(v == 1 for v in layout.degrees.values()):
+        return
+    pools = run.pools if run.ranks else None
+    sizes = dict(pools.group_by("pool").len().iter_rows()) if pools is not None else {}
+    if any(has_degrees(layout, n) for n in {len(run.ranks), *sizes.values()}):
+        return
+    given = ",".join(f"{d}={v}" for d, v in layout.degrees.items())
+    product = math.prod(layout.degrees.values())
+    need = f"exactly {product}" if "dp" in layout.degrees else f"a multiple of {product}"
+    pooled = ", ".join(f"{p} {n}" for p, n in sorted(sizes.items()))
+    has = f"{len(run.ranks)} ranks" + (f" (pools: {pooled})" if len(sizes) > 1 else "")
+    raise InputError(
+        "--layout",
+        f"{given} needs {need} ranks in the pool it describes, but the run has {has}; "
+        "give degrees that fit, or leave --layout out",
+    )
 
 
 def framework_warnings(run) -> list[str]:
