@@ -125,8 +125,9 @@ def test_gpu_measures_are_the_same_on_categorical_and_string_names() -> None:
     coded = plain.with_columns(pl.col("name").cast(pl.Categorical))
     timeline = pl.DataFrame(schema=frames.STAGE_TIMELINE)
     waits = pl.DataFrame(schema=frames.COLLECTIVE_WAITS)
-    a = gf.measure(plain, timeline, waits, gf.rules())
-    b = gf.measure(coded, timeline, waits, gf.rules())
+    exposed = pl.DataFrame(schema=frames.EXPOSED_INTERVALS)
+    a = gf.measure(plain, timeline, waits, exposed, gf.rules())
+    b = gf.measure(coded, timeline, waits, exposed, gf.rules())
     assert a["sync_blocking"].height == 2
     assert a["small_kernels"].filter(pl.col("scope") == gf.WHOLE)["count"].item() == 6
     assert set(a["top_kernel"]["family"]) == {"gemm_1", "gemm_3", "elementwise_0",

@@ -132,7 +132,8 @@ def _run(path: Path) -> analyzer.Run:
 @cache
 def _measured(path: Path) -> dict[str, pl.DataFrame]:
     run = _run(path)
-    return gf.measure(run.classified, run.stage_timeline, run.collective_waits, gf.rules())
+    return gf.measure(run.classified, run.stage_timeline, run.collective_waits,
+                      run.exposed_intervals, gf.rules())
 
 
 def _found(path: Path) -> pl.DataFrame:
@@ -392,13 +393,23 @@ def _waits(rows: list[dict] = ()) -> pl.DataFrame:
     return pl.DataFrame([{**base, **r} for r in rows], schema=frames.COLLECTIVE_WAITS)
 
 
+def _exposed(waits: pl.DataFrame) -> pl.DataFrame:
+    """The exposed intervals the hand-made ``exposed_ns`` of ``waits`` stand for: each call's
+    first ``exposed_ns``."""
+    return pl.DataFrame(
+        {"rank": waits["rank"], "start_ns": waits["start_ns"],
+         "end_ns": waits["start_ns"] + waits["exposed_ns"]}, schema=frames.EXPOSED_INTERVALS,
+    ).filter(pl.col("end_ns") > pl.col("start_ns"))
+
+
 def _compute(rows: list[dict], timeline: pl.DataFrame | None = None,
              waits: pl.DataFrame | None = None, steps: int = 0) -> pl.DataFrame:
     step_frame = pl.DataFrame({"step": list(range(steps)), "start_ns": [0] * steps,
                                "end_ns": [1] * steps, "source": ["x"] * steps},
                               schema=frames.STEPS)
+    waits = _waits() if waits is None else waits
     out = gf.compute(_table(rows), _timeline() if timeline is None else timeline,
-                     _waits() if waits is None else waits, step_frame)
+                     waits, _exposed(waits), step_frame)
     return frames.check(out, frames.FINDING_CANDIDATES, "gpu_findings")
 
 
@@ -498,6 +509,19 @@ def test_nccl_variability_and_exposed_comm() -> None:
     assert "gpu.nccl_variability.all_reduce" not in even["id"].to_list()
 
 
+def test_exposed_comm_counts_collectives_that_run_at_once_once() -> None:
+    """Two all-reduces on two streams, [0, 1) and [0.5, 1.5) ms, nothing else running then:
+    1.5 ms of the rank's time is exposed (the per-call sum would be 2 ms)."""
+    rows = _busy_trace(kernels=20)
+    base = rows[-1]["end_ns"] + MS
+    calls = [{"instance": i, "rank": 0, "start_ns": base + a, "end_ns": base + a + MS,
+              "arrival_ns": base + a, "exposed_ns": MS} for i, a in enumerate((0, MS // 2))]
+    out = _compute(rows, waits=_waits(calls))
+    exposed = out.filter(pl.col("id") == "gpu.exposed_comm").row(0, named=True)
+    assert exposed["saving_ns"] == 3 * MS // 2
+    assert "rank 0: 1.5 ms of 1.5 ms of collective time" in exposed["evidence"]
+
+
 def test_straggler_is_the_last_arrival() -> None:
     rows = _busy_trace(rank=0) + _busy_trace(rank=1)
     waits = []
@@ -564,7 +588,7 @@ def test_a_stage_holding_most_of_a_problem_is_the_whole_traces_finding() -> None
 def test_the_thresholds_are_data() -> None:
     table = gf.rules()
     table["top_kernel"] = table["top_kernel"] | {"share_warn": 0.05}
-    m = gf.compute(_table(_busy_trace()), _timeline(), _waits(),
+    m = gf.compute(_table(_busy_trace()), _timeline(), _waits(), _exposed(_waits()),
                    pl.DataFrame(schema=frames.STEPS), table)
     assert m["severity"].to_list() == ["warn"]
 

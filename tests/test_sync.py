@@ -14,6 +14,7 @@ from analyzer.analyses.sync import (
     BUSBW_FACTOR,
     compute_by_dim,
     compute_exposed,
+    compute_exposed_intervals,
     compute_stragglers,
     compute_waits,
     compute_weight_sync,
@@ -69,9 +70,30 @@ def test_exposed_communication_counts_overlapping_calls_once() -> None:
     assert waits.group_by("rank").agg(pl.col("exposed_ns").sum()).sort("rank").rows() == [
         (0, 57), (1, 0)
     ]
-    exposed = frames.check(compute_exposed(calls, kernels), frames.EXPOSED_COMM, "exposed")
+    pieces = frames.check(
+        compute_exposed_intervals(calls, kernels), frames.EXPOSED_INTERVALS, "exposed_intervals"
+    )
+    assert pieces.rows() == [(0, 0, 5), (0, 8, 40)]
+    exposed = frames.check(compute_exposed(calls, pieces), frames.EXPOSED_COMM, "exposed")
     assert exposed.rows() == [(0, 40, 37), (1, 10, 0)]
-    assert compute_exposed(calls.clear(), kernels).height == 0
+    assert compute_exposed(calls.clear(), pieces).height == 0
+    assert compute_exposed_intervals(calls.clear(), kernels).height == 0
+
+
+def test_exposed_time_within_groups_of_calls() -> None:
+    """The first all-reduce alone ([0, 30): 27 exposed), the second alone ([10, 40): 30), both
+    together (40, 37): a group's calls that overlap share their exposed moments."""
+    from analyzer.analyses.sync import exposed_within
+
+    calls = collectives(OVERLAPPING).with_columns(
+        pl.Series("group", ["a", "b", "c"])
+    )
+    pieces = compute_exposed_intervals(calls, activity(OVERLAPPING_KERNELS))
+    spans = calls.select("group", "rank", "start_ns", "end_ns")
+    both = pl.concat([spans, spans.filter(pl.col("rank") == 0).with_columns(
+        pl.lit("ab").alias("group"))])
+    got = exposed_within(both, pieces, ["group", "rank"]).sort("group").rows()
+    assert got == [("a", 0, 30, 27), ("ab", 0, 40, 37), ("b", 0, 30, 30), ("c", 1, 10, 0)]
 
 
 def test_by_dimension_with_bus_bandwidth() -> None:

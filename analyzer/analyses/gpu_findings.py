@@ -26,6 +26,7 @@ from ..model.products import provides
 from ..model.units import duration, percent, plural, size, spans
 from .findings import Workload, workload
 from .findings import rules as finding_rules
+from .sync import exposed_within
 
 RULES_FILE = Path(__file__).parents[2] / "taxonomy" / "gpu_findings.toml"
 WHOLE = ""
@@ -356,13 +357,12 @@ def stragglers(waits: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def exposed_comm(waits: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
-    """Per scope and rank: collective time, the part no other device work overlaps (the
-    ``exposed_ns`` of ``collective_waits``), the overlapped fraction and the exposed share of
-    the GPU window."""
-    per = _scoped(waits).group_by("scope", "rank").agg(
-        _dur().sum().alias("comm_ns"), pl.col("exposed_ns").sum().alias("exposed_ns")
-    )
+def exposed_comm(waits: pl.DataFrame, exposed: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
+    """Per scope and rank: the time some collective runs, the part of it no other device work
+    overlaps (the rank's ``exposed_intervals``), each moment counted once however many calls
+    run in it, the overlapped fraction and the exposed share of the GPU window."""
+    calls = _scoped(waits.select("rank", "stage", *SPAN)).select("scope", "rank", *SPAN)
+    per = exposed_within(calls, exposed, ["scope", "rank"])
     return per.join(win, on=["scope", "rank"]).with_columns(
         (pl.col("exposed_ns") / pl.col("gpu_window_ns")).alias("share"),
         (1 - pl.col("exposed_ns") / pl.col("comm_ns")).alias("overlap"),
@@ -396,7 +396,8 @@ def _is_gpu() -> pl.Expr:
 
 
 def measure(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
-            collective_waits: pl.DataFrame, table: dict[str, Any]) -> dict[str, pl.DataFrame]:
+            collective_waits: pl.DataFrame, exposed_intervals: pl.DataFrame,
+            table: dict[str, Any]) -> dict[str, pl.DataFrame]:
     """Every check's numbers, one frame per check (see each function)."""
     names = table["names"]
     ev = classified.lazy().select(COLUMNS).filter(pl.col("rank") >= 0)
@@ -427,7 +428,7 @@ def measure(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
         "copies": copies(gpu, busy, win, names, table["copies"]),
         "nccl_variability": nccl_variability(waits, table["nccl_variability"]),
         "straggler": stragglers(waits, win),
-        "exposed_comm": exposed_comm(waits, win),
+        "exposed_comm": exposed_comm(waits, exposed_intervals, win),
     }
 
 
@@ -780,14 +781,14 @@ def fold_stages(rows: list[dict[str, Any]], m: dict[str, pl.DataFrame], dominant
 
 
 def compute(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
-            collective_waits: pl.DataFrame, steps: pl.DataFrame,
+            collective_waits: pl.DataFrame, exposed_intervals: pl.DataFrame, steps: pl.DataFrame,
             table: dict[str, Any] | None = None, keep: frozenset[str] = frozenset(),
             work: Workload | None = None) -> pl.DataFrame:
     """The generic GPU findings (:data:`frames.FINDING_CANDIDATES`), whole trace first, then
     each stage (those one with the whole trace's folded into it, :func:`fold_stages`); savings
     are per step (the whole trace is one step when none are known)."""
     table = table or rules()
-    m = measure(classified, stage_timeline, collective_waits, table)
+    m = measure(classified, stage_timeline, collective_waits, exposed_intervals, table)
     n = max(steps.height, 1)
     rows = [
         *_top_kernel(m["top_kernel"], table["top_kernel"], n),
@@ -822,8 +823,10 @@ def _advise(rows: list[dict[str, Any]], table: dict[str, Any], work: Workload) -
 
 @provides("gpu_findings", schema=frames.FINDING_CANDIDATES)
 def gpu_findings(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
-                 collective_waits: pl.DataFrame, steps: pl.DataFrame, sources: list[Any],
-                 placement: dict[str, Any], profile: dict[str, Any]) -> pl.DataFrame:
+                 collective_waits: pl.DataFrame, exposed_intervals: pl.DataFrame,
+                 steps: pl.DataFrame, sources: list[Any], placement: dict[str, Any],
+                 profile: dict[str, Any]) -> pl.DataFrame:
     keep = frozenset(i.removeprefix("gpu.") for i in finding_rules().superseded)
-    return compute(classified, stage_timeline, collective_waits, steps, keep=keep,
+    return compute(classified, stage_timeline, collective_waits, exposed_intervals, steps,
+                   keep=keep,
                    work=workload(sources, placement, profile))

@@ -10,9 +10,10 @@ no non-collective activity overlaps). From it:
 - ``weight_sync``: per step, the wall time some rank spends in the ``weight_sync`` stage, the
   bytes its collectives move (each instance once) and the effective bandwidth;
 - ``stragglers``: per rank, the wait it caused by arriving last;
-- ``exposed_comm``: per rank, the time a collective runs and the part of it exposed, each call
-  that overlaps another counted once (the per-call sums above count both: two collectives on
-  two streams or threads at once are twice the time of either, more than the device spent).
+- ``exposed_intervals`` and ``exposed_comm``: per rank, the pieces of time a collective runs
+  exposed, and the time a collective runs with the part of it exposed, each moment counted
+  once (the per-call sums above count both of two collectives on two streams or threads at
+  once: twice the time of either, more than the device spent).
 """
 
 from __future__ import annotations
@@ -66,29 +67,43 @@ def compute_waits(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataF
     )
 
 
-def exposed_union(calls: pl.DataFrame, compute: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """Per ``by``: the length of the union of the ``calls`` (``comm_ns``) and the part of it
-    no ``compute`` interval of the same ``by`` covers (``exposed_ns``)."""
-    comm = intervals.union_length(calls, by, "comm_ns")
-    exposed = intervals.length(intervals.difference(calls, compute, by), by, "exposed_ns")
-    return comm.join(exposed, on=by, how="left").with_columns(
-        pl.col("exposed_ns").fill_null(0)
-    )
-
-
 def non_collective(activity: pl.DataFrame) -> pl.DataFrame:
     """What hides a collective: the rank's other activity."""
     return activity.filter(~pl.col("is_collective"))
 
 
-def compute_exposed(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
+def compute_exposed_intervals(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
+    """EXPOSED_INTERVALS: per rank, the disjoint pieces of time some collective runs and no
+    other activity does."""
+    if collectives.height == 0:
+        return frames.empty(frames.EXPOSED_INTERVALS)
+    compute = non_collective(activity).select("rank", "start_ns", "end_ns")
+    return intervals.difference(collectives, compute, ["rank"]).select(
+        pl.col(name).cast(dtype) for name, dtype in frames.EXPOSED_INTERVALS.items()
+    )
+
+
+def exposed_within(
+    calls: pl.DataFrame, exposed_intervals: pl.DataFrame, by: list[str]
+) -> pl.DataFrame:
+    """Per ``by`` (which holds ``rank``): the union of the ``calls`` (``comm_ns``) and the part
+    of it in the rank's exposed intervals (``exposed_ns``): each moment counted once, however
+    many calls run in it."""
+    comm = intervals.union_length(calls, by, "comm_ns")
+    pieces = calls.select(by).unique().join(exposed_intervals, on="rank")
+    exposed = intervals.length(intervals.intersection(pieces, calls, by), by, "exposed_ns")
+    return comm.join(exposed, on=by, how="left").with_columns(pl.col("exposed_ns").fill_null(0))
+
+
+def compute_exposed(collectives: pl.DataFrame, exposed_intervals: pl.DataFrame) -> pl.DataFrame:
     """EXPOSED_COMM."""
     if collectives.height == 0:
         return frames.empty(frames.EXPOSED_COMM)
+    exposed = intervals.length(exposed_intervals, ["rank"], "exposed_ns")
     return (
-        exposed_union(
-            collectives, non_collective(activity).select("rank", "start_ns", "end_ns"), ["rank"]
-        )
+        intervals.union_length(collectives, ["rank"], "comm_ns")
+        .join(exposed, on="rank", how="left")
+        .with_columns(pl.col("exposed_ns").fill_null(0))
         .select(pl.col(name).cast(dtype) for name, dtype in frames.EXPOSED_COMM.items())
         .sort("rank")
     )
@@ -205,9 +220,14 @@ def collective_waits(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.Da
     return compute_waits(collectives, activity)
 
 
+@provides("exposed_intervals", schema=frames.EXPOSED_INTERVALS)
+def exposed_intervals(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
+    return compute_exposed_intervals(collectives, activity)
+
+
 @provides("exposed_comm", schema=frames.EXPOSED_COMM)
-def exposed_comm(collectives: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
-    return compute_exposed(collectives, activity)
+def exposed_comm(collectives: pl.DataFrame, exposed_intervals: pl.DataFrame) -> pl.DataFrame:
+    return compute_exposed(collectives, exposed_intervals)
 
 
 @provides("collectives_by_dim")

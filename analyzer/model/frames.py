@@ -223,6 +223,14 @@ WEIGHT_SYNC = pl.Schema({
 })
 """Per step: weight-sync time, bytes moved, effective bandwidth, share of the step time."""
 
+EXPOSED_INTERVALS = pl.Schema({
+    "rank": pl.Int32(),
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+})
+"""Per rank, disjoint and in time order: the pieces of time some collective runs on it and no
+non-collective activity does."""
+
 EXPOSED_COMM = pl.Schema({
     "rank": pl.Int32(),
     "comm_ns": pl.Int64(),

@@ -226,6 +226,7 @@ class Products:
     largest_bubbles = Product[Frame]()
     collective_waits = Product[Frame]()
     collectives_by_dim = Product[Frame]()
+    exposed_intervals = Product[Frame]()
     exposed_comm = Product[Frame]()
     weight_sync = Product[Frame]()
     stragglers = Product[Frame]()
