@@ -98,6 +98,22 @@ def test_a_byte_copy_of_a_log_is_still_read_once(tmp_path: Path) -> None:
     )
 
 
+def test_a_meta_whose_keys_cannot_be_ordered_still_tells_copies(tmp_path: Path) -> None:
+    """The digest reads the meta as JSON with sorted keys; a dict keyed by ranks and names at
+    once cannot be sorted, and must neither raise nor hide a copy."""
+    for name in ("a.log", "b.log"):
+        shutil.copyfile(MAZE_LOG, tmp_path / name)
+    sources = list(ingest([tmp_path], use_cache=False).sources)
+    for s in sources:
+        s.meta["mixed"] = {0: "rank", "name": 1}
+        s.warnings.clear()
+    runs, _ = group(sources)
+    assert [r.indexes for r in runs] == [[0]]
+    assert sources[0].warnings == [
+        "b.log: a copy of a.log (same ranks, events and time window); read once"
+    ]
+
+
 # --- 2. compare: "tie" is every run; a shared best names the runs --------------------------------
 
 

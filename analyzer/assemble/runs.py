@@ -179,8 +179,17 @@ def content(parsed: ParsedSource) -> str:
         rows = table.drop("source", strict=False)
         total = int(rows.hash_rows(seed=0).sum()) if rows.height and rows.width else 0
         digest.update(f"{rows.height}:{total};".encode())
-    digest.update(json.dumps(parsed.meta, sort_keys=True, default=str).encode())
+    digest.update(_stated(parsed.meta).encode())
     return digest.hexdigest()
+
+
+def _stated(meta: dict) -> str:
+    """The meta as text, key order aside where the keys can be ordered (mixed key types, as a
+    dict of ranks beside names, cannot)."""
+    try:
+        return json.dumps(meta, sort_keys=True, default=str)
+    except TypeError:
+        return repr(meta)
 
 
 def facts(index: int, parsed: ParsedSource, said: Statement | None = None) -> Facts:
