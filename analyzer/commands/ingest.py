@@ -290,20 +290,13 @@ def _fresh_folder(output: Path) -> Path:
             output, f"cannot create the folder: {_nearest(output)} is not writable "
             f"({exc.strerror or exc})"
         ) from None
-    tmp.chmod(0o777 & ~_umask())
+    tmp.chmod(0o777 & ~products.umask())
     return tmp
 
 
 def _nearest(output: Path) -> Path:
     """The nearest folder above ``output`` that exists (as the user spelled it)."""
     return next(p for p in [output.parent, *output.parent.parents] if p.exists())
-
-
-def _umask() -> int:
-    """The process's umask (reading it means setting it: set back at once)."""
-    mask = os.umask(0o077)
-    os.umask(mask)
-    return mask
 
 
 # --- reports kept in a dataset -----------------------------------------------------------------
