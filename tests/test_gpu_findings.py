@@ -522,6 +522,24 @@ def test_exposed_comm_counts_collectives_that_run_at_once_once() -> None:
     assert "rank 0: 1.5 ms of 1.5 ms of collective time" in exposed["evidence"]
 
 
+def test_exposed_comm_in_a_stage_says_it_is_a_share_of_the_stages_time() -> None:
+    """In a stage, the window is the stage's time on the rank, and the words say so (a stage's
+    row can be shown under another finding's "Where")."""
+    rows = _busy_trace(kernels=20)
+    base = rows[-1]["end_ns"] + MS
+    calls = [{"instance": 0, "rank": 0, "start_ns": base, "end_ns": base + MS,
+              "arrival_ns": base, "exposed_ns": MS, "stage": "actor_update"}]
+    waits = _waits(calls)
+    out = gf.compute(_table(rows), _timeline([(0, "actor_update", base, base + 2 * MS)]), waits,
+                     _exposed(waits), pl.DataFrame(schema=frames.STEPS),
+                     keep=frozenset({"exposed_comm"}))
+    staged = out.filter((pl.col("id") == "gpu.exposed_comm") & (pl.col("stage") != ""))
+    assert staged["evidence"].to_list() == [
+        "rank 0: 1 ms of 1 ms of collective time runs with no other GPU work (0.0% overlapped) "
+        "= 50.0% of its time in actor_update (2 ms)"
+    ]
+
+
 def test_straggler_is_the_last_arrival() -> None:
     rows = _busy_trace(rank=0) + _busy_trace(rank=1)
     waits = []

@@ -704,7 +704,8 @@ def _exposed_comm(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[d
         evidence = (
             f"rank {r['rank']}: {duration(r['exposed_ns'])} of {duration(r['comm_ns'])} of "
             f"collective time runs with no other GPU work ({percent(r['overlap'])} overlapped) "
-            f"= {percent(r['share'])} of its GPU window ({duration(r['gpu_window_ns'])})"
+            f"= {percent(r['share'])} of {_measured_window(r['scope'])} "
+            f"({duration(r['gpu_window_ns'])})"
         )
         severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
         out.append(_finding("exposed_comm", rule, r["scope"], severity, _ranks(r["_ranks"]),
