@@ -178,6 +178,9 @@ def test_github_annotations(reports, tmp_path: Path):
     ('[[check]]\nmetric = "overview"\nmax = 1\n', "is not [agg:]section"),
     ('[[check]]\nmetric = "gpu_time[rank>1].idle_ns"\nmax = 1\n', "is not column=value"),
     ("[budget]\nmax = 1\n", "unknown top-level key budget"),
+    ('[[check]]\nmetric = "overview.step_tme_ns"\nmax = 1\nmissing = "skip"\n',
+     "metric path 'overview.step_tme_ns': the overview has no metric 'step_tme_ns' (did you "
+     "mean step_time_ns? its metrics: ranks, steps, step_time_ns,"),
 ])
 def test_bad_budget_is_one_line_and_exit_2(reports, tmp_path: Path, text: str, words: str):
     path = budget(tmp_path, text)
@@ -187,6 +190,16 @@ def test_bad_budget_is_one_line_and_exit_2(reports, tmp_path: Path, text: str, w
     assert (
         len(lines) == 1 and lines[0].startswith(f"rlperf: error: {path}") and words in lines[0]
     ), lines
+
+
+def test_a_column_no_row_has_is_named_with_the_columns_there(reports, tmp_path: Path):
+    """A typo in a column (sections other than the overview differ per report) fails the check
+    with the columns the rows have, the closest first."""
+    path = budget(tmp_path, '[[check]]\nmetric = "max:gpu_time.idel_fraction"\nmax = 1\n')
+    done = cli("audit", str(reports["colocated"]), "--budget", str(path), "--width", "400")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ("the rows of gpu_time have no column 'idel_fraction' (did you mean idle_fraction? "
+            "its columns: rank, ") in done.stdout
 
 
 def test_json_report_written_where_asked(tmp_path: Path):

@@ -30,6 +30,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,11 @@ def resolve(document: dict[str, Any], path: MetricPath) -> tuple[float | None, s
         rows = [r for r in rows if r.get("metric") == path.field]
         values = [r.get("value") for r in rows]
     else:
+        if rows and all(path.field not in r for r in rows):
+            close = get_close_matches(path.field, list(rows[0]), n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            return None, (f"the rows of {path.section} have no column {path.field!r} ({hint}"
+                          f"its columns: {', '.join(rows[0])})")
         values = [r.get(path.field) for r in rows]
     if path.agg == "count":
         return float(len(rows)), ""
@@ -239,8 +245,28 @@ def _check(path: Path, index: int, entry: Any) -> Check:
     if missing not in ("fail", "skip"):
         raise InputError(where, f"missing must be \"fail\" or \"skip\", not {missing!r}")
     metric = parse_path(str(entry["metric"]), where)
+    _known_overview_metric(metric, where)
     return Check(
         name=str(entry.get("name") or metric.text), path=metric, limits=limits, missing=missing
+    )
+
+
+OVERVIEW_COLUMNS = ("metric", "title", "value", "text", "unit")
+"""The columns of the overview's rows: a path may name one of them instead of a metric."""
+
+
+def _known_overview_metric(path: MetricPath, where: str) -> None:
+    """A run-summary metric the overview never has is a mistake in the budget (exit 2), not a
+    broken budget (exit 1): every report lists every metric, with a null value when unknown."""
+    names = [m.name for m in METRICS]
+    if path.section != "overview" or path.field in names or path.field in OVERVIEW_COLUMNS:
+        return
+    close = get_close_matches(path.field, names, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise InputError(
+        where,
+        f"metric path {path.text!r}: the overview has no metric {path.field!r} ({hint}its "
+        f"metrics: {', '.join(names)})",
     )
 
 
