@@ -193,6 +193,21 @@ def test_ingest_into_a_folder_inside_its_input_dataset_is_refused(work, inside):
     assert cli("ingest", "ds", "-o", "ds", "--quiet", cwd=work).returncode == 0
 
 
+@pytest.mark.parametrize(("command", "output"), [
+    ("analyze", "ds/report.html"), ("analyze", "ds/events/x.json"), ("export", "ds/run.pftrace"),
+])
+def test_a_report_inside_a_dataset_is_refused(work, command, output):
+    """Was: written there, and the next `rlperf ingest run -o ds` refused the dataset as
+    holding a file that is not part of it."""
+    listing = sorted(p.relative_to(work) for p in (work / "ds").rglob("*"))
+    one_line(cli(command, "ds", "-o", output, "--quiet", cwd=work),
+             f"{output}: is inside the dataset {work / 'ds'}, which holds only what rlperf "
+             "ingest writes (it keeps its own reports): write the report outside it")
+    assert sorted(p.relative_to(work) for p in (work / "ds").rglob("*")) == listing
+    assert cli("analyze", "ds", "-o", "report.html", "--quiet", cwd=work).returncode == 0
+    assert cli("ingest", "run", "-o", "ds", "--quiet", cwd=work).returncode == 0
+
+
 # --- 4. kept reports are as readable as the dataset -------------------------------------------
 
 

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from parsers.discover import is_dataset_folder
 from parsers.errors import InputError, printable
 from parsers.reading import file_kind
 
@@ -37,6 +38,7 @@ def check_output(output: Path | None, *, folder: bool = False) -> None:
     directory (unless ``folder``: png charts), a device, a FIFO, a path under an existing file."""
     if output is None:
         return
+    _outside_datasets(output)
     try:
         mode = output.stat().st_mode
     except (FileNotFoundError, NotADirectoryError):
@@ -52,6 +54,17 @@ def check_output(output: Path | None, *, folder: bool = False) -> None:
     if kind not in ("a regular file", "a directory"):
         raise InputError(output, f"is {kind}, not a regular file: rlperf writes reports to files "
                          "(leave -o out to write to stdout)")
+
+
+def _outside_datasets(output: Path) -> None:
+    """A dataset folder holds only what ``rlperf ingest`` writes there (the next ingest into it
+    refuses anything else), and keeps its own reports (``products/``): none goes inside it."""
+    for ancestor in output.absolute().parents:
+        if is_dataset_folder(ancestor):
+            raise InputError(
+                output, f"is inside the dataset {ancestor}, which holds only what rlperf ingest "
+                "writes (it keeps its own reports): write the report outside it"
+            )
 
 
 def _check_creatable(output: Path) -> None:
