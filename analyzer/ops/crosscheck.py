@@ -30,6 +30,7 @@ from ..analyses.gpu_time import compute as gpu_time
 from ..dataset import is_dataset, read_manifest
 from ..dataset.store import changed
 from ..model.scalars import number
+from ..model.units import plural
 
 REASONS: dict[str, str] = {
     "stream_sync": "HTA counts CUDA stream-synchronisation rows as busy GPU time; rlperf does not "
@@ -135,6 +136,13 @@ def crosscheck(
     if not traces:
         where = run.sources[0].path if run.sources else "."
         raise InputError(where, "no PyTorch profiler trace in the run: HTA reads only those")
+    if all(str(s.path.resolve()) in skip for s in traces):
+        first = skip[str(traces[0].path.resolve())]
+        more = f" (and {plural(len(traces) - 1, 'other trace')} alike)" if len(traces) > 1 else ""
+        raise InputError(
+            "crosscheck", f"{first.removesuffix(': not cross-checked')}{more}: nothing is left "
+            "to cross-check (HTA reads the trace files themselves)"
+        )
     analysis = load_hta()
     rows: list[dict[str, Any]] = []
     reasons: list[dict[str, Any]] = []
