@@ -144,10 +144,11 @@ def test_duplicates_are_whole_copies_among_rows_of_one_start() -> None:
     same start and another name, or the same row with another end, is no copy."""
     from analyzer.analyses import quality
 
-    base = {"source": 0, "kind": "kernel", "name": "k", "start_ns": 10, "end_ns": 20, "depth": 0}
+    base = {"rank": 0, "source": 0, "kind": "kernel", "name": "k", "start_ns": 10, "end_ns": 20,
+            "depth": 0}
     rows = [base, {**base, "depth": 1}, {**base, "name": "other"}, {**base, "end_ns": 21},
             {**base, "start_ns": 30, "end_ns": 40}, {**base, "start_ns": 30, "end_ns": 40}]
-    frame = pl.DataFrame(rows, schema={"source": pl.UInt32, "kind": pl.String, "name": pl.String,
-                                       "start_ns": pl.Int64, "end_ns": pl.Int64,
-                                       "depth": pl.Int16})
-    assert quality.duplicates(frame).rows() == [(0, 2, "2 kernel")]
+    frame = pl.DataFrame(rows, schema={"rank": pl.Int32, "source": pl.UInt32, "kind": pl.String,
+                                       "name": pl.String, "start_ns": pl.Int64,
+                                       "end_ns": pl.Int64, "depth": pl.Int16})
+    assert quality._per_source(quality.duplicates(frame)).rows() == [(0, 2, "2 kernel")]

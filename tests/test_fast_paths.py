@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.analyses.quality import thread_crossings
+from analyzer.analyses.quality import _per_source, thread_crossings
 from analyzer.classify.timeline import by_rank, window_step
 
 UNIT = 10_000
@@ -24,6 +24,7 @@ def host_rows() -> pl.DataFrame:
              (2, 0, 10), (2, 10, 20)]
     return pl.DataFrame(
         {
+            "rank": pl.Series([0] * len(spans), dtype=pl.Int32),
             "source": pl.Series([0] * len(spans), dtype=pl.UInt32),
             "pid": [1] * len(spans),
             "tid": [t for t, _, _ in spans],
@@ -35,7 +36,7 @@ def host_rows() -> pl.DataFrame:
 
 
 def test_the_crossing_range_is_counted_once():
-    found = thread_crossings(host_rows())
+    found = _per_source(thread_crossings(host_rows()))
     assert found.select("source", "count").rows() == [(0, 1)]
     assert found["detail"].to_list() == ["1 cpu_op"]
 

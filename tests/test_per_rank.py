@@ -38,15 +38,35 @@ RUNS = {
 }
 """Bundled multi-rank samples (8-rank synthetic traces, a real verl run's traces and logs, one
 Nsight report of several ranks' processes) and a two-rank run of the corpus."""
-RANK_LOCAL = {"gpu_time", "annotations"}
+RANK_LOCAL = {"gpu_time", "annotations", "event_checks"}
+
+
+DAMAGED = "synthetic disaggregated, damaged"
+"""The 8-rank synthetic run with rows the event checks find on several ranks (none of the
+runs above has any): each rank's first 5 GPU rows twice (duplicates, overlaps on their
+stream), and on ranks 0 and 3 a row ending before it starts."""
+CLEAN = {"event_checks"}
+"""Products that are empty on a run of clean inputs."""
 
 
 @cache
 def loaded(name: str) -> Run:
+    if name == DAMAGED:
+        return damaged(analyzer.load(RUNS["synthetic disaggregated"], use_cache=False))
     return analyzer.load(RUNS[name], use_cache=False)
 
 
-@pytest.fixture(params=list(RUNS))
+def damaged(run: Run) -> Run:
+    events = run.events
+    gpu = events.filter(pl.col("kind") == "kernel")
+    twice = gpu.group_by("rank", maintain_order=True).head(5).select(events.columns)
+    backwards = gpu.filter(pl.col("rank").is_in([0, 3])).group_by("rank").head(1).with_columns(
+        pl.col("start_ns").alias("end_ns"), pl.col("end_ns").alias("start_ns")
+    ).select(events.columns)
+    return dataclasses.replace(run, events=pl.concat([events, twice, backwards]), _cache={})
+
+
+@pytest.fixture(params=[*RUNS, DAMAGED])
 def run(request: pytest.FixtureRequest) -> Run:
     return loaded(request.param)
 
@@ -76,7 +96,24 @@ def test_the_runs_have_several_ranks(run: Run) -> None:
     has rows of at least two ranks (else concatenation would be trivially the whole)."""
     assert len(split(run.events)) >= 2
     for p in rank_local():
-        assert whole(run, p)["rank"].n_unique() >= 2, p.name
+        if p.name not in CLEAN or run is loaded(DAMAGED):
+            assert whole(run, p)["rank"].n_unique() >= 2, p.name
+
+
+def test_the_damaged_run_gives_every_event_check_rows() -> None:
+    """What the damaged run holds, as data_quality reports it: 8 × 5 duplicated kernels, the
+    same rows overlapping their copies (both of each pair), 2 backwards rows."""
+    run = loaded(DAMAGED)
+    found = run.event_checks.group_by("check").agg(
+        pl.col("count").sum(), pl.col("rank").n_unique().alias("ranks")
+    ).sort("check")
+    assert found.rows() == [
+        ("duplicate", 40, 8), ("negative_duration", 2, 2), ("overlap_stream", 80, 8)
+    ]
+    quality = run.data_quality.filter(pl.col("file") == "(all files)")
+    assert quality.select("check", "count").rows() == [
+        ("duplicate", 40), ("negative_duration", 2), ("overlap_stream", 80), ("clock_offset", 7)
+    ]
 
 
 def test_every_rank_local_product_equals_its_whole_run_value(run: Run) -> None:

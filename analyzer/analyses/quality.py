@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -53,6 +54,7 @@ class Inputs:
     """The products the checks read (those :func:`data_quality` declares)."""
 
     events: pl.DataFrame
+    event_checks: pl.DataFrame
     sources: list[SourceInfo]
     aligned: pl.DataFrame
     clock: pl.DataFrame
@@ -141,8 +143,16 @@ def _per_source(rows: pl.DataFrame, label: str = "kind") -> Per:
     """Rows found by a check → per source, their count and the commonest ``label`` values."""
     if rows.height == 0:
         return _empty()
-    counted = rows.group_by("source", pl.col(label).cast(pl.String).alias("_l")).len().sort(
-        ["source", "len", "_l"], descending=[False, True, False])
+    return _from_counts(
+        rows.group_by("source", pl.col(label).cast(pl.String).alias("_l")).len()
+    )
+
+
+def _from_counts(counts: pl.DataFrame) -> Per:
+    """``source``, ``_l`` (a label), ``len`` (rows of it) → :data:`Per`."""
+    if counts.height == 0:
+        return _empty()
+    counted = counts.sort(["source", "len", "_l"], descending=[False, True, False])
     return counted.group_by("source", maintain_order=True).agg(
         pl.col("len").sum().cast(pl.Int64).alias("count"),
         pl.format("{} {}", pl.col("len"), pl.col("_l"))
@@ -156,51 +166,59 @@ def _empty() -> Per:
     return pl.DataFrame(schema={"source": pl.UInt32, "count": pl.Int64, "detail": pl.String})
 
 
-def duplicates(events: pl.DataFrame) -> Per:
+FOUND = ("rank", "source", "kind")
+"""What a check of the event table keeps of each row it finds."""
+
+
+def _found(rows: pl.DataFrame) -> pl.DataFrame:
+    return rows.select(FOUND)
+
+
+def duplicates(events: pl.DataFrame) -> pl.DataFrame:
     """Rows identical to an earlier one in every recorded column (the analyses would count them
     twice); ``depth`` is derived, and of two identical ranges one is nested in the other.
     Only rows whose start repeats can be such a copy: the whole rows are compared among those
     few, not hashed for every event."""
     candidates = events.filter(pl.col("start_ns").is_duplicated())
-    return _per_source(candidates.filter(~pl.struct(pl.exclude("depth")).is_first_distinct()))
+    return _found(candidates.filter(~pl.struct(pl.exclude("depth")).is_first_distinct()))
 
 
-def negative_durations(events: pl.DataFrame) -> Per:
-    return _per_source(events.filter(pl.col("end_ns") < pl.col("start_ns")))
+def negative_durations(events: pl.DataFrame) -> pl.DataFrame:
+    return _found(events.filter(pl.col("end_ns") < pl.col("start_ns")))
 
 
-def zero_durations(events: pl.DataFrame) -> Per:
+def zero_durations(events: pl.DataFrame) -> pl.DataFrame:
     """GPU work of no length (host rows of no length are instants or rounding)."""
     gpu = pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
-    return _per_source(events.filter(gpu & (pl.col("end_ns") == pl.col("start_ns"))))
+    return _found(events.filter(gpu & (pl.col("end_ns") == pl.col("start_ns"))))
 
 
-def stream_overlaps(events: pl.DataFrame) -> Per:
+def stream_overlaps(events: pl.DataFrame) -> pl.DataFrame:
     """GPU rows that overlap another row of their stream: a stream runs its work one after the
     other, so an overlap is a recording error (or concurrent graph branches reported on one
     stream). A row overlaps a later one exactly when the next start is before its end."""
     keys = ["source", "pid", "device", "stream"]
-    gpu = events.lazy().select(*keys, "kind", "start_ns", "end_ns").filter(
+    gpu = events.lazy().select("rank", *keys, "kind", "start_ns", "end_ns").filter(
         pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
         & (pl.col("stream") >= 0)
         & (pl.col("end_ns") > pl.col("start_ns"))
     ).sort([*keys, "start_ns", "end_ns"]).collect()
     before = pl.col("start_ns") < pl.col("end_ns").cum_max().shift(1).over(keys) - RESOLUTION_NS
     after = pl.col("end_ns") - RESOLUTION_NS > pl.col("start_ns").shift(-1).over(keys)
-    return _per_source(gpu.filter(before.fill_null(False) | after.fill_null(False)))
+    return _found(gpu.filter(before.fill_null(False) | after.fill_null(False)))
 
 
-def thread_crossings(events: pl.DataFrame) -> Per:
+def thread_crossings(events: pl.DataFrame) -> pl.DataFrame:
     """Host ranges that end after the range enclosing their start, on one thread (ranges of a
     thread form a stack; a crossing one breaks every stage and depth rule built on it)."""
     keys = ["source", "pid", "tid"]
-    host = events.lazy().select(*keys, "kind", "start_ns", "end_ns").filter(
+    host = events.lazy().select("rank", *keys, "kind", "start_ns", "end_ns").filter(
         pl.col("kind").is_in(list(HOST_KINDS))
         & (pl.col("tid") >= 0)
         & (pl.col("end_ns") > pl.col("start_ns"))
     ).collect()
     if host.height == 0:
-        return _empty()
+        return _found(host)
     ordered = (
         host.with_columns(nesting_depth(host, keys).cast(pl.Int32).alias("depth"))
         .with_row_index("_row")
@@ -218,7 +236,7 @@ def thread_crossings(events: pl.DataFrame) -> Per:
         allow_exact_matches=False,
         check_sortedness=False,
     )
-    return _per_source(linked.filter(pl.col("end_ns") > pl.col("_parent_end") + RESOLUTION_NS))
+    return _found(linked.filter(pl.col("end_ns") > pl.col("_parent_end") + RESOLUTION_NS))
 
 
 def _launch_pid(formats: dict[int, str]) -> pl.Expr:
@@ -228,45 +246,45 @@ def _launch_pid(formats: dict[int, str]) -> pl.Expr:
     return pl.when(pl.col("source").is_in(by_pid)).then(pl.col("pid")).otherwise(-1).alias("_lp")
 
 
-def before_launch(events: pl.DataFrame, formats: dict[int, str]) -> Per:
+def before_launch(events: pl.DataFrame, formats: dict[int, str]) -> pl.DataFrame:
     """GPU rows that start before the runtime call that launched them starts: host and device
     clocks disagree."""
     launches = events.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null()).select(
         "source", "corr", _launch_pid(formats), pl.col("start_ns").alias("_launch")
     ).unique(["source", "corr", "_lp"], keep="first")
-    gpu = events.lazy().select("source", "pid", "kind", "corr", "start_ns").filter(
+    gpu = events.lazy().select("rank", "source", "pid", "kind", "corr", "start_ns").filter(
         pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & pl.col("corr").is_not_null()
     ).with_columns(_launch_pid(formats)).collect()
     linked = gpu.join(launches, on=["source", "corr", "_lp"])
-    return _per_source(linked.filter(pl.col("start_ns") < pl.col("_launch") - RESOLUTION_NS))
+    return _found(linked.filter(pl.col("start_ns") < pl.col("_launch") - RESOLUTION_NS))
 
 
-def stream_disorder(events: pl.DataFrame) -> Per:
+def stream_disorder(events: pl.DataFrame) -> pl.DataFrame:
     """GPU rows that run before a row launched earlier on their stream (correlation ids grow
     with launch order, and a stream runs in launch order)."""
     keys = ["source", "pid", "device", "stream"]
-    gpu = events.lazy().select(*keys, "kind", "start_ns", "corr").filter(
+    gpu = events.lazy().select("rank", *keys, "kind", "start_ns", "corr").filter(
         pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
         & (pl.col("stream") >= 0)
         & pl.col("corr").is_not_null()
     ).sort([*keys, "start_ns", "corr"]).collect()
-    return _per_source(
+    return _found(
         gpu.filter((pl.col("corr") < pl.col("corr").cum_max().shift(1).over(keys)).fill_null(False))
     )
 
 
-def outside_window(events: pl.DataFrame, sources: list[Any]) -> Per:
+def outside_window(events: pl.DataFrame, sources: list[Any]) -> pl.DataFrame:
     """Rows beyond the window the profiler states it recorded (Kineto's ``Trace`` span)."""
     windows = [(s.index, *w) for s in sources if (w := profiler_window_ns(s.meta)) is not None]
     if not windows:
-        return _empty()
+        return _found(events.clear())
     frame = pl.DataFrame(
         windows, schema={"source": pl.UInt32, "_lo": pl.Int64, "_hi": pl.Int64}, orient="row"
     )
-    rows = events.select("source", "kind", "start_ns", "end_ns").join(frame, on="source").filter(
-        (pl.col("start_ns") < pl.col("_lo")) | (pl.col("end_ns") > pl.col("_hi"))
-    )
-    return _per_source(rows)
+    rows = events.select("rank", "source", "kind", "start_ns", "end_ns").join(
+        frame, on="source"
+    ).filter((pl.col("start_ns") < pl.col("_lo")) | (pl.col("end_ns") > pl.col("_hi")))
+    return _found(rows)
 
 
 def profiler_window_ns(meta: dict[str, Any]) -> tuple[int, int] | None:
@@ -590,20 +608,49 @@ def _details(
 # -------------------------------------------------------------------
 
 
+EVENT_CHECKS: dict[str, Callable[[pl.DataFrame, list[SourceInfo]], pl.DataFrame]] = {
+    "duplicate": lambda events, _: duplicates(events),
+    "negative_duration": lambda events, _: negative_durations(events),
+    "zero_duration": lambda events, _: zero_durations(events),
+    "overlap_stream": lambda events, _: stream_overlaps(events),
+    "overlap_thread": lambda events, _: thread_crossings(events),
+    "started_before_launch": lambda events, sources: before_launch(
+        events, {s.index: s.format for s in sources}),
+    "stream_order": lambda events, _: stream_disorder(events),
+    "outside_window": outside_window,
+}
+"""The checks of the event table, each giving the rows it finds. Each reads one row, or the rows
+of one stream, thread or process, or a launch and the GPU work it launched: all of one rank,
+so they run rank by rank (``event_checks``)."""
+
+
+def check_events(events: pl.DataFrame, sources: list[SourceInfo]) -> pl.DataFrame:
+    """EVENT_CHECKS of ``events``."""
+    order = {k: i for i, k in enumerate(EVENT_CHECKS)}
+    found = [
+        check(events, sources)
+        .group_by("rank", "source", pl.col("kind").cast(pl.String).alias("label"))
+        .agg(pl.len().cast(pl.Int64).alias("count"))
+        .with_columns(pl.lit(key).alias("check"), pl.lit(order[key]).alias("_order"))
+        for key, check in EVENT_CHECKS.items()
+    ]
+    out = pl.concat(found).sort("rank", "_order", "source", "label")
+    return out.select(pl.col(name).cast(dtype) for name, dtype in frames.EVENT_CHECKS.items())
+
+
+def _event_check(found: pl.DataFrame, key: str) -> Per:
+    """One check's per-source rows, gathered from every rank's counts."""
+    mine = found.filter(pl.col("check") == key)
+    return _from_counts(
+        mine.group_by("source", pl.col("label").alias("_l")).agg(pl.col("count").sum().alias("len"))
+    )
+
+
 def _checks(q: Inputs) -> dict[str, tuple[Per, int | None]]:
     """Every computed check: per-source rows and, where a plain sum would count one thing
     twice (a name in several files, a step excluded by several traces), the total."""
-    events = q.events
-    formats = {s.index: s.format for s in q.sources}
     plain: dict[str, Callable[[], Per]] = {
-        "duplicate": lambda: duplicates(events),
-        "negative_duration": lambda: negative_durations(events),
-        "zero_duration": lambda: zero_durations(events),
-        "overlap_stream": lambda: stream_overlaps(events),
-        "overlap_thread": lambda: thread_crossings(events),
-        "started_before_launch": lambda: before_launch(events, formats),
-        "stream_order": lambda: stream_disorder(events),
-        "outside_window": lambda: outside_window(events, q.sources),
+        **{key: partial(_event_check, q.event_checks, key) for key in EVENT_CHECKS},
         "skipped_categories": lambda: skipped_categories(q),
         "clock_offset": lambda: clock_offsets(q),
         "clock_unaligned": lambda: clock_unaligned(q),
@@ -663,9 +710,15 @@ def compute(q: Inputs, warnings: list[str] | None = None) -> pl.DataFrame:
     return pl.concat([per_file.select(cols), totals.select(cols)]).cast(frames.DATA_QUALITY)
 
 
+@provides("event_checks", schema=frames.EVENT_CHECKS, per_rank=True)
+def event_checks(events: pl.DataFrame, sources: list[SourceInfo]) -> pl.DataFrame:
+    return check_events(events, sources)
+
+
 @provides("data_quality", schema=frames.DATA_QUALITY)
 def data_quality(
     events: pl.DataFrame,
+    event_checks: pl.DataFrame,
     sources: list[SourceInfo],
     aligned: pl.DataFrame,
     clock: pl.DataFrame,
@@ -679,6 +732,7 @@ def data_quality(
     return compute(
         Inputs(
             events,
+            event_checks,
             sources,
             aligned,
             clock,

@@ -313,6 +313,17 @@ saving (largest first; those without a saving after, by severity), ``position`` 
 ``saving_fraction`` is ``saving_ns`` over the mean step time of the steps it is measured on
 (``measured_on``: the trace's or the log's)."""
 
+EVENT_CHECKS = pl.Schema({
+    "rank": pl.Int32(),
+    "check": pl.String(),
+    "source": pl.UInt32(),
+    "label": pl.String(),
+    "count": pl.Int64(),
+})
+"""Per rank, check of the event table (duplicates, overlaps, disorder, …), source and kind of
+event: how many rows the check found; in rank order (no rank first), then the checks' report
+order, source and kind. The summary ``data_quality`` gathers."""
+
 DATA_QUALITY = pl.Schema({
     "file": pl.String(),
     "check": pl.String(),

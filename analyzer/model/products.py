@@ -203,6 +203,7 @@ class Products:
     placement = Product[dict[str, Any]]()
     # analyses
     overview = Product[Frame]()
+    event_checks = Product[Frame]()
     data_quality = Product[Frame]()
     log_result = Product[Any]()
     log_stages = Product[Frame]()
