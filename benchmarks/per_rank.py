@@ -1,6 +1,7 @@
 """Rank-local products of a dataset computed rank by rank against over the whole event table:
-time and the driver's peak memory for ``gpu_time`` and ``annotations`` (the products declared
-``per_rank``), same run, same machine, and whether the two give the same frames.
+time and the driver's peak memory for the products declared
+``per_rank`` (``gpu_time``, ``annotations``, ``event_checks``), same run, same machine, and
+whether the two give the same frames.
 
 A synthetic run (``sample_traces/synth``, ``--steps`` steps) of ``--ranks`` ranks is generated
 and ingested into a temporary folder (removed at the end). Each mode runs in a fresh process,
