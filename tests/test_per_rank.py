@@ -38,7 +38,7 @@ RUNS = {
 }
 """Bundled multi-rank samples (8-rank synthetic traces, a real verl run's traces and logs, one
 Nsight report of several ranks' processes) and a two-rank run of the corpus."""
-RANK_LOCAL = {"gpu_time", "annotations", "event_checks"}
+RANK_LOCAL = {"gpu_time", "annotations", "event_checks", "event_names"}
 
 
 DAMAGED = "synthetic disaggregated, damaged"

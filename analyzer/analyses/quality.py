@@ -53,8 +53,8 @@ if TYPE_CHECKING:
 class Inputs:
     """The products the checks read (those :func:`data_quality` declares)."""
 
-    events: pl.DataFrame
     event_checks: pl.DataFrame
+    event_names: pl.DataFrame
     sources: list[SourceInfo]
     aligned: pl.DataFrame
     clock: pl.DataFrame
@@ -309,7 +309,8 @@ def profiler_window_ns(meta: dict[str, Any]) -> tuple[int, int] | None:
 
 def _rank_sources(q: Inputs) -> pl.DataFrame:
     """``rank`` → the first source holding its rows."""
-    return q.events.filter(pl.col("rank") >= 0).group_by("rank").agg(pl.col("source").min())
+    held = q.event_names.filter(pl.col("rank") >= 0)
+    return held.group_by("rank").agg(pl.col("source").min())
 
 
 def clock_offsets(q: Inputs) -> Per:
@@ -362,9 +363,7 @@ def skipped_categories(q: Inputs) -> Per:
 def unmapped_names(q: Inputs) -> tuple[Per, int]:
     """Annotation names (collective ranges aside) that no rule of the run's profile maps and that
     are no pipeline chunk (``taxonomy/pipeline_phases.toml`` knows those)."""
-    ann = q.events.filter(
-        pl.col("kind").is_in(["annotation", "gpu_annotation"]) & pl.col("coll").is_null()
-    ).select("source", pl.col("name").cast(pl.String))
+    ann = q.event_names.filter(pl.col("kind") == "annotation").select("source", "name", "count")
     if ann.height == 0:
         return _empty(), 0
     classes = name_classes(q.profile, ann["name"].unique(), "trace")
@@ -380,8 +379,8 @@ def unmapped_timers(q: Inputs) -> tuple[Per, int]:
     """Log timers no rule claims (the log analysis lists them as ``log_unclassified``)."""
     names = q.log_unclassified.select("name")
     rows = (
-        q.events.filter(pl.col("kind") == "log_stage")
-        .select("source", pl.col("name").cast(pl.String))
+        q.event_names.filter(pl.col("kind") == "log_stage")
+        .select("source", "name", "count")
         .join(names, on="name")
     )
     return _names(rows), rows["name"].n_unique()
@@ -465,12 +464,12 @@ def contradiction_warnings(checks: dict[str, tuple[Per, int | None]],
 
 
 def _names(rows: pl.DataFrame) -> Per:
-    """Per source: how many distinct names, the commonest few."""
+    """Per source: how many distinct names, the commonest few (``count``: rows of each)."""
     if rows.height == 0:
         return _empty()
     counted = (
         rows.group_by("source", "name")
-        .len()
+        .agg(pl.col("count").sum().alias("len"))
         .sort(["source", "len", "name"], descending=[False, True, False])
     )
     return counted.group_by("source", maintain_order=True).agg(
@@ -710,6 +709,35 @@ def compute(q: Inputs, warnings: list[str] | None = None) -> pl.DataFrame:
     return pl.concat([per_file.select(cols), totals.select(cols)]).cast(frames.DATA_QUALITY)
 
 
+NAMED_KINDS = {"annotation": ("annotation", "gpu_annotation"), "log_stage": ("log_stage",)}
+"""The names the checks look up, by the kind they are counted under: annotations (collective
+ranges aside) and log timers."""
+
+
+def name_events(events: pl.DataFrame) -> pl.DataFrame:
+    """EVENT_NAMES of ``events``."""
+    kinds = {k: label for label, ks in NAMED_KINDS.items() for k in ks}
+    count = pl.len().cast(pl.Int64).alias("count")
+    named = events.lazy().filter(
+        pl.col("kind").is_in(list(kinds)) & pl.col("coll").is_null()
+    ).group_by(
+        "rank", "source", pl.col("kind").cast(pl.String).replace_strict(kinds).alias("kind"),
+        pl.col("name").cast(pl.String),
+    ).agg(count)
+    held = events.lazy().group_by("rank", "source").agg(count).with_columns(
+        *(pl.lit(None, pl.String).alias(c) for c in ("kind", "name"))
+    )
+    out = pl.concat([held, named], how="diagonal").sort("rank", "source", "kind", "name")
+    return out.collect().select(
+        pl.col(name).cast(dtype) for name, dtype in frames.EVENT_NAMES.items()
+    )
+
+
+@provides("event_names", schema=frames.EVENT_NAMES, per_rank=True)
+def event_names(events: pl.DataFrame) -> pl.DataFrame:
+    return name_events(events)
+
+
 @provides("event_checks", schema=frames.EVENT_CHECKS, per_rank=True)
 def event_checks(events: pl.DataFrame, sources: list[SourceInfo]) -> pl.DataFrame:
     return check_events(events, sources)
@@ -717,8 +745,8 @@ def event_checks(events: pl.DataFrame, sources: list[SourceInfo]) -> pl.DataFram
 
 @provides("data_quality", schema=frames.DATA_QUALITY)
 def data_quality(
-    events: pl.DataFrame,
     event_checks: pl.DataFrame,
+    event_names: pl.DataFrame,
     sources: list[SourceInfo],
     aligned: pl.DataFrame,
     clock: pl.DataFrame,
@@ -731,8 +759,8 @@ def data_quality(
 ) -> pl.DataFrame:
     return compute(
         Inputs(
-            events,
             event_checks,
+            event_names,
             sources,
             aligned,
             clock,

@@ -324,6 +324,17 @@ EVENT_CHECKS = pl.Schema({
 event: how many rows the check found; in rank order (no rank first), then the checks' report
 order, source and kind. The summary ``data_quality`` gathers."""
 
+EVENT_NAMES = pl.Schema({
+    "rank": pl.Int32(),
+    "source": pl.UInt32(),
+    "kind": pl.String(),
+    "name": pl.String(),
+    "count": pl.Int64(),
+})
+"""Per rank and source: its rows (``kind`` and ``name`` null), and the rows of each name of the
+kinds the data-quality checks look up (``annotation``: host and GPU annotations that are not
+collectives; ``log_stage``: log timers); sorted by rank (no rank first), source, kind, name."""
+
 DATA_QUALITY = pl.Schema({
     "file": pl.String(),
     "check": pl.String(),

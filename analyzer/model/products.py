@@ -204,6 +204,7 @@ class Products:
     # analyses
     overview = Product[Frame]()
     event_checks = Product[Frame]()
+    event_names = Product[Frame]()
     data_quality = Product[Frame]()
     log_result = Product[Any]()
     log_stages = Product[Frame]()
