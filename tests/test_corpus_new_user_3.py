@@ -201,3 +201,18 @@ def test_ingest_tells_the_two_logs_apart_from_what_its_workers_said(mixed: Path,
         f"  run 1: {TPU_LOG.name}: verl-log; verl log; no wall-clock time",
         f"  run 2: {MAZE_LOG.name}: verl-log; verl log; no wall-clock time",
     ]
+
+
+def test_ingesting_logs_says_a_log_has_no_rank(capsys, tmp_path: Path) -> None:
+    """Was '(no rank stated)', as for a trace that should state one."""
+    status, _, err = rlperf(capsys, "ingest", str(TPU_LOG), "-o", str(tmp_path / "one"))
+    assert status == 0, err
+    assert err.splitlines()[-1] == (
+        f"rlperf: wrote the dataset of 1 source (logs only: a log has no rank) to "
+        f"{tmp_path / 'one'}"
+    )
+    logs = [CORPUS / "logs" / "deepspeed-chat", CORPUS / "logs" / "verl"]
+    status, _, err = rlperf(capsys, "ingest", *map(str, logs), "--run", "1",
+                            "-o", str(tmp_path / "two"))
+    assert status == 0, err
+    assert "source (logs only: a log has no rank)" in err.splitlines()[-1]

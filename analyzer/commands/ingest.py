@@ -115,6 +115,8 @@ def ingest(
     ranks = done["run"]["ranks"]
     say_warnings(done["warnings"], done["names"])
     held = f"rank{'s' if len(ranks) > 1 else ''} {spans(ranks)}" if ranks else "no rank stated"
+    if not ranks and not done["unranked"]:
+        held = "logs only: a log has no rank"
     if done["unranked"]:
         n = done["unranked"]
         of = "its" if n == 1 else "their"
