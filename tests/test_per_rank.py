@@ -20,6 +20,7 @@ from analyzer.dataset.store import read_manifest
 from analyzer.engines.local import LocalEngine
 from analyzer.engines.per_rank import DatasetShards, sharded
 from analyzer.model import products
+from analyzer.model.options import Options
 from analyzer.model.products import SHARDED, ProductError, Provider, providers, provides
 from analyzer.model.run import Run
 from analyzer.model.sharded import InProcess, split
@@ -209,6 +210,10 @@ def test_a_dataset_whose_partitions_are_not_its_ranks_computes_over_the_whole_ta
         assert_frame_equal(run.product(p.name), whole(loaded(name), p), check_exact=True)
 
 
+ALONE = {"gpu_time": {"options": Options()}}
+"""What ``gpu_time`` is given besides a rank's events: the default options."""
+
+
 def test_a_call_on_a_node_with_other_code_or_without_the_dataset_is_one_error(
     capsys, tmp_path
 ) -> None:
@@ -218,18 +223,18 @@ def test_a_call_on_a_node_with_other_code_or_without_the_dataset_is_one_error(
     root = ingested(capsys, tmp_path, "HTA sampled ranks 0 and 1")
     files = code(["gpu_time"])
     part = ((0, read_manifest(root)["sources"][0]["events"]["0"]),)
-    other = rank_products(str(root), 0, part, ("gpu_time",), {"gpu_time": {}}, None, files,
+    other = rank_products(str(root), 0, part, ("gpu_time",), ALONE, None, files,
                           "another-rlperf")
     assert isinstance(other, InputError) and "runs another rlperf" in other.problem
     unseen = rank_products(str(tmp_path / "elsewhere"), 0, part, ("gpu_time",),
-                           {"gpu_time": {}}, None, files, digest(files))
+                           ALONE, None, files, digest(files))
     assert isinstance(unseen, InputError)
     assert "the dataset must be on a path every node sees" in unseen.problem
-    where, values = rank_products(str(root), 0, part, ("gpu_time",), {"gpu_time": {}}, None,
+    where, values = rank_products(str(root), 0, part, ("gpu_time",), ALONE, None,
                                 files, digest(files))
     assert where == os.getpid() and values[0]["gpu_time"]["rank"].to_list() == [0]
     short = ((0, part[0][1] + 1),)
-    damaged = rank_products(str(root), 0, short, ("gpu_time",), {"gpu_time": {}}, None, files,
+    damaged = rank_products(str(root), 0, short, ("gpu_time",), ALONE, None, files,
                             digest(files))
     assert isinstance(damaged, InputError)
     assert f"where the manifest says {short[0][1]}: the dataset is damaged" in damaged.problem

@@ -21,7 +21,7 @@ from parsers.discover import format_traits
 from parsers.source import SESSION_CLOCK
 
 from ..model import frames
-from ..model.options import Options, Selection
+from ..model.options import Options, Selection, keep_ranks
 from ..model.products import provides
 from ..model.run import SourceInfo
 
@@ -154,9 +154,7 @@ def aligned_events(events: pl.DataFrame, clock: pl.DataFrame, unaligned_sources:
         )
         .drop("offset_ns")
     )
-    if ranks is not None:
-        out = out.filter((pl.col("rank") < 0) | ranks.expr("rank"))
-    return out
+    return keep_ranks(out, ranks)
 
 
 def _unaligned_sources(sources: list[SourceInfo]) -> list[int]:

@@ -47,6 +47,11 @@ class Options:
     def rank_selection(self) -> Selection | None:
         return parse_selection(self.ranks)
 
+    def selected_ranks(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """The rows of ``frame`` the ``--ranks`` selection keeps (the driver's and the logs',
+        rank < 0, as well): every product after assembly reads only those."""
+        return keep_ranks(frame, self.rank_selection)
+
     @classmethod
     def checked(
         cls,
@@ -158,3 +163,8 @@ def parse_selection(text: str | None) -> Selection | None:
         b = int(match.group(2)) if match.group(2) is not None else a
         found.append((min(a, b), max(a, b)))
     return Selection(_merged(found))
+
+
+def keep_ranks(frame: pl.DataFrame, ranks: Selection | None) -> pl.DataFrame:
+    """The rows of ``frame`` on ``ranks`` or a rank below 0 (all of them when None)."""
+    return frame if ranks is None else frame.filter((pl.col("rank") < 0) | ranks.expr("rank"))

@@ -33,6 +33,18 @@ def title_of(run) -> str:
     return f"rlperf: {common.name or common}"
 
 
+def sized(run) -> str:
+    """``2 sources, 2 ranks``, and with ``--ranks`` the ranks the report is about."""
+    from ..model.units import plural, spans  # deferred: with the report
+
+    said = f"{plural(len(run.sources), 'source')}, {plural(len(run.ranks), 'rank')}"
+    chosen = run.options.rank_selection
+    if chosen is None:
+        return said
+    kept = chosen.within(run.ranks)
+    return f"{said} ({'rank' if len(kept) == 1 else 'ranks'} {spans(kept)} analysed)"
+
+
 def check_output(output: Path | None, *, folder: bool = False) -> None:
     """Refuse an output path that cannot take the report, before the inputs are read: a
     directory (unless ``folder``: png charts), a device, a FIFO, a path under an existing file."""

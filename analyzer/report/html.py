@@ -22,9 +22,10 @@ import vl_convert
 
 from parsers.cachedir import cache_dir
 
-from ..model.units import cell, plural
+from ..model.units import cell
 from .charts import NOT_DRAWN, Figure, comparison_figures, figures, remarks
 from .comparison import NOTE, Compared, display, display_columns
+from .files import sized
 from .sections import FIGURES, SOURCES, Column, Section, arranged, sections
 from .sources import source_ranks
 
@@ -116,8 +117,7 @@ def add_run(page: Page, run, *, level: int = 2) -> None:
     h = f"h{level}"
     names = ", ".join(s.path.name for s in run.sources[:6]) + (" …" if len(run.sources) > 6 else "")
     page.add(
-        f'<p class="meta">{plural(len(run.sources), "source")}, '
-        f'{plural(len(run.ranks), "rank")}: {esc(names)}</p>'
+        f'<p class="meta">{esc(sized(run))}: {esc(names)}</p>'
     )
     for part in arranged(sections(run)):
         if isinstance(part, Section):

@@ -13,9 +13,10 @@ import polars as pl
 
 from parsers.errors import printable
 
-from ..model.units import cell, plural
+from ..model.units import cell
 from .charts import NOT_DRAWN, Figure, figures, remarks
 from .comparison import NOTE, Compared, display, display_columns
+from .files import sized
 from .sections import FIGURES, SOURCES, Column, Section, arranged, sections
 from .sources import source_ranks
 
@@ -31,7 +32,7 @@ def render(run, *, title: str = "rlperf report", level: int = 1) -> str:
 
 def run_lines(run, level: int = 2) -> list[str]:
     h = "#" * level
-    lines = [f"{plural(len(run.sources), 'source')}, {plural(len(run.ranks), 'rank')}.", ""]
+    lines = [f"{sized(run)}.", ""]
     for part in arranged(sections(run)):
         if isinstance(part, Section):
             lines += section_lines(part, h)

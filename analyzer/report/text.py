@@ -20,6 +20,7 @@ from parsers.errors import printable
 
 from ..model.run import Run
 from ..model.units import cell, plural, spans
+from .files import sized
 from .fit import Plan, plan, wrap
 from .sections import SOURCES, Column, Section, arranged, sections
 from .sources import source_ranks
@@ -43,7 +44,7 @@ EVERYTHING = "--verbose lists all of them; --format json holds them"
 def render(run: Run, console: Console, *, verbose: bool = False) -> None:
     console.print(Text.assemble(
         ("rlperf", "bold"),
-        f" — {plural(len(run.sources), 'source')}, {plural(len(run.ranks), 'rank')}",
+        f" — {sized(run)}",
     ))
     for part in arranged(sections(run)):
         if isinstance(part, Section):

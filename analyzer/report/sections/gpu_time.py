@@ -22,12 +22,17 @@ def section(run: Run) -> Section | None:
         "Busy = union of kernels, copies and memsets over "
         "all streams; window = first to last GPU activity."
     )
-    without = sorted(set(run.ranks) - set(frame["rank"].to_list()))
+    chosen = run.options.rank_selection
+    ranks = run.ranks if chosen is None else chosen.within(run.ranks)
+    without = sorted(set(ranks) - set(frame["rank"].to_list()))
     if without:
         note += (
             f" Not shown, needs GPU activity: rank{'s' if len(without) > 1 else ''} "
             f"{listed_ranks(without)} (no device rows)."
         )
+    if run.options.step_selection is not None:
+        note += (" As in HTA's breakdown, each rank's whole trace: --steps does not narrow this "
+                 "table (nor the overview's GPU busy and GPU idle).")
     return Section(
         "GPU time per rank",
         frame,

@@ -21,4 +21,6 @@ def section(run: Run) -> Section | None:
             Column("time_ns", "time", "duration"),
             Column("share", "share of trace", "percent"),
         ],
+        note=("Each rank's whole trace: --steps does not narrow this table."
+              if run.options.step_selection is not None else ""),
     )
