@@ -3,6 +3,7 @@ on bad input — a summary for CI logs, and JUnit XML that validates against the
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -228,6 +229,12 @@ def test_bad_baseline_and_usage(reports, tmp_path: Path):
     assert done.returncode == 2 and "not an rlperf JSON report" in done.stderr
     done = cli("audit", str(reports["colocated"]))
     assert done.returncode == 2 and "--budget" in done.stderr
+    gzipped = tmp_path / "trace.json.gz"
+    gzipped.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    done = cli("audit", str(reports["colocated"]), "--baseline", str(gzipped))
+    assert (done.returncode, done.stderr) == (2, (
+        f"rlperf: error: {gzipped}: not an rlperf JSON report (not text: a trace, gzip or other "
+        "binary file; write a report with rlperf analyze --format json)\n"))
 
 
 def test_metric_paths():

@@ -40,15 +40,18 @@ def overview(report: Path, name: str) -> float:
 # --- no baseline yet -----------------------------------------------------------------------
 
 
-def test_a_relative_limit_without_a_baseline_passes_with_a_note(report, tmp_path):
+def test_a_relative_limit_without_a_baseline_is_skipped_with_a_note(report, tmp_path):
+    """Nothing was checked: SKIP (and a skipped JUnit case), not PASS."""
     path = budget(
         tmp_path, 'name = "step time"\nmetric = "overview.step_time_ns"\nmax_increase = 0.10'
     )
-    done = rlperf("audit", str(report), "--budget", str(path), "--width", "1000")
+    junit = tmp_path / "audit.xml"
+    done = rlperf("audit", str(report), "--budget", str(path), "--width", "1000",
+                  "--junit", str(junit))
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("rlperf audit passed: 1 check, 0 failed")
-    assert lines[1].split()[0] == "PASS" and lines[1].endswith(f"<- {audit.NO_BASELINE}")
+    assert lines[1].split()[0] == "SKIP" and lines[1].endswith(f"<- {audit.NO_BASELINE}")
+    assert 'skipped="1"' in junit.read_text()
 
 
 def test_without_a_baseline_the_absolute_limits_of_the_check_still_hold(report, tmp_path):
