@@ -5,8 +5,9 @@ Parsers already put every source on the epoch clock; per-rank offsets are then e
 matched collective instances (members leave a collective together), alternating between each
 instance's common end and each rank's offset (medians, so a few odd instances do not move the
 estimate). An offset is applied only when it exceeds its own uncertainty (``SIGNIFICANCE`` × MAD);
-ranks on one host clock stay put. ``aligned`` is the event table with offsets subtracted,
-restricted to the ``--ranks`` selection (the driver and logs always stay).
+ranks recorded in one file (an Nsight report of several processes) share its clock. ``aligned``
+is the event table with offsets subtracted, restricted to the ``--ranks`` selection (the
+driver and logs always stay).
 """
 
 from __future__ import annotations
@@ -166,9 +167,43 @@ def _unaligned_sources(sources: list[SourceInfo]) -> list[int]:
     ]
 
 
+def one_clock_per_file(table: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """Ranks recorded in one file (the processes of one Nsight report) share its clock: each
+    takes the offset of the lowest rank it shares a file with, directly or through others,
+    whatever its collectives suggest (point-to-point ends differ by their transfer, which the
+    estimate would read as a clock offset)."""
+    pairs = calls.filter(pl.col("rank") >= 0).select("source", "rank").unique()
+    first = dict(pairs.group_by("source").agg(pl.col("rank").min()).iter_rows())
+    parent: dict[int, int] = {}
+
+    def root(r: int) -> int:
+        while parent.get(r, r) != r:
+            r = parent[r]
+        return r
+
+    for source, rank in pairs.iter_rows():
+        a, b = root(rank), root(first[source])
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    roots = {r: root(r) for r in pairs["rank"].to_list() if root(r) != r}
+    if not roots:
+        return table
+    shared = pl.DataFrame(
+        {"rank": list(roots), "_root": list(roots.values())},
+        schema={"rank": pl.Int32, "_root": pl.Int32},
+    )
+    offsets = table.select(pl.col("rank").alias("_root"), pl.col("offset_ns").alias("_off"))
+    return (
+        table.join(shared, on="rank", how="left")
+        .join(offsets, on="_root", how="left")
+        .with_columns(pl.coalesce("_off", "offset_ns").alias("offset_ns"))
+        .select(table.columns)
+    )
+
+
 @provides("clock", schema=frames.CLOCK)
 def clock(collective_calls: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
-    return estimate_clock(collective_calls, ranks)
+    return one_clock_per_file(estimate_clock(collective_calls, ranks), collective_calls)
 
 
 @provides("aligned")
