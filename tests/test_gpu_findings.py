@@ -585,7 +585,7 @@ def _variable(actor_ms: list[int], rollout_ms: list[int]) -> pl.DataFrame:
     for stage, durations in (("actor_update", actor_ms), ("rollout", rollout_ms)):
         for d in durations:
             rows.append({"instance": len(rows), "stage": stage, "start_ns": t,
-                         "end_ns": t + d * MS, "arrival_ns": t})
+                         "end_ns": t + d * MS, "arrival_ns": t, "exposed_ns": d * MS})
             t += d * MS + MS
     return _waits(rows)
 
@@ -595,12 +595,25 @@ def test_a_stage_holding_most_of_a_problem_is_the_whole_traces_finding() -> None
     finding takes the stage and the stage's own row goes; at 12 of 27 ms (44%) both stay."""
     out = _compute(_busy_trace(), waits=_variable([1, 1, 10], [1, 1, 1]))
     nccl = out.filter(pl.col("id") == "gpu.nccl_variability.all_reduce")
-    assert nccl.select("stage", "saving_ns").rows() == [("actor_update", 9 * MS)]  # 6 × (2.5−1)
+    assert nccl.select("stage", "saving_ns").rows() == [("actor_update", 9 * MS)]  # 10 − 1, exposed
     assert "where it lies: actor_update 80.0%" in nccl["evidence"][0]
     out = _compute(_busy_trace(), waits=_variable([1, 1, 10], [5, 5, 5]))
     nccl = out.filter(pl.col("id") == "gpu.nccl_variability.all_reduce")
     assert nccl["stage"].to_list() == ["", "actor_update"]
     assert not nccl["evidence"].str.contains("where it lies").any()
+
+
+def test_the_variability_saving_is_at_most_the_exposed_part_of_the_slow_calls() -> None:
+    """The 10 ms call ran 8 ms beside compute (2 ms exposed): at the fastest (1 ms) it frees
+    2 ms of the rank's time, not 9; the evidence gives both."""
+    waits = _variable([1, 1, 10], []).with_columns(
+        pl.when(pl.col("end_ns") - pl.col("start_ns") == 10 * MS).then(2 * MS)
+        .otherwise(pl.col("exposed_ns")).alias("exposed_ns")
+    )
+    out = _compute(_busy_trace(), waits=waits)
+    nccl = out.filter(pl.col("id") == "gpu.nccl_variability.all_reduce").row(0, named=True)
+    assert nccl["saving_ns"] == 2 * MS
+    assert "all at the fastest: 9 ms less, 2 ms of it exposed" in nccl["evidence"]
 
 
 def test_the_thresholds_are_data() -> None:

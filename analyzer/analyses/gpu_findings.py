@@ -326,11 +326,17 @@ def copies(gpu: pl.DataFrame, busy: Busy, win: pl.DataFrame, names: dict[str, An
 
 def nccl_variability(waits: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
     """Per scope, rank and collective: instances, mean/max/min duration, max ÷ mean, the
-    share of the rank's communication time, and count × (mean − min)."""
-    calls = _scoped(waits)
-    per = calls.group_by("scope", "rank", "coll").agg(
+    share of the rank's communication time, count × (mean − min) and the part of that the
+    calls' exposed time bounds (what a call shortened to the fastest frees of the rank's time
+    is at most its exposed part: the rest ran beside compute)."""
+    keys = ["scope", "rank", "coll"]
+    calls = _scoped(waits).with_columns(
+        pl.min_horizontal(_dur() - _dur().min().over(keys), pl.col("exposed_ns")).alias("_free")
+    )
+    per = calls.group_by(keys).agg(
         pl.len().alias("count"), _dur().sum().alias("total_ns"), _dur().mean().alias("mean_ns"),
         _dur().max().alias("max_ns"), _dur().min().alias("min_ns"),
+        pl.col("_free").clip(lower_bound=0).sum().alias("freed_ns"),
     )
     return per.with_columns(
         (pl.col("max_ns") / pl.col("mean_ns")).alias("ratio"),
@@ -668,7 +674,8 @@ def _nccl_variability(m: pl.DataFrame, rule: dict[str, Any], n_steps: int
             f"rank {r['rank']}: {r['coll']} kernels last {duration(r['mean_ns'])} on average but "
             f"up to {duration(r['max_ns'])} ({r['ratio']:.1f}× max ÷ mean, {r['count']} "
             f"instances, min {duration(r['min_ns'])}); {percent(r['share'])} of its "
-            f"collective time; all at the fastest: {duration(r['balanced_ns'])} less"
+            f"collective time; all at the fastest: {duration(r['balanced_ns'])} less, "
+            f"{duration(r['freed_ns'])} of it exposed"
             + "".join(
                 f"; rank {o['rank']}: {o['ratio']:.1f}× ({duration(o['max_ns'])} vs "
                 f"{duration(o['mean_ns'])}, {o['count']} instances)"
@@ -679,7 +686,7 @@ def _nccl_variability(m: pl.DataFrame, rule: dict[str, Any], n_steps: int
         )
         severity = _level(r["ratio"], rule["ratio_info"], rule["ratio_warn"]) or "info"
         out.append(_finding("nccl_variability", rule, r["scope"], severity, _ranks(r["_ranks"]),
-                            evidence, r["balanced_ns"] // n_steps, "low", suffix=r["coll"],
+                            evidence, r["freed_ns"] // n_steps, "low", suffix=r["coll"],
                             title=f"{rule['title']}: {r['coll']}", rank=r["rank"]))
     return out
 
