@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import polars as pl
+import pytest
 from report_truth import cli
 
 import analyzer
@@ -52,3 +53,18 @@ def test_steps_say_that_the_whole_trace_tables_are_not_narrowed() -> None:
     assert "Each rank's whole trace: --steps does not narrow this table." in done.stdout
     plain = cli("analyze", str(trace), "-q", "--no-cache", "--width", "400")
     assert "does not narrow" not in plain.stdout
+
+
+def test_steps_reach_a_logs_timers_and_metrics() -> None:
+    """verl's log, --steps 130: the checkpoint-and-evaluation share is step 130's (19.36 s of
+    checkpoint and 7.11 s of testing in a 37.60 s step, 70.4%), not the 335 steps' 20.0%, and
+    the MFU is the mean over that one step."""
+    log = HTA.parent / "logs" / "verl"
+    run = analyzer.load([log], use_cache=False, options=Options.checked(steps="130"))
+    assert run.log_steps["step"].to_list() == [130]
+    assert run.metrics["step"].drop_nulls().unique().to_list() == [130]
+    g23 = run.violations.filter(pl.col("id") == "G23").row(0, named=True)
+    assert g23["value"] == pytest.approx((19.363 + 7.113) / 37.603, abs=1e-3)
+    assert "(timing_s/save_checkpoint, timing_s/testing), 1 step)" in g23["evidence"]
+    whole = analyzer.load([log], use_cache=False)
+    assert whole.log_steps.height == 335

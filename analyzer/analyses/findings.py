@@ -352,7 +352,7 @@ def _idle(ctx: Context) -> None:
         ctx.add(
             f"bubble.{cause}", "bubble",
             f"{cause} idle = {duration(saving)} per device and step ({percent(total / window)} "
-            f"of the device windows; {devices} devices, {steps} steps)",
+            f"of the device windows; {plural(devices, 'device')}, {plural(steps, 'step')})",
             saving,
             ranks=_where(rows, "rank", devices), steps=_where(rows, "step", steps),
         )
@@ -412,7 +412,7 @@ def _workdepth(ctx: Context) -> None:
         ctx.add(
             fid, "what-if",
             f"{label}: the step would be {duration(saving)} shorter "
-            f"({duration(_scalar(wd['step_ns'].mean()))} mean step, {steps} steps); "
+            f"({duration(_scalar(wd['step_ns'].mean()))} mean step, {plural(steps, 'step')}); "
             f"worst step {worst[0]}: {duration(worst[1])}",
             saving,
             steps=_where(per_step.filter(pl.col("saving") > 0), "step", steps),
@@ -434,7 +434,7 @@ def _async_overlap(ctx: Context, wd: pl.DataFrame) -> None:
     )["saving"]
     saving = _scalar(per_step.mean()) if split["pool"].n_unique() == 2 else None
     evidence = (f"async-overlap bound = {mean_bound:.2f}× (T_gen + T_train over "
-                f"max(T_gen, T_train) on the critical path, mean of {bound.len()} steps)")
+                f"max(T_gen, T_train) on the critical path, mean of {plural(bound.len(), 'step')})")
     if saving is None:
         evidence += "; not a saving here: generation and training share the devices"
     ctx.add("workdepth.async_overlap", "what-if", evidence, saving)
@@ -451,7 +451,7 @@ def _weight_sync(ctx: Context) -> None:
     ctx.add(
         "sync.weight_sync", "sync",
         f"weight sync = {duration(saving)} per step (wall time, union over ranks; "
-        f"{percent(_scalar(ws['share'].mean()))} of the step, mean of {ws.height} steps"
+        f"{percent(_scalar(ws['share'].mean()))} of the step, mean of {plural(ws.height, 'step')}"
         + (f", {moved / 1e6:,.0f} MB moved" if moved else "") + ")",
         saving,
         steps=_where(ws.filter(pl.col("time_ns") > 0), "step", ws.height),

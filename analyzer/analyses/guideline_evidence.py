@@ -22,6 +22,7 @@ from taxonomy.guidelines import Catalogue, Check
 
 from ..model import intervals
 from ..model.scalars import number
+from ..model.units import plural
 from .log_steps import one_per_key
 
 if TYPE_CHECKING:
@@ -30,6 +31,11 @@ if TYPE_CHECKING:
 LOG_STAGES = "log_stages"
 """log_steps' per step × stage frame (step, stage, label, seconds, share, in_step, keys)."""
 LOG_STEPS = "log_steps"
+
+
+def in_steps(frame: pl.DataFrame) -> str:
+    """``1 step``, ``3 steps``: how many steps a per-step frame holds."""
+    return plural(frame.height, "step")
 """log_steps' per-step frame (step, total_s, total_from, …, wall_s)."""
 LOG_WEIGHT_SYNC = "log_weight_sync"
 """log_steps' weight-sync frame (status, …, note): says when a version hides the sync in a timer."""
@@ -226,7 +232,7 @@ class Evidence:
         label = " + ".join(wanted)
         traced = self._trace_stage_time(wanted)
         if traced is not None and (traced["num"].sum() > 0 or absent_is_zero):
-            return Measured(traced, f"trace stage ranges, {traced.height} steps")
+            return Measured(traced, f"trace stage ranges, {in_steps(traced)}")
         logged = self._log_stage_time(wanted, absent_is_zero)
         if isinstance(logged, Measured) or traced is None:
             return logged
@@ -267,7 +273,7 @@ class Evidence:
             if pure.height
             else "no timer"
         )
-        return Measured(per_step(frame), f"log timers ({keys}), {frame.height} steps")
+        return Measured(per_step(frame), f"log timers ({keys}), {in_steps(frame)}")
 
     # --- logged metrics, timers and config --------------------------------------------------
 

@@ -27,6 +27,7 @@ from .guideline_evidence import (
     Measured,
     Missing,
     Result,
+    in_steps,
     per_step,
     ratio,
     run_value,
@@ -68,7 +69,7 @@ def weight_sync_share(ev: Evidence, check: Check) -> Result:
             ev.windows.with_columns(pl.col("wall_ns").alias("den")),
             synced.select("step", pl.col("time_ns").alias("num")),
         )
-        return Measured(per_step(frame), f"weight-sync stage in the trace, {frame.height} steps")
+        return Measured(per_step(frame), f"weight-sync stage in the trace, {in_steps(frame)}")
     result = ev.stage_time(["weight_sync"])
     logged = ev.frame(LOG_WEIGHT_SYNC)
     if isinstance(result, Missing) and logged is not None and logged["note"][0]:
@@ -206,7 +207,7 @@ def tail_share(ev: Evidence, check: Check) -> Result:
     )
     return Measured(
         per_step(frame),
-        f"rollout ends of {as_int(ends['ranks'].max())} ranks in the trace, {frame.height} steps",
+        f"rollout ends of {as_int(ends['ranks'].max())} ranks in the trace, {in_steps(frame)}",
     )
 
 
@@ -243,7 +244,7 @@ def unhidden_tail_share(ev: Evidence, check: Check) -> Result:
         ).alias("value"),
     )
     return Measured(
-        per_step(frame), f"rollout ends and preparation ranges in the trace, {frame.height} steps"
+        per_step(frame), f"rollout ends and preparation ranges in the trace, {in_steps(frame)}"
     )
 
 
@@ -253,7 +254,7 @@ def length_ratio(ev: Evidence, check: Check) -> Result:
         return Missing(check.needs)
     frame = top[1].join(mean[1].rename({"value": "mean"}), on="step").filter(pl.col("mean") > 0)
     frame = frame.with_columns((pl.col("value") / pl.col("mean")).alias("value"))
-    return Measured(per_step(frame), f"logged {top[0]} ÷ {mean[0]}, {frame.height} steps")
+    return Measured(per_step(frame), f"logged {top[0]} ÷ {mean[0]}, {in_steps(frame)}")
 
 
 def _logged(quantity: str) -> Metric:
@@ -261,7 +262,7 @@ def _logged(quantity: str) -> Metric:
         found = ev.logged(quantity)
         if found is None:
             return Missing(check.needs)
-        return Measured(per_step(found[1]), f"logged {found[0]}, {found[1].height} steps")
+        return Measured(per_step(found[1]), f"logged {found[0]}, {in_steps(found[1])}")
 
     return metric
 
@@ -277,7 +278,7 @@ def preemption_ratio(ev: Evidence, check: Check) -> Result:
         return Missing(f"{check.needs}; {key} is negative: the engine did not report preemptions")
     return Measured(
         per_step(reported),
-        f"logged {key} (an upper bound of the preempted fraction), {reported.height} steps",
+        f"logged {key} (an upper bound of the preempted fraction), {in_steps(reported)}",
     )
 
 
@@ -353,7 +354,7 @@ def pool_idle(ev: Evidence, check: Check) -> Result:
             pl.concat([values for _, values in logged]).group_by("step").agg(pl.col("value").max())
         )
         return Measured(
-            per_step(both), f"logged {', '.join(k for k, _ in logged)}, {both.height} steps"
+            per_step(both), f"logged {', '.join(k for k, _ in logged)}, {in_steps(both)}"
         )
     return Missing(check.needs)
 
@@ -394,7 +395,7 @@ def actor_critic_overlap(ev: Evidence, check: Check) -> Result:
     frame = ev.in_windows(frame)
     return Measured(
         per_step(frame),
-        f"actor and critic update ranges on disjoint ranks in the trace, {frame.height} steps",
+        f"actor and critic update ranges on disjoint ranks in the trace, {in_steps(frame)}",
     )
 
 
@@ -451,7 +452,7 @@ def dp_imbalance(ev: Evidence, check: Check) -> Result:
             )
             return Measured(
                 per_step(worst),
-                f"update compute per rank within {scope} in the trace, {worst.height} steps",
+                f"update compute per rank within {scope} in the trace, {in_steps(worst)}",
             )
     top, mean = ev.logged("seqlen_max"), ev.logged("seqlen_mean")
     if top is None or mean is None:
@@ -460,7 +461,7 @@ def dp_imbalance(ev: Evidence, check: Check) -> Result:
     frame = frame.with_columns((pl.col("value") / pl.col("mean") - 1).alias("value"))
     return Measured(
         per_step(frame),
-        f"logged {top[0]} ÷ {mean[0]} − 1 (tokens per DP rank), {frame.height} steps",
+        f"logged {top[0]} ÷ {mean[0]} − 1 (tokens per DP rank), {in_steps(frame)}",
     )
 
 
@@ -669,7 +670,7 @@ def padding_waste(ev: Evidence, check: Check) -> Result:
     return Measured(
         per_step(frame),
         f"config: use_remove_padding = false, padded to {cap_p} + {cap_r} tokens; "
-        f"logged {prompt[0]} + {response[0]}, {frame.height} steps",
+        f"logged {prompt[0]} + {response[0]}, {in_steps(frame)}",
     )
 
 
@@ -680,7 +681,7 @@ def staleness_lag(ev: Evidence, check: Check) -> Result:
     if found is not None:
         return Measured(
             per_step(found[1]),
-            f"logged {found[0]}, {found[1].height} steps; whether "
+            f"logged {found[0]}, {in_steps(found[1])}; whether "
             "an off-policy correction is on is not recorded",
         )
     execution = ev.placement[1]
@@ -703,7 +704,7 @@ def sync_wait_share(ev: Evidence, check: Check) -> Result:
         return Missing(check.needs)
     key, seconds = found
     frame = ratio(walls.select("step", pl.col("wall_s").alias("den")), seconds)
-    return Measured(per_step(frame), f"log timer {key}, {frame.height} steps")
+    return Measured(per_step(frame), f"log timer {key}, {in_steps(frame)}")
 
 
 def dispatch_gap_share(ev: Evidence, check: Check) -> Result:
@@ -724,7 +725,7 @@ def dispatch_gap_share(ev: Evidence, check: Check) -> Result:
         return Measured(
             per_step(frame),
             f"stage_gap idle over {bubbles['rank'].n_unique()} devices in the trace, "
-            f"{frame.height} steps",
+            f"{in_steps(frame)}",
         )
     stages, steps = ev.frame(LOG_STAGES), ev.frame(LOG_STEPS)
     if stages is None or steps is None:
@@ -739,7 +740,7 @@ def dispatch_gap_share(ev: Evidence, check: Check) -> Result:
     )
     frame = ratio(timed.select("step", pl.col("wall_s").alias("den")), other)
     return Measured(
-        per_step(frame), f"step time outside every stage timer in the log, {frame.height} steps"
+        per_step(frame), f"step time outside every stage timer in the log, {in_steps(frame)}"
     )
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..classify.steps import name_classes
+from ..model.options import Options
 from ..model.products import provides
 from ..model.run import SourceInfo
 from . import log_steps
@@ -25,9 +26,15 @@ if TYPE_CHECKING:
 
 @provides("log_result")
 def log_result(
-    events: pl.DataFrame, metrics: pl.DataFrame, profile: dict[str, Any]
+    events: pl.DataFrame, metrics: pl.DataFrame, profile: dict[str, Any], options: Options
 ) -> log_steps.LogSteps | None:
-    """The logs-only analysis of the run's log timers (None when it has none)."""
+    """The logs-only analysis of the run's log timers (None when it has none), of the
+    ``--steps`` selection (the run's metric rows are already only those)."""
+    chosen = options.step_selection
+    if chosen is not None:
+        events = events.filter(
+            (pl.col("kind") != "log_stage") | pl.col("step").is_null() | chosen.expr("step")
+        )
     timers = events.filter(pl.col("kind") == "log_stage")
     if timers.height == 0:
         return None

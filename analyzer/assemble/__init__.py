@@ -50,7 +50,8 @@ def build(
     notes: list[str] | None = None,
 ) -> Run:
     """The run of ``parsed`` (one run's sources): ranks and roles assigned with the user's
-    options, events and metric rows concatenated, the parsers' warnings kept."""
+    options, events and metric rows concatenated (the metric rows of the ``--steps`` selection,
+    and those of no step: a log's settings), the parsers' warnings kept."""
     options = options or Options()
     events, ranks, roles, assembly_notes = assign_ranks(parsed, options)
     events = mark_communication(events, load_families(options.collective_rules))
@@ -59,6 +60,8 @@ def build(
     metrics = pl.concat(
         [p.metrics for p in parsed if p.metrics.height] or [empty_metrics()], how="vertical"
     )
+    if options.step_selection is not None:
+        metrics = metrics.filter(pl.col("step").is_null() | options.step_selection.expr("step"))
     return Run(
         sources=infos,
         events=events,
