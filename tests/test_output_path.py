@@ -113,7 +113,7 @@ def test_every_command_that_writes_refuses_an_input(tmp_path: Path, run: Path, c
     other.mkdir()
     (other / "verl.log").write_bytes(LOG.read_bytes())
     budget = tmp_path / "budget.toml"
-    budget.write_text('[[check]]\nmetric = "overview.step_time_s"\nmax = 1e9\n')
+    budget.write_text('[[check]]\nmetric = "overview.step_time_ns"\nmax = 1e9\n')
     trace = run / "verl.log"
     before = digest(trace)
     names = {"run": str(run), "other": str(other), "input": str(trace), "budget": str(budget)}
