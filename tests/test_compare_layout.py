@@ -109,3 +109,18 @@ def test_a_label_given_twice_is_named_in_one_line():
     done = cli("compare", a, b, "-l", "x", "-l", "x", "--quiet")
     assert done.returncode == 2
     assert "--label 'x' is given twice: each run needs its own label" in done.stderr
+
+
+@pytest.mark.parametrize("width", [60, 120])
+def test_width_sets_the_terminal_tables_width(width: int, tmp_path: Path):
+    """As analyze and audit take it: every line within --width, in a file too."""
+    from rich.cells import cell_len
+
+    hta = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "HolisticTraceAnalysis"
+    runs = [str(hta / "nccl_data.json.gz"), str(hta / "test.json.gz")]
+    done = cli("compare", *runs, "--width", str(width), "-q")
+    assert done.returncode == 0, done.stderr
+    assert max(cell_len(line) for line in done.stdout.splitlines()) == width
+    out = tmp_path / "cmp.txt"
+    assert cli("compare", *runs, "--width", str(width), "-q", "-o", str(out)).returncode == 0
+    assert out.read_text() == done.stdout

@@ -58,6 +58,21 @@ EXAMPLES = (
 )
 """Shown under ``rlperf compare --help`` (analyzer/cli.py)."""
 
+FILE_WIDTH = 160
+"""The comparison table's width in a file (-o) when --width does not say."""
+
+CompareWidth = Annotated[
+    int | None,
+    typer.Option(
+        "--width",
+        min=40,
+        max=1000,
+        help="Terminal table width in columns (default: the terminal's, else COLUMNS, else 80; "
+        f"{FILE_WIDTH} in a file).",
+    ),
+]
+
+
 def compare(
     runs: Annotated[
         list[Path],
@@ -81,6 +96,7 @@ def compare(
     quiet: Quiet = False,
     run_choice: CompareRun = None,
     strict: Strict = False,
+    width: CompareWidth = None,
     debug: Debug = False,
 ) -> None:
     """Compare runs on the same metrics: values side by side, each run's change against the first,
@@ -102,7 +118,7 @@ def compare(
     with steps.step("Analyzing"):
         comparison = compare_runs(loaded, labels)
     hold_strict(loaded)
-    emit(comparison, fmt.value, output, steps, runs=loaded)
+    emit(comparison, fmt.value, output, steps, runs=loaded, width=width)
     conclude(loaded)
 
 
@@ -152,7 +168,9 @@ def checked_labels(given: list[str], runs: list[Path]) -> list[str]:
     return given
 
 
-def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None:
+def emit(
+    comparison, fmt: str, output: Path | None, steps, *, runs=None, width: int | None = None
+) -> None:
     from ..report.html import render_comparison as render_html  # deferred: it loads altair
     from ..report.markdown import render_comparison  # deferred: the renderers import polars
 
@@ -163,8 +181,13 @@ def emit(comparison, fmt: str, output: Path | None, steps, *, runs=None) -> None
     elif fmt == "html":
         with steps.step("Writing the report"):
             text = render_html(comparison, runs=runs)
+    elif output is None and width is not None:
+        from rich.console import Console  # deferred: rlperf --help does without rich
+
+        render_text(comparison, Console(width=width))
+        return
     else:
-        with console(output, 160) as out:
+        with console(output, width or FILE_WIDTH) as out:
             render_text(comparison, out)
         return
     emit_text(text, output, steps, f"{fmt} comparison")
