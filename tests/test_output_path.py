@@ -170,6 +170,21 @@ def test_a_failed_write_leaves_the_old_report_and_no_temporary_file(
     assert report.read_text() == "a new report\n" and report.stat().st_mode & 0o777 == 0o640
 
 
+@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664)])
+def test_a_new_report_has_the_umask_permissions_and_the_umask_is_left_as_it_was(
+    tmp_path: Path, mask: int, mode: int
+):
+    """mkstemp makes the temporary file 0600: a new report gets what the umask gives a new file
+    (read through the one helper that also serves the dataset's folders)."""
+    previous = os.umask(mask)
+    try:
+        files.write_text(tmp_path / "report.md", "a report\n")
+        assert os.umask(mask) == mask
+    finally:
+        os.umask(previous)
+    assert oct((tmp_path / "report.md").stat().st_mode & 0o777) == oct(mode)
+
+
 def test_a_report_written_through_a_link_updates_the_file_it_names(tmp_path: Path):
     real = tmp_path / "real.md"
     real.write_text("old\n")

@@ -20,6 +20,8 @@ from parsers.discover import is_dataset_folder
 from parsers.errors import InputError, printable
 from parsers.reading import file_kind
 
+from ..dataset.products import umask
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -129,9 +131,7 @@ def _file_mode(target: Path) -> int:
     try:
         return target.stat().st_mode & 0o7777
     except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        return 0o666 & ~umask()
 
 
 def write_text(output: Path, text: str) -> Path:
