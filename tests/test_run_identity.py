@@ -9,14 +9,16 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import analyzer
 from analyzer.assemble.ingest import ingest
-from analyzer.assemble.runs import LOG_SLACK_NS, RunsError, choose, group
+from analyzer.assemble.runs import LOG_SLACK_NS, RunsError, choose, content, group, rows_sum
 from parsers import InputError, ParsedSource
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,6 +142,44 @@ def test_two_copies_of_one_nsys_capture_are_read_once(tmp_path: Path) -> None:
     assert any(w.startswith("copy.sqlite: a copy of a.sqlite") for w in run.warnings)
     single = analyzer.load([NSYS])
     assert run.events.height == single.events.height
+
+
+def test_the_rows_digest_is_their_hashes_exact_sum_in_any_order() -> None:
+    """10 000 rows' 64-bit hashes sum far past 2**64: a UInt64 sum wraps there (polars 2.1) and
+    would error or lose digits to a float where another version promoted it."""
+    rows = pl.DataFrame({"name": [f"k{i}" for i in range(10_000)], "end_ns": range(10_000)})
+    exact = sum(rows.hash_rows(seed=0).to_list())
+    assert exact > 1000 * 2**64
+    assert rows_sum(rows) == exact
+    assert rows_sum(rows.reverse()) == exact
+    one = pl.col("end_ns") == 4321
+    assert rows_sum(rows.with_columns(end_ns=pl.when(one).then(4322).otherwise("end_ns"))) != exact
+    assert rows_sum(rows.head(0)) == 0
+
+
+def test_a_capture_with_one_row_changed_is_not_a_copy() -> None:
+    """The content digest alone tells copies apart (the counts, durations and names kept beside
+    it were the rows' again): its rows reordered or renumbered are the capture, one end moved by
+    1 ns is another."""
+    source = replace(parsed(NSYS)[0], warnings=[])
+    events = source.events
+    assert events.height == 32_249
+    renumbered = pl.lit(7, events["source"].dtype)
+    same = replace(source, warnings=[], events=events.reverse().with_columns(source=renumbered))
+    one = pl.int_range(pl.len()) == 500
+    moved = replace(source, warnings=[], events=events.with_columns(
+        end_ns=pl.when(one).then(pl.col("end_ns") + 1).otherwise("end_ns")
+    ))
+    assert content(same) == content(source) != content(moved)
+    runs, reasons = group([source, moved])
+    assert [r.indexes for r in runs] == [[0], [1]]
+    assert reasons == ["rank 0 in more than one capture"]
+    assert source.warnings == moved.warnings == []
+    runs, _ = group([source, same])
+    assert [r.indexes for r in runs] == [[0]]
+    assert source.warnings == [
+        f"{NSYS.name}: a copy of {NSYS.name} (same ranks, events and time window); read once"
+    ]
 
 
 def test_two_unrelated_kineto_traces_are_not_ranks_of_one_job() -> None:

@@ -70,7 +70,6 @@ class Facts:
     framework: str | None
     window: tuple[int, int] | None
     """Absolute ``[start, end]`` in epoch ns; None when the source has no wall clock."""
-    counts: tuple[int, int, int] = (0, 0, 0)
     content: str = ""
     """:attr:`Statement.content`."""
     settings: tuple = ()
@@ -143,10 +142,9 @@ class Statement:
     log: bool
     ranks: frozenset[int]
     window: tuple[int, int] | None
-    counts: tuple[int, int, int]
-    """Events, their summed duration and distinct names: part of a copy's fingerprint."""
     content: str = ""
-    """Digest of the source's event and metric rows and of its meta (:func:`content`)."""
+    """Digest of the source's event and metric rows and of its meta (:func:`content`): with the
+    format, a copy's fingerprint."""
     settings: tuple = ()
     """Its meta's :data:`RUN_CONFIG` values (None where not stated), in that order."""
 
@@ -157,12 +155,8 @@ def statement(parsed: ParsedSource) -> Statement:
         events.height > 0 and bool((events["kind"] == "log_stage").all())
     )
     ranks = frozenset(int(r) for r in events.filter(pl.col("rank") >= 0)["rank"].unique().to_list())
-    dur = int((events["end_ns"] - events["start_ns"]).sum()) if events.height else 0
-    names = events["name"].n_unique() if events.height else 0
     settings = tuple(_settled(parsed.meta.get(k)) for k in RUN_CONFIG)
-    return Statement(
-        log, ranks, _window(parsed), (events.height, dur, names), content(parsed), settings
-    )
+    return Statement(log, ranks, _window(parsed), content(parsed), settings)
 
 
 def _settled(value: object) -> str | None:
@@ -177,10 +171,18 @@ def content(parsed: ParsedSource) -> str:
     digest = hashlib.sha1()
     for table in (parsed.events, parsed.metrics):
         rows = table.drop("source", strict=False)
-        total = int(rows.hash_rows(seed=0).sum()) if rows.height and rows.width else 0
-        digest.update(f"{rows.height}:{total};".encode())
+        digest.update(f"{rows.height}:{rows_sum(rows)};".encode())
     digest.update(_stated(parsed.meta).encode())
     return digest.hexdigest()
+
+
+def rows_sum(rows: pl.DataFrame) -> int:
+    """The exact sum of the rows' 64-bit hashes: the same whatever their order, another when one
+    row differs. Summed as Int128, so that it never depends on what polars does when a UInt64
+    sum overflows (it wraps today; an error or a float would lose the digest)."""
+    if not (rows.height and rows.width):
+        return 0
+    return int(rows.hash_rows(seed=0).cast(pl.Int128).sum())
 
 
 def _stated(meta: dict) -> str:
@@ -198,7 +200,7 @@ def facts(index: int, parsed: ParsedSource, said: Statement | None = None) -> Fa
     return Facts(
         index=index, source=parsed, log=said.log, ranks=said.ranks if not said.log else frozenset(),
         world=int(world) if isinstance(world, int) and world > 0 else None,
-        framework=parsed.meta.get("framework") or None, window=said.window, counts=said.counts,
+        framework=parsed.meta.get("framework") or None, window=said.window,
         content=said.content, settings=said.settings,
     )
 
@@ -214,13 +216,11 @@ def _window(parsed: ParsedSource) -> tuple[int, int] | None:
     return int(start), int(max(start, end))
 
 
-def _fingerprint(f: Facts) -> tuple:
-    """Equal for copies of one capture: what the source holds, not only how much of it."""
-    height, dur, names = f.counts
-    return (
-        f.source.format, height, f.window, f.ranks, dur, names, f.source.meta.get("rank"),
-        f.content,
-    )
+def _fingerprint(f: Facts) -> tuple[str, str]:
+    """Equal for copies of one capture: its format and what it holds (:func:`content` covers
+    every row, so the ranks, window, counts and durations the rows give, and the meta, so the
+    rank it states and its clock)."""
+    return f.source.format, f.content
 
 
 def _deduplicate(found: list[Facts]) -> list[Facts]:
