@@ -203,6 +203,22 @@ def test_a_column_no_row_has_is_named_with_the_columns_there(reports, tmp_path: 
             "its columns: rank, ") in done.stdout
 
 
+def test_a_hint_is_given_only_where_a_name_is_close(tmp_path: Path):
+    """One helper words both refusals: the closest name where there is one, else the list alone."""
+    document = {"gpu_time": [{"rank": 0, "idle_fraction": 0.25}]}
+    path = audit.parse_path("max:gpu_time.zzz", "b.toml")
+    assert audit.resolve(document, path) == (
+        None, "the rows of gpu_time have no column 'zzz' (its columns: rank, idle_fraction)"
+    )
+    path = audit.parse_path("max:gpu_time.rnak", "b.toml")
+    assert audit.resolve(document, path)[1].endswith(
+        "column 'rnak' (did you mean rank? its columns: rank, idle_fraction)"
+    )
+    far = budget(tmp_path, '[[check]]\nmetric = "overview.zzzz"\nmax = 1\n')
+    with pytest.raises(audit.InputError, match=r"no metric 'zzzz' \(its metrics: ranks, steps,"):
+        audit.load_budget(far)
+
+
 def test_json_report_written_where_asked(tmp_path: Path):
     """A baseline written into a folder that does not exist yet, the line saying where, and the
     same document as on stdout."""

@@ -148,10 +148,8 @@ def resolve(document: dict[str, Any], path: MetricPath) -> tuple[float | None, s
         values = [r.get("value") for r in rows]
     else:
         if rows and all(path.field not in r for r in rows):
-            close = get_close_matches(path.field, list(rows[0]), n=1)
-            hint = f"did you mean {close[0]}? " if close else ""
-            return None, (f"the rows of {path.section} have no column {path.field!r} ({hint}"
-                          f"its columns: {', '.join(rows[0])})")
+            return None, (f"the rows of {path.section} have no column {path.field!r} "
+                          f"{_choices(path.field, list(rows[0]), 'columns')}")
         values = [r.get(path.field) for r in rows]
     if path.agg == "count":
         return float(len(rows)), ""
@@ -265,13 +263,18 @@ def _known_overview_metric(path: MetricPath, where: str) -> None:
     names = [m.name for m in METRICS]
     if path.section != "overview" or path.field in names or path.field in OVERVIEW_COLUMNS:
         return
-    close = get_close_matches(path.field, names, n=1)
-    hint = f"did you mean {close[0]}? " if close else ""
     raise InputError(
         where,
-        f"metric path {path.text!r}: the overview has no metric {path.field!r} ({hint}its "
-        f"metrics: {', '.join(names)})",
+        f"metric path {path.text!r}: the overview has no metric {path.field!r} "
+        f"{_choices(path.field, names, 'metrics')}",
     )
+
+
+def _choices(word: str, names: list[str], kind: str) -> str:
+    """``(did you mean <closest>? its <kind>: <names>)``, the hint only where one is close."""
+    close = get_close_matches(word, names, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"({hint}its {kind}: {', '.join(names)})"
 
 
 def regression_checks(baseline: dict[str, Any]) -> list[Check]:
