@@ -22,6 +22,7 @@ from taxonomy.vocab import DIMENSIONS, IDLE_CAUSES, STAGE_NAMES
 
 from ..analyses.overview import METRIC_BY_NAME, frame_of
 from ..model.scalars import number
+from ..report.comparison import MISSING
 
 METRICS_SCHEMA: dict[str, pl.DataType] = {
     "metric": pl.String(),
@@ -70,6 +71,7 @@ class Comparison:
                 for row in self.table.iter_rows(named=True)
             ],
             "wins": self.wins(),
+            "missing": MISSING,
         }
 
 
@@ -230,18 +232,30 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
 
 
 def _known_zero(wide: pl.DataFrame, frames: list[pl.DataFrame]) -> pl.DataFrame:
-    """Exposed communication per dimension is 0, not unknown, in a run whose trace was searched
-    and holds no collective (its overview says 0): another run's dimension reads 0 there."""
+    """Exposed communication of a group is 0 ns, not unknown, in a run that has searched
+    collectives and none of them is exposed in that group: one whose trace holds none at all
+    (its overview says 0), or one whose collectives all lie in other groups (none exposed in
+    ``group unknown``). It stays unknown in a run with nothing to search (a logs-only run) and
+    in one whose collectives of unknown group are exposed: some of that time may be the group's."""
     exposed = pl.col("metric").str.starts_with("exposed.")
     for i, frame in enumerate(frames):
-        total = frame.filter(pl.col("metric") == "overview.exposed_comm_ns")["value"]
-        if total.len() and total[0] == 0:
+        if _exposed_elsewhere(frame):
             column = str(i)
             wide = wide.with_columns(
                 pl.when(exposed).then(pl.col(column).fill_null(0.0)).otherwise(pl.col(column))
                 .alias(column)
             )
     return wide
+
+
+def _exposed_elsewhere(frame: pl.DataFrame) -> bool:
+    """Whether a group the run has no ``exposed.`` row for holds none of its exposed time."""
+    total = frame.filter(pl.col("metric") == "overview.exposed_comm_ns")["value"]
+    if total.len() and total[0] == 0:
+        return True
+    dims = frame.filter(pl.col("metric").str.starts_with("exposed."))
+    unknown = dims.filter(pl.col("metric") == "exposed.unknown")["value"]
+    return dims.height > 0 and not (unknown > 0).any()
 
 
 FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (

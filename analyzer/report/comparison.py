@@ -15,12 +15,21 @@ import polars as pl
 from ..model.units import cell, unit_format
 from .section import Column
 
+MISSING = (
+    "– (null in JSON): the run cannot measure the metric (it lacks what the metric reads, or, "
+    "for exposed comm of a group, its exposed collectives of unknown group may be that group's); "
+    "exposed comm of a group is 0 ns in a run whose collectives all lie in other groups, or that "
+    "has none."
+)
+"""What an empty cell means, and when a group's exposed communication is 0 instead: in the
+footnote and in the JSON (``"missing"``)."""
+
 NOTE = (
     "Each run after the first shows its change against the first in parentheses: percentage "
     "points (pp) for shares, relative change otherwise. stage time: per step, on the ranks that "
     "run the stage; idle: share of all devices' step windows; exposed comm: collective time no "
-    "computation hides, summed over ranks. The JSON format gives every metric's path, delta and "
-    "change (docs/reports.md)."
+    f"computation hides, summed over ranks. {MISSING} The JSON format gives every metric's "
+    "path, delta and change (docs/reports.md)."
 )
 """The footnote under every comparison table: how to read it and what its metrics measure."""
 
