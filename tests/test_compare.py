@@ -81,7 +81,7 @@ def test_stage_and_busy_deltas_are_the_truths(result, folders):
     for stage in ("rollout", "actor_update", "weight_sync"):
         r = row(result, f"stage.{stage}")
         assert r["delta disaggregated"] == pytest.approx(b[stage] - a[stage], rel=1e-9)
-        close = abs(a[stage] - b[stage]) <= TIE_TOLERANCE * max(a[stage], b[stage])
+        close = abs(a[stage] - b[stage]) <= TIE_TOLERANCE * min(a[stage], b[stage])
         assert r["winner"] == (
             "tie" if close else "colocated" if a[stage] < b[stage] else "disaggregated"
         )
