@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from report_truth import RUNS, cli
 
+from analyzer.model.units import duration
+
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
 MFU = CORPUS / "nsys-ai" / "mfu_2gpu_before.sqlite"
@@ -51,20 +53,23 @@ def test_a_group_none_of_the_runs_collectives_lie_in_is_0_ns(outputs) -> None:
     """colocated: 0 ns over all ranks (its 82.5 ms are 35.4 ms DP and 47.1 ms weight sync);
     trl: 0 ns in DP and weight sync (its 94.7 ms are all over all ranks); both 0 ns of unknown
     group. Before, each was null, while a run without any collective read 0."""
+    total = values(outputs, "overview.exposed_comm_ns")
     world = values(outputs, "exposed.world")
     dp = values(outputs, "exposed.dp")
     sync = values(outputs, "exposed.weight_sync")
     unknown = values(outputs, "exposed.unknown")
-    assert world["colocated"] == 0 and round(world["trl"] / 1e6, 1) == 94.7
-    assert round(dp["colocated"] / 1e6, 1) == 35.4 and dp["trl"] == 0
-    assert round(sync["colocated"] / 1e6, 1) == 47.1 and sync["trl"] == 0
+    assert world["colocated"] == 0 and world["trl"] == total["trl"] > 90e6
+    assert dp["colocated"] + sync["colocated"] == total["colocated"] > 80e6
+    assert dp["colocated"] > 30e6 and sync["colocated"] > 40e6
+    assert dp["trl"] == 0 and sync["trl"] == 0
     assert unknown["colocated"] == 0 and unknown["trl"] == 0
 
 
 def test_a_group_the_run_cannot_tell_is_null(outputs) -> None:
     """mfu's 25.4 ms of exposed send/recv are of unknown group, so no named group can be read
     from it; the log has nothing to search."""
-    assert round(values(outputs, "exposed.unknown")["mfu"] / 1e6, 1) == 25.4
+    total = values(outputs, "overview.exposed_comm_ns")
+    assert values(outputs, "exposed.unknown")["mfu"] == total["mfu"] > 25e6
     for dim in ("world", "dp", "weight_sync"):
         got = values(outputs, f"exposed.{dim}")
         assert (got["mfu"], got["log"]) == (None, None), dim
@@ -75,10 +80,12 @@ def test_a_group_the_run_cannot_tell_is_null(outputs) -> None:
 
 def test_every_format_shows_the_same_cells(outputs) -> None:
     """The all-ranks row: colocated 0 ns, trl 94.7 ms, mfu and the log –; the winner is
-    colocated (0 ns against 94.7 ms); each format's footnote says what – means."""
+    colocated (0 ns against 94.7 ms); each format's footnote says what – means. The values come
+    from the JSON, so the three formats of one comparison must agree."""
     md_row = next(x for x in outputs["md"].splitlines() if x.startswith("| exposed comm (all"))
     cells = [c.strip() for c in md_row.strip("|").split("|")]
-    assert cells == ["exposed comm (all ranks)", "0 ns", "94.7 ms (+94.7 ms)", "–", "–",
+    trl = duration(values(outputs, "exposed.world")["trl"])
+    assert cells == ["exposed comm (all ranks)", "0 ns", f"{trl} (+{trl})", "–", "–",
                      "lower", "colocated"]
     text_row = next(x for x in outputs["text"].splitlines() if x.startswith(" exposed comm (all"))
     assert [c.strip() for c in text_row.split("│")] == cells
