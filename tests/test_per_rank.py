@@ -20,7 +20,6 @@ from analyzer.dataset.store import read_manifest
 from analyzer.engines.local import LocalEngine
 from analyzer.engines.per_rank import DatasetShards, sharded
 from analyzer.model import products
-from analyzer.model.options import Options
 from analyzer.model.products import SHARDED, ProductError, Provider, providers, provides
 from analyzer.model.run import Run
 from analyzer.model.sharded import InProcess, split
@@ -90,6 +89,7 @@ def by_ranks(run: Run, provider: Provider) -> pl.DataFrame:
 
 def test_the_rank_local_products_are_declared() -> None:
     assert {p.name for p in rank_local()} == RANK_LOCAL
+    assert {p.name for p in rank_local() if p.every_rank} == set(products.EVERY_RANK)
 
 
 def test_the_runs_have_several_ranks(run: Run) -> None:
@@ -210,8 +210,8 @@ def test_a_dataset_whose_partitions_are_not_its_ranks_computes_over_the_whole_ta
         assert_frame_equal(run.product(p.name), whole(loaded(name), p), check_exact=True)
 
 
-ALONE = {"gpu_time": {"options": Options()}}
-"""What ``gpu_time`` is given besides a rank's events: the default options."""
+ALONE: dict[str, dict] = {"gpu_time": {}}
+"""What ``gpu_time`` is given besides a rank's events: nothing."""
 
 
 def test_a_call_on_a_node_with_other_code_or_without_the_dataset_is_one_error(

@@ -1,7 +1,8 @@
 """``--engine ray`` on a dataset: the rank-local products are Ray tasks, one per rank partition,
 each reading only its partition from the dataset folder, on a Ray head on 127.0.0.1 (the one
 ``tests/test_ray_engine.py`` starts, started here for this module); they equal the local
-engine's exactly, and so does the whole JSON report."""
+engine's exactly, and so does the whole JSON report, with ``--ranks`` too (the tasks get the
+selection the driver's whole-table products get)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,12 @@ def test_ray_tasks_compute_the_rank_local_products_of_a_dataset(
     assert status == 0, err
     assert json.loads(on_ray) == json.loads(local)
     assert json.loads(local)["gpu_time"] and json.loads(local)["annotations"]
+
+    some = ("analyze", str(ds), "-f", "json", "-q", "--ranks", "2-3")
+    status, local, err = rlperf(capsys, *some)
+    assert status == 0, err
+    status, on_ray, err = rlperf(capsys, *some, "--engine", "ray", "--ray-address", cluster)
+    assert status == 0, err
+    assert json.loads(on_ray) == json.loads(local)
+    assert [r["rank"] for r in json.loads(local)["gpu_time"]] == [2, 3]
+    assert {r["rank"] for r in json.loads(local)["annotations"]} == {2, 3}

@@ -9,10 +9,16 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 from report_truth import cli
 
 import analyzer
+from analyzer.engines.local import LocalEngine
+from analyzer.engines.per_rank import DatasetShards, sharded
+from analyzer.model import products
 from analyzer.model.options import Options
+from analyzer.model.products import provides
+from tests.test_per_rank import ingested
 
 HTA = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "HolisticTraceAnalysis"
 PAIR = [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
@@ -31,6 +37,54 @@ def test_the_selected_ranks_are_the_only_ones_in_the_gpu_and_annotation_tables()
     assert overview["gpu_busy_ns"] == both.gpu_time.filter(pl.col("rank") == 1)["busy_ns"].item()
     assert overview["gpu_busy_ns"] == 580_050_000
     assert one.ranks == [0, 1]  # the run's ranks, which --ranks is checked against
+
+
+def test_the_ranks_analysed_are_one_product() -> None:
+    """What the overview counts, the GPU-time section's "not shown" and the first line read."""
+    assert analyzer.load(PAIR, use_cache=False).selected_ranks == [0, 1]
+    one = analyzer.load(PAIR, use_cache=False, options=Options.checked(ranks="1-5"))
+    assert one.selected_ranks == [1] and one.ranks == [0, 1]
+
+
+@pytest.fixture
+def rows_per_rank(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A rank-local product declared as a new one would be, reading nothing but its events."""
+    monkeypatch.setattr(products, "_PROVIDERS", dict(products._PROVIDERS))
+
+    @provides("_rows_per_rank", per_rank=True)
+    def rows(events: pl.DataFrame) -> pl.DataFrame:
+        return events.group_by("rank", maintain_order=True).len().sort("rank")
+
+    return "_rows_per_rank"
+
+
+def test_a_new_rank_local_product_gets_the_selected_ranks_events(rows_per_rank: str) -> None:
+    """Its provider does nothing about --ranks: the run gives it rank 1's events (1 rank of
+    the pair's 2), while the data-quality products still read both ranks' files."""
+    both = analyzer.load(PAIR, use_cache=False)
+    one = analyzer.load(PAIR, use_cache=False, options=Options.checked(ranks="1"))
+    assert both.product(rows_per_rank)["rank"].to_list() == [0, 1]
+    assert one.product(rows_per_rank).rows() == both.product(rows_per_rank).filter(
+        pl.col("rank") == 1).rows()
+    assert set(one.event_names["rank"]) == {0, 1}
+    assert_frame_equal(one.event_names, both.event_names)
+
+
+def test_a_dataset_run_selects_the_ranks_in_its_rank_calls(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, rows_per_rank: str
+) -> None:
+    """Read from a dataset, the products come from one call per rank partition: the same
+    selection, applied in the same place, gives the same tables as the sources' run."""
+    ds = ingested(capsys, tmp_path, "HTA sampled ranks 0 and 1")
+    options = Options.checked(ranks="1")
+    run = sharded(analyzer.load([ds], options=options), [ds], LocalEngine())
+    assert isinstance(run.shards, DatasetShards) and len(run.shards.partitions) == 2
+    direct = analyzer.load(PAIR, use_cache=False, options=options)
+    for name in ("gpu_time", "annotations", "event_names", "event_checks", rows_per_rank):
+        assert_frame_equal(run.product(name), direct.product(name), check_exact=True)
+    assert run.gpu_time["rank"].to_list() == run.product(rows_per_rank)["rank"].to_list() == [1]
+    assert set(run.event_names["rank"]) == {0, 1}
+    assert len(run.shards.ran) == 2
 
 
 def test_the_first_line_says_which_ranks_are_analysed() -> None:

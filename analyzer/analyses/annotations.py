@@ -12,7 +12,6 @@ import polars as pl
 from parsers.events import nesting_depth
 
 from ..model import intervals
-from ..model.options import Options
 from ..model.products import provides
 
 OP_ID_SUFFIX = r", (?:op_id|seq) = \d+.*$"
@@ -58,7 +57,7 @@ def compute(events: pl.DataFrame) -> pl.DataFrame:
 
 
 @provides("annotations", per_rank=True)
-def annotations(events: pl.DataFrame, options: Options) -> pl.DataFrame:
-    return compute(options.selected_ranks(events))
+def annotations(events: pl.DataFrame) -> pl.DataFrame:
+    return compute(events)
 
 

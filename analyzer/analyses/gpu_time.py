@@ -16,7 +16,6 @@ import polars as pl
 from parsers.events import GPU_ACTIVITY_KINDS
 
 from ..model import intervals
-from ..model.options import Options
 from ..model.products import provides
 
 COLUMNS = [
@@ -88,7 +87,7 @@ def compute(events: pl.DataFrame, *, hta_compatible: bool = False) -> pl.DataFra
 
 
 @provides("gpu_time", per_rank=True)
-def gpu_time(events: pl.DataFrame, options: Options) -> pl.DataFrame:
-    return compute(options.selected_ranks(events))
+def gpu_time(events: pl.DataFrame) -> pl.DataFrame:
+    return compute(events)
 
 

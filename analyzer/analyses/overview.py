@@ -16,7 +16,6 @@ from typing import Any
 
 import polars as pl
 
-from ..model.options import Options
 from ..model.products import provides
 from ..model.scalars import number
 
@@ -131,15 +130,14 @@ READS = (
 
 
 @provides("overview")
-def overview(ranks: list[int], options: Options, steps: pl.DataFrame, gpu_time: pl.DataFrame,
+def overview(selected_ranks: list[int], steps: pl.DataFrame, gpu_time: pl.DataFrame,
              bubbles: pl.DataFrame, pools: pl.DataFrame, weight_sync: pl.DataFrame,
              collectives_by_dim: pl.DataFrame,
              exposed_comm: pl.DataFrame, workdepth: pl.DataFrame, violations: pl.DataFrame,
              step_outliers: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
-    chosen = options.rank_selection
     return compute(
         dict(
-            ranks=ranks if chosen is None else chosen.within(ranks),
+            ranks=selected_ranks,
             activity=activity,
             steps=steps,
             step_outliers=step_outliers,

@@ -199,3 +199,12 @@ def one_controller_per_report(units: list[dict[str, Any]]) -> list[str]:
 def ranks(events: pl.DataFrame) -> list[int]:
     """The devices' ranks (the driver, rank -1, and logs are not devices)."""
     return sorted(r for r in events["rank"].unique().to_list() if r is not None and r >= 0)
+
+
+@provides("selected_ranks")
+def selected_ranks(ranks: list[int], options: Options) -> list[int]:
+    """The ranks the analysis covers: the run's, or those of them ``--ranks`` selects. What
+    says which ranks a report is about reads this; the events a rank-local product reads are
+    narrowed alike, in one place (:func:`analyzer.model.sharded.rank_input`)."""
+    chosen = options.rank_selection
+    return ranks if chosen is None else chosen.within(ranks)

@@ -34,6 +34,7 @@ from taxonomy.collectives import load_families
 from .. import dataset
 from ..assemble.collectives import mark_communication
 from ..dataset.store import ROW, rank_partition
+from ..model.options import Selection
 from ..model.products import Provider, providers
 from ..model.run import Run
 from ..model.sharded import Broadcast, PerRank, gathered, over_ranks
@@ -111,10 +112,11 @@ def digest(files: Sequence[str]) -> str:
 def rank_products(
     root: str, rank: int, sources: tuple[tuple[int, int], ...], names: tuple[str, ...],
     broadcast: Broadcast, rules: str | None, files: tuple[str, ...], sha: str | None,
+    ranks: Selection | None = None,
 ) -> tuple[int, PerRank] | InputError:
     """Where the call ran (its process) and the rank-local products ``names`` of one rank
-    partition of the dataset ``root``, computed by code whose ``files`` hash to ``sha`` (None:
-    the driver's own process, nothing to check)."""
+    partition of the dataset ``root`` (of the ``ranks`` selected), computed by code whose
+    ``files`` hash to ``sha`` (None: the driver's own process, nothing to check)."""
     folder = Path(root)
     if sha is not None and digest(files) != sha:
         return InputError(folder, f"the node {socket.gethostname()} runs another rlperf (its "
@@ -128,7 +130,7 @@ def rank_products(
         events = rank_events(folder, rank, sources, rules)
     except InputError as exc:
         return exc
-    return os.getpid(), over_ranks(chosen, events, broadcast)
+    return os.getpid(), over_ranks(chosen, events, broadcast, ranks)
 
 
 @dataclass
@@ -146,12 +148,12 @@ class DatasetShards:
     """The process of each call made so far (a Ray task's is its worker's)."""
 
     def evaluate(
-        self, providers: Sequence[Provider], broadcast: Broadcast
+        self, providers: Sequence[Provider], broadcast: Broadcast, ranks: Selection | None = None
     ) -> dict[str, pl.DataFrame]:
         names = tuple(p.name for p in providers)
         files = code(names)
         sha = None if isinstance(self.engine, LocalEngine) else digest(files)
-        calls = [(str(self.root), rank, sources, names, broadcast, self.rules, files, sha)
+        calls = [(str(self.root), rank, sources, names, broadcast, self.rules, files, sha, ranks)
                  for rank, sources in self.partitions]
         per_rank: PerRank = []
         for result in self.engine.each(rank_products, calls, self.workers):

@@ -12,7 +12,10 @@ read anything it has not declared.
 
 A provider declared ``per_rank=True`` is *rank-local*: its product over the run is the
 concatenation, in ascending rank order, of the provider called on each rank's events alone
-(:data:`SHARDED`), every other parameter passed whole ("broadcast"). The declaration is data:
+(:data:`SHARDED`), every other parameter passed whole ("broadcast"); the events it gets are
+those of the ``--ranks`` selection (the driver's and logs' too), given in one place
+(:func:`analyzer.model.sharded.rank_input`) whichever way it is computed, except for the
+products about the files (:data:`EVERY_RANK`). The declaration is data:
 ``Run`` may then compute it rank by rank, in another process or on another node
 (:mod:`analyzer.model.sharded`); ``tests/test_per_rank.py`` checks every such declaration.
 
@@ -47,6 +50,9 @@ LAZY = "lazy"
 the guidelines that read it."""
 SHARDED = "events"
 """The input a rank-local (``per_rank``) provider reads one rank at a time."""
+EVERY_RANK = ("event_checks", "event_names")
+"""Rank-local products about the files rather than the analysis: they read every rank's events
+whatever ``--ranks`` selects (the data-quality section covers every rank, docs/assembly.md)."""
 MUTABLE = ("warnings", "failures")
 """Inputs a provider appends to: a rank-local one, which may run in another process, reads
 neither."""
@@ -67,6 +73,11 @@ class Provider:
     schema: Mapping[str, pl.DataType] | None
     per_rank: bool = False
     """Rank-local: the concatenation in rank order of the provider over each rank's events."""
+
+    @property
+    def every_rank(self) -> bool:
+        """Rank-local and reading every rank, ``--ranks`` aside (:data:`EVERY_RANK`)."""
+        return self.per_rank and self.name in EVERY_RANK
 
     @property
     def module(self) -> str:
@@ -182,6 +193,7 @@ class Products:
 
     # assembly
     ranks = Product[list[int]]()
+    selected_ranks = Product[list[int]]()
     collective_calls = Product[Frame]()
     clock = Product[Frame]()
     aligned = Product[Frame]()

@@ -19,7 +19,7 @@ from . import frames
 from .failures import Failure
 from .options import Options
 from .products import INPUTS, LAZY, SHARDED, Lazy, ProductError, Products, Provider, providers
-from .sharded import Shards
+from .sharded import Shards, rank_input
 
 
 @dataclass
@@ -93,7 +93,7 @@ class Run(Products):
             }
         finally:
             self._resolving.pop()
-        values = shards.evaluate(batch, broadcast)
+        values = shards.evaluate(batch, broadcast, self.options.rank_selection)
         for p in batch:
             self._kept(p, values[p.name])
         return self._cache[provider.name]
@@ -101,6 +101,8 @@ class Run(Products):
     def _argument(self, param: str, provider: Provider) -> Any:
         if param == LAZY:
             return Lazy(self, provider.lazy, provider.name)
+        if param == SHARDED and provider.per_rank:
+            return rank_input(provider, self.events, self.options.rank_selection)
         return self.read(param)
 
     def provides(self, *names: str) -> bool:

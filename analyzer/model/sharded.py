@@ -2,7 +2,9 @@
 
 A rank-local provider's product over the run is the concatenation, in ascending rank order
 (null ranks first, as ``sort`` puts them), of the provider called on each rank's events alone
-with its other parameters passed whole. ``Run`` computes such a product through its
+with its other parameters passed whole, and its events are those the ``--ranks`` selection
+keeps (:func:`rank_input`, the one place that applies it to them). ``Run`` computes such a
+product through its
 :class:`Shards` when it has one (a run read from a dataset: each rank's partition read by a
 worker, ``analyzer/engines/per_rank.py``), else over the whole event table; the two are equal
 (``tests/test_per_rank.py`` checks every declaration on multi-rank runs).
@@ -17,6 +19,7 @@ import polars as pl
 
 from parsers.events import empty_events
 
+from .options import Selection, keep_ranks
 from .products import SHARDED, Provider
 
 Broadcast = Mapping[str, Mapping[str, Any]]
@@ -27,10 +30,17 @@ PerRank = list[dict[str, pl.DataFrame]]
 
 class Shards(Protocol):
     def evaluate(
-        self, providers: Sequence[Provider], broadcast: Broadcast
+        self, providers: Sequence[Provider], broadcast: Broadcast, ranks: Selection | None
     ) -> dict[str, pl.DataFrame]:
-        """Each provider's product over the run, computed rank by rank and gathered."""
+        """Each provider's product over the run (``ranks``: the ``--ranks`` selection),
+        computed rank by rank and gathered."""
         ...
+
+
+def rank_input(provider: Provider, events: pl.DataFrame, ranks: Selection | None) -> pl.DataFrame:
+    """The events a rank-local provider reads, of the whole run or of one rank: those of the
+    ``ranks`` selected (the driver's and logs' too), every rank's for one about the files."""
+    return events if provider.every_rank else keep_ranks(events, ranks)
 
 
 def split(events: pl.DataFrame) -> list[pl.DataFrame]:
@@ -43,17 +53,22 @@ def split(events: pl.DataFrame) -> list[pl.DataFrame]:
 
 
 def on_rank(
-    providers: Sequence[Provider], events: pl.DataFrame, broadcast: Broadcast
+    providers: Sequence[Provider], events: pl.DataFrame, broadcast: Broadcast,
+    ranks: Selection | None = None,
 ) -> dict[str, pl.DataFrame]:
-    """Every provider on one rank's events."""
-    return {p.name: p.fn(**{SHARDED: events, **broadcast[p.name]}) for p in providers}
+    """Every provider on one rank's events (those ``ranks`` selects)."""
+    return {
+        p.name: p.fn(**{SHARDED: rank_input(p, events, ranks), **broadcast[p.name]})
+        for p in providers
+    }
 
 
 def over_ranks(
-    providers: Sequence[Provider], events: pl.DataFrame, broadcast: Broadcast
+    providers: Sequence[Provider], events: pl.DataFrame, broadcast: Broadcast,
+    ranks: Selection | None = None,
 ) -> PerRank:
     """Every provider on each rank of ``events`` in turn."""
-    return [on_rank(providers, part, broadcast) for part in split(events)]
+    return [on_rank(providers, part, broadcast, ranks) for part in split(events)]
 
 
 def gathered(
@@ -76,6 +91,7 @@ class InProcess:
         self.events = events
 
     def evaluate(
-        self, providers: Sequence[Provider], broadcast: Broadcast
+        self, providers: Sequence[Provider], broadcast: Broadcast, ranks: Selection | None = None
     ) -> dict[str, pl.DataFrame]:
-        return gathered(providers, over_ranks(providers, self.events, broadcast), broadcast)
+        per_rank = over_ranks(providers, self.events, broadcast, ranks)
+        return gathered(providers, per_rank, broadcast)

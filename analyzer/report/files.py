@@ -40,10 +40,9 @@ def sized(run) -> str:
     from ..model.units import plural, spans  # deferred: with the report
 
     said = f"{plural(len(run.sources), 'source')}, {plural(len(run.ranks), 'rank')}"
-    chosen = run.options.rank_selection
-    if chosen is None:
+    if run.options.rank_selection is None:
         return said
-    kept = chosen.within(run.ranks)
+    kept = run.selected_ranks
     return f"{said} ({'rank' if len(kept) == 1 else 'ranks'} {spans(kept)} analysed)"
 
 

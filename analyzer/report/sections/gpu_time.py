@@ -22,9 +22,7 @@ def section(run: Run) -> Section | None:
         "Busy = union of kernels, copies and memsets over "
         "all streams; window = first to last GPU activity."
     )
-    chosen = run.options.rank_selection
-    ranks = run.ranks if chosen is None else chosen.within(run.ranks)
-    without = sorted(set(ranks) - set(frame["rank"].to_list()))
+    without = sorted(set(run.selected_ranks) - set(frame["rank"].to_list()))
     if without:
         note += (
             f" Not shown, needs GPU activity: rank{'s' if len(without) > 1 else ''} "
