@@ -107,3 +107,54 @@ def test_output_file(tmp_path: Path, part: str) -> None:
     target = tmp_path / f"{part}.md"
     invoke("--part", part, "-f", "md", "-o", str(target))
     assert target.read_text().startswith("## ")
+
+
+def test_profiles_at_80_columns_are_a_list_of_whole_rules() -> None:
+    """The 169 profile rules need 136 columns as a table; at 80 that table folded every cell
+    into fragments (``profil/e``, ``^(time/perf/|/train\\``). They are listed, one entry a rule,
+    each field on its line, every pattern as written (``^step\\[``, which rich markup showed as
+    ``^step[``), and the 148 patterns that fit a line whole on one."""
+    done = runner.invoke(app, ["taxonomy", "--part", "profiles"], env={"COLUMNS": "80"})
+    lines = done.output.splitlines()
+    rules = [r for p in profiles.load_profiles().values() for r in p.rules]
+    assert len(rules) == 169
+    assert max(len(line) for line in lines) <= 80
+    assert "169 entries, as a list (their table needs 136 columns)" in " ".join(lines[:3])
+    assert sum(line.startswith("profile   ") for line in lines) == 169
+    assert fields(lines, "match") == [r.match.replace(" ", "") for r in rules]
+    assert sum(f"match     {r.match}" in map(str.rstrip, lines) for r in rules) == 148
+
+
+def fields(lines: list[str], name: str) -> list[str]:
+    """Each entry's ``name`` field, its continuation lines joined (spaces dropped: a long value
+    breaks at a space or anywhere)."""
+    out: list[str] = []
+    inside = False
+    for line in lines:
+        if line.startswith(f"{name} "):
+            out.append(line[len(name):].replace(" ", ""))
+            inside = True
+        elif inside and line.startswith(" "):
+            out[-1] += line.replace(" ", "")
+        else:
+            inside = False
+    return out
+
+
+def test_stages_at_80_and_profiles_in_a_file_stay_tables(tmp_path: Path) -> None:
+    """A part whose columns fit readably stays a table: the stages at 80 columns, the
+    profiles at the 160 of a file (-o), each header whole on one line and each cell as written
+    (rich markup made ``^step\\[`` ``^step[``)."""
+    done = runner.invoke(app, ["taxonomy", "--part", "stages"], env={"COLUMNS": "80"})
+    lines = done.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert [c.strip() for c in lines[2].strip("┃").split("┃")] == ["id", "stage", "title", "what"]
+    target = tmp_path / "profiles.txt"
+    invoke("--part", "profiles", "-o", str(target))
+    lines = target.read_text().splitlines()
+    assert max(len(line) for line in lines) <= 160
+    assert [c.strip() for c in lines[2].strip("┃").split("┃")] == [
+        "profile", "rule", "source", "match", "stage", "role", "relation", "versions", "note"
+    ]
+    assert sum(line.startswith("│ ") for line in lines) >= 169
+    assert sum("│ ^step\\[[A-Z_]+( " in line for line in lines) == 1  # as written, not ^step[[

@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ..model.units import plural
 from ..report.files import check_output, console, write_text
 from .shared import Debug, Output
 
 if TYPE_CHECKING:
     import polars as pl
+    from rich.console import Console
 
 
 class Part(str, Enum):
@@ -130,8 +132,6 @@ def taxonomy(
     """Print the taxonomy: stages, roles, dimensions, placements and execution modes, idle
     causes, the framework profiles with their rules, the collective rules, the communication
     families and the guideline catalogue."""
-    from rich.table import Table  # deferred: rlperf --help does without rich
-
     check_output(output)
     chosen = parts(
         profile, rules, collective_rules
@@ -145,14 +145,65 @@ def taxonomy(
         else:
             sys.stdout.write(text)
         return
-    with console(output, 160) as out:
+    with console(output, FILE_WIDTH) as out:
         for title, frame in chosen.values():
-            table = Table(title=title, title_justify="left", show_lines=False)
-            for col in frame.columns:
-                table.add_column(col, overflow="fold")
-            for row in frame.iter_rows():
-                table.add_row(*["" if v is None else str(v) for v in row])
-            out.print(table)
+            print_part(out, title, frame)
+
+
+FILE_WIDTH = 160
+"""The width of the text in a file (-o); on a terminal, the terminal's (else COLUMNS, else 80)."""
+
+READABLE = 16
+"""Columns a table cell needs to be read: a column given less folds words into fragments
+(``profil/e``, ``^(time/perf/|``). A part whose columns cannot each have this much (or their
+widest cell, when less) and their header is printed as a list, one entry per row."""
+
+PADDING = 3
+"""What one column of a rich table adds to its cell (padding and the rule)."""
+
+
+def print_part(out: Console, title: str, frame: pl.DataFrame) -> None:
+    """One part: a table when it fits the console readably, else a list of entries, each
+    row's non-empty fields one per line. Cells are plain text, not rich markup: a pattern's
+    ``\\[`` is shown as written."""
+    from rich.table import Table  # deferred: rlperf --help does without rich
+    from rich.text import Text  # deferred: rlperf --help does without rich
+
+    rows = [["" if v is None else str(v) for v in row] for row in frame.iter_rows()]
+    need = table_width(frame.columns, rows)
+    if need <= out.width:
+        table = Table(title=title, title_justify="left", show_lines=False)
+        for col in frame.columns:
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*map(Text, row))
+        out.print(table)
+        return
+    count = plural(len(rows), "entry", "entries")
+    out.print(f"{title} — {count}, as a list (their table needs {need} columns)",
+              style="italic", highlight=False, markup=False)
+    for row in rows:
+        entry = Table.grid(padding=(0, 2))
+        entry.add_column(style="bold", no_wrap=True)
+        entry.add_column(overflow="fold")
+        for name, value in zip(frame.columns, row, strict=True):
+            if value:
+                entry.add_row(name, Text(value))
+        out.print()
+        out.print(entry)
+    out.print()
+
+
+def table_width(columns: list[str], rows: list[list[str]]) -> int:
+    """The narrowest table in which every header is whole and every column :data:`READABLE`
+    wide (or as wide as its widest cell)."""
+    from rich.cells import cell_len  # deferred: rlperf --help does without rich
+
+    widest = [max((cell_len(r[i]) for r in rows), default=0) for i in range(len(columns))]
+    return 1 + sum(
+        max(cell_len(name), min(w, READABLE)) + PADDING
+        for name, w in zip(columns, widest, strict=True)
+    )
 
 
 def render(chosen: dict[str, tuple[str, pl.DataFrame]], fmt: str) -> str | None:
