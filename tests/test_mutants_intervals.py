@@ -107,6 +107,18 @@ def test_overlap_each_per_group_keeps_row_order() -> None:
     assert iv.overlap_each(frame, cover, ["rank"]).to_list() == [10, 3, 1]
 
 
+def test_overlap_each_of_a_merged_cover() -> None:
+    """A cover already disjoint (``merged``: not merged again), its pieces out of order and in
+    two groups: the same answers as :func:`test_overlap_each_by_hand`, rank 1's cover [0,10)
+    apart; a row ending inside a piece counts up to its end ([12,18) → 6)."""
+    frame = spans([(0, 0, 15), (0, 15, 35), (1, 0, 20), (0, 40, 50), (0, 12, 18), (0, 25, 28)],
+                  "rank")
+    cover = spans([(0, 30, 40), (1, 0, 10), (0, 10, 20)], "rank")
+    got = iv.overlap_each(frame, cover, ["rank"], merged=True).to_list()
+    assert got == [5, 10, 10, 0, 6, 0]
+    assert iv.overlap_each(frame, cover, ["rank"]).to_list() == got
+
+
 def test_labelled_sweep_lower_label_wins() -> None:
     """label 0 on [5,15), label 1 on [0,20): pieces 1 [0,5), 0 [5,15), 1 [15,20)."""
     tagged = pl.DataFrame(

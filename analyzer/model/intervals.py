@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 
 import polars as pl
 
+from .query import collect
+
 START = "start_ns"
 END = "end_ns"
 MAX_LABELS = 62
@@ -28,10 +30,11 @@ def union(frame: pl.DataFrame | pl.LazyFrame, by: Sequence[str] = ()) -> pl.Data
     In start order, a piece begins where an interval starts after the reach (running maximum
     end) of those before it, and ends at the reach of its last interval: two filters of the
     sorted rows, where grouping by piece would hash one group per piece (on a run's kernels,
-    most of them)."""
+    most of them). The sort keeps the order of ties: polars' unstable sort of two keys or more
+    is several times slower on rows nearly in time order already, and the result is the same."""
     by = list(by)
     ordered = frame.lazy().select([*by, START, END]).filter(pl.col(END) > pl.col(START))
-    return _merged(ordered.sort([*by, START]), by).collect()
+    return collect(_merged(ordered.sort([*by, START], maintain_order=True), by))
 
 
 def _merged(ordered: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
@@ -102,7 +105,7 @@ def _sweep(a: pl.DataFrame, b: pl.DataFrame, by: list[str], keep: pl.Expr) -> pl
                 ]
             ),
         ]
-    ).sort([*by, "t"])
+    ).sort([*by, "t"], maintain_order=True)
     per = _per(by)
     segments = points.with_columns(
         per(pl.col("da").cast(pl.Int32).cum_sum()).alias("_ca"),
@@ -110,7 +113,7 @@ def _sweep(a: pl.DataFrame, b: pl.DataFrame, by: list[str], keep: pl.Expr) -> pl
         per(pl.col("t").shift(-1)).alias("_next"),
     ).filter(keep & pl.col("_next").is_not_null() & (pl.col("_next") > pl.col("t")))
     merged = segments.select([*by, pl.col("t").alias(START), pl.col("_next").alias(END)])
-    return _merged(merged.lazy(), by).collect()
+    return collect(_merged(merged.lazy(), by))
 
 
 def _live(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -177,7 +180,7 @@ def labelled_sweep(tagged: pl.DataFrame, by: Sequence[str], labels: int) -> pl.D
             merged.select(*by, pl.col(START).alias("t"), bit.alias("_d")),
             merged.select(*by, pl.col(END).alias("t"), (-bit).alias("_d")),
         ]
-    ).lazy().sort([*by, "t"])
+    ).lazy().sort([*by, "t"], maintain_order=True)
     pieces = points.with_columns(
         over(pl.col("_d").cum_sum()).alias("_mask"), over(pl.col("t").shift(-1)).alias(END)
     ).filter((pl.col("_mask") > 0) & (pl.col(END) > pl.col("t"))).select(
@@ -192,43 +195,48 @@ def labelled_sweep(tagged: pl.DataFrame, by: Sequence[str], labels: int) -> pl.D
     runs = pieces.with_columns(new.fill_null(True).alias("_new")).with_columns(
         over(pl.col("_new").shift(-1)).fill_null(True).alias("_last")
     )
-    return runs.select(
+    return collect(runs.select(
         *(pl.col(k).filter("_new") for k in by),
         pl.col("label").filter("_new"),
         pl.col(START).filter("_new"),
         pl.col(END).filter("_last"),
-    ).collect()
+    ))
 
 
-def overlap_each(frame: pl.DataFrame, cover: pl.DataFrame, by: Sequence[str] = ()) -> pl.Series:
+def overlap_each(frame: pl.DataFrame, cover: pl.DataFrame, by: Sequence[str] = (),
+                 merged: bool = False) -> pl.Series:
     """For each interval of ``frame`` (in row order), how much of it ``cover`` covers.
 
-    ``cover`` is merged into a union per ``by`` group first; the answer is C(end) − C(start),
-    with C(x) the covered length before x, found by an as-of join on the union's pieces.
+    ``cover`` is merged into a union per ``by`` group first, unless ``merged`` says its
+    intervals are disjoint already (a union, or gaps between a union's pieces); the answer is
+    C(end) − C(start), with C(x) the covered length before x, found for every start and end
+    by one as-of join on the union's pieces.
     """
     by = list(by)
     if frame.height == 0:
         return pl.Series("overlap_ns", [], dtype=pl.Int64)
-    pieces = union(cover, by).sort([*by, START])
+    pieces = (cover.select([*by, START, END]) if merged else union(cover, by)).sort(
+        [*by, START], maintain_order=True
+    )
     lengths = pl.col(END) - pl.col(START)
     before = lengths.cum_sum().shift(1, fill_value=0)
     pieces = pieces.with_columns(_per(by)(before).alias("_before")).select(
         [*by, pl.col(START).alias("_ps"), pl.col(END).alias("_pe"), "_before"]
     )
     rows = frame.select([*by, START, END]).with_row_index("_row")
-
-    def covered_before(col: str) -> pl.DataFrame:
-        points = rows.select(["_row", *by, pl.col(col).alias("_x")]).sort([*by, "_x"])
-        hit = points.join_asof(
-            pieces,
-            left_on="_x",
-            right_on="_ps",
-            by=by or None,
-            strategy="backward",
-            check_sortedness=False,
-        )
-        inside = (pl.min_horizontal("_x", "_pe") - pl.col("_ps")).clip(lower_bound=0)
-        return hit.select("_row", (pl.col("_before") + inside).fill_null(0).alias(col))
-
-    both = covered_before(START).join(covered_before(END), on="_row").sort("_row")
-    return (both[END] - both[START]).clip(lower_bound=0).cast(pl.Int64).alias("overlap_ns")
+    points = pl.concat([
+        rows.select(["_row", *by, pl.col(START).alias("_x"), pl.lit(-1, pl.Int8).alias("_sign")]),
+        rows.select(["_row", *by, pl.col(END).alias("_x"), pl.lit(1, pl.Int8).alias("_sign")]),
+    ]).sort([*by, "_x"], maintain_order=True)
+    hit = points.join_asof(
+        pieces, left_on="_x", right_on="_ps", by=by or None, strategy="backward",
+        check_sortedness=False,
+    )
+    inside = (pl.min_horizontal("_x", "_pe") - pl.col("_ps")).clip(lower_bound=0)
+    covered = hit.select("_row", "_sign", (pl.col("_before") + inside).fill_null(0).alias("_c"))
+    at_start, at_end = (covered.filter(pl.col("_sign") == sign) for sign in (-1, 1))
+    end, start = (
+        pl.zeros(frame.height, dtype=pl.Int64, eager=True).scatter(at["_row"], at["_c"])
+        for at in (at_end, at_start)
+    )
+    return (end - start).clip(lower_bound=0).alias("overlap_ns")
