@@ -1,7 +1,8 @@
 """Collective calls (product ``collective_calls``): one row per rank and call — communication
 kernels on ranks with device work, the outermost host collective ranges otherwise — with its
 process group filled from the source's ``pg_config`` and matched across members into instances
-by (group, ``seq``) or, without ``seq``, by order within the group.
+by (group, ``seq``) or, without ``seq``, by order within the group; point-to-point calls (whose
+peers differ from call to call) by time instead (:mod:`.p2p`).
 
 Which kernels are communication beyond what the parsers recognise (NCCL, c10d and gloo ranges)
 is the communication-family table (``taxonomy/comm_families.toml``): :func:`mark_communication`
@@ -22,6 +23,7 @@ from taxonomy import collectives as tc
 from ..model.options import Options
 from ..model.products import provides
 from ..model.run import SourceInfo
+from . import p2p
 
 CALL_COLUMNS = ["rank", "source", "name", "kind", "coll", "pg", "pg_desc", "pg_ranks", "group_size",
                 "bytes", "seq", "start_ns", "end_ns", "group", "instance", "group_recorded"]
@@ -211,8 +213,27 @@ def _bare_key(calls: pl.DataFrame, families: tuple[tc.Family, ...]) -> pl.Expr:
 
 
 def _instances(calls: pl.DataFrame) -> pl.DataFrame:
-    """Match calls across group members: by (group, seq) where every call of the group records
-    ``seq``, else by order within the group on each rank. Unmatched calls get instance -1."""
+    """Match calls across group members into instances (-1: unmatched). Collectives: by (group,
+    seq) where every collective of the group records ``seq``, else by order within the group on
+    each rank. Point-to-point calls: by time (:mod:`.p2p`)."""
+    is_p2p = (
+        pl.col("coll").cast(pl.String).is_in(list(p2p.P2P)).fill_null(False)
+        if "coll" in calls.columns
+        else pl.lit(False)
+    )
+    marked = calls.with_columns(is_p2p.alias("_p2p"))
+    collective = _ordered_instances(marked.filter(~pl.col("_p2p")).drop("_p2p"))
+    pointwise = marked.filter(pl.col("_p2p")).drop("_p2p")
+    if pointwise.height:
+        first = collective.select(pl.col("instance").max().fill_null(-1) + 1).item()
+        pointwise = p2p.match(pointwise, collective, first)
+        collective = pl.concat([collective, pointwise.select(collective.columns)])
+    return collective.sort("rank", "start_ns")
+
+
+def _ordered_instances(calls: pl.DataFrame) -> pl.DataFrame:
+    """Collectives: by (group, seq) where every call of the group records ``seq``, else by
+    order within the group on each rank."""
     seq_ok = calls.group_by("group").agg(pl.col("seq").is_not_null().all().alias("seq_ok"))
     keyed = calls.sort("rank", "start_ns").join(seq_ok, on="group", how="left").with_columns(
         pl.when(pl.col("seq_ok")).then(pl.col("seq"))
