@@ -23,6 +23,7 @@ from taxonomy.tomlfile import read_toml
 
 from ..model import frames, intervals
 from ..model.products import provides
+from ..model.query import collect
 from ..model.units import duration, percent, plural, size, spans
 from .findings import Workload, workload
 from .findings import rules as finding_rules
@@ -70,10 +71,10 @@ def windows(events: pl.DataFrame | pl.LazyFrame, stage_timeline: pl.DataFrame) -
     gpu = events.lazy().filter(_is_gpu())
     wall = events.lazy().filter(pl.col("rank") >= 0).group_by("rank").agg(
         (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("wall_ns")
-    ).collect()
+    ).pipe(collect)
     dev = gpu.group_by("rank").agg(
         (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("gpu_window_ns")
-    ).collect()
+    ).pipe(collect)
     whole = wall.join(dev, on="rank", how="inner").with_columns(pl.lit(WHOLE).alias("scope"))
     spans_ = _stage_spans(stage_timeline)
     staged = intervals.union_length(spans_, ["rank", "scope"], "wall_ns").with_columns(
@@ -123,7 +124,7 @@ def _ranks_of(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Per ``keys`` group, its ranks sorted (``ranks``): from the distinct (keys, rank) pairs,
     as a list aggregation over every row would first gather each group's rows."""
     pairs = frame.lazy().select(*keys, "rank").unique()
-    return pairs.group_by(keys).agg(pl.col("rank").sort().alias("ranks")).collect()
+    return pairs.group_by(keys).agg(pl.col("rank").sort().alias("ranks")).pipe(collect)
 
 
 def top_kernels(kernels: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
@@ -132,7 +133,7 @@ def top_kernels(kernels: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
     per = kernels.lazy().group_by("scope", "name").agg(
         _dur().sum().alias("total_ns"), pl.len().alias("count"),
         _dur().mean().alias("mean_ns"), _dur().max().alias("max_ns"), _dur().min().alias("min_ns"),
-    ).collect().join(_ranks_of(kernels, ["scope", "name"]), on=["scope", "name"])
+    ).pipe(collect).join(_ranks_of(kernels, ["scope", "name"]), on=["scope", "name"])
     # ties in total time take their place by name, not by the group-by's arbitrary order
     per = per.sort(
         "scope", "total_ns", pl.col("name").cast(pl.String), descending=[False, True, False]
@@ -157,7 +158,7 @@ def small_kernels(kernels: pl.DataFrame, launches: pl.DataFrame, wall: pl.DataFr
     its share of the ranks' wall time; ``family``: the short name launched most often."""
     tiny = kernels.lazy().select("scope", "name", "rank", "corr", *SPAN).filter(
         _dur() < rule["max_ns"]
-    ).collect()
+    ).pipe(collect)
     names = tiny.select(pl.col("name").unique())
     names = names.with_columns(_family(pl.col("name")).alias("family")).with_columns(
         pl.col("family").rank("dense").alias("_fam")
@@ -204,7 +205,7 @@ class Busy:
 def _busy_gaps(merged: pl.DataFrame, min_gap_ns: int) -> pl.DataFrame:
     """Per rank, the gaps of at least ``min_gap_ns`` between the pieces of a union
     (``intervals.union`` by rank)."""
-    gaps = merged.sort("rank", "start_ns").select(
+    gaps = merged.sort("rank", "start_ns", maintain_order=True).select(
         "rank",
         pl.col("end_ns").shift(1).over("rank").alias("start_ns"),
         pl.col("start_ns").alias("end_ns"),
@@ -219,7 +220,7 @@ def idle_gaps(gpu: pl.DataFrame, busy: Busy, stage_spans: pl.DataFrame, win: pl.
     total's share of the kernel window (in a stage: of the stage's time)."""
     gaps = _busy_gaps(busy.kernels, rule["min_gap_ns"])
     uncovered = gaps.with_columns(
-        (_dur() - intervals.overlap_each(gaps, busy.gpu, ["rank"])).alias("empty_ns")
+        (_dur() - intervals.overlap_each(gaps, busy.gpu, ["rank"], merged=True)).alias("empty_ns")
     )
     pieces = _clip_scoped(gaps, stage_spans).join(
         uncovered.select("_id", "empty_ns", _dur().alias("_whole")), on="_id"
@@ -231,7 +232,7 @@ def idle_gaps(gpu: pl.DataFrame, busy: Busy, stage_spans: pl.DataFrame, win: pl.
     )
     kwin = gpu.lazy().filter(pl.col("kind") == "kernel").group_by("rank").agg(
         (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("kernel_window_ns")
-    ).collect()
+    ).pipe(collect)
     out = per.join(win, on=["scope", "rank"]).join(kwin, on="rank", how="left").with_columns(
         pl.when(pl.col("scope") == WHOLE).then("kernel_window_ns").otherwise("gpu_window_ns")
         .alias("window_ns")
@@ -277,11 +278,11 @@ def sync_blocking(events: pl.DataFrame | pl.LazyFrame, gaps: pl.DataFrame,
     ) | ((pl.col("kind") == "gpu_sync") & _name_matches(host, names["host_waits"]))
     waits = events.lazy().filter(blocking & (pl.col("rank") >= 0)).select(
         "rank", "start_ns", "end_ns", pl.col("name").cast(pl.String)
-    ).collect()
+    ).pipe(collect)
     merged = intervals.union(waits, ["rank"]).with_row_index("_id")
     pieces = _clip_scoped(merged, stage_spans)
     pieces = pieces.with_columns(
-        intervals.overlap_each(pieces, gaps, ["rank"]).alias("idle_ns")
+        intervals.overlap_each(pieces, gaps, ["rank"], merged=True).alias("idle_ns")
     )
     per = pieces.group_by("scope", "rank").agg(
         _dur().sum().alias("blocked_ns"), pl.col("idle_ns").sum()
@@ -304,7 +305,8 @@ def copies(gpu: pl.DataFrame, busy: Busy, win: pl.DataFrame, names: dict[str, An
     )
     if copy.height:
         copy = copy.with_columns(
-            (_dur() - intervals.overlap_each(copy, busy.kernels, ["rank"])).alias("exposed_ns")
+            (_dur() - intervals.overlap_each(copy, busy.kernels, ["rank"], merged=True))
+            .alias("exposed_ns")
         )
     else:
         copy = copy.with_columns(pl.lit(0, pl.Int64).alias("exposed_ns"))
@@ -384,7 +386,7 @@ def _distinct_names(events: pl.LazyFrame, kinds: tuple[str, ...]) -> dict[str, p
     """Per kind, its distinct names, read in one pass over the events."""
     pairs = events.filter(pl.col("kind").is_in(list(kinds))).select(
         pl.col("kind").cast(pl.String), "name"
-    ).unique().drop_nulls("name").collect()
+    ).unique().drop_nulls("name").pipe(collect)
     return {k: pairs.filter(pl.col("kind") == k)["name"] for k in kinds}
 
 
@@ -407,13 +409,13 @@ def measure(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
     """Every check's numbers, one frame per check (see each function)."""
     names = table["names"]
     ev = classified.lazy().select(COLUMNS).filter(pl.col("rank") >= 0)
-    gpu = ev.filter(_is_gpu()).collect()
+    gpu = ev.filter(_is_gpu()).pipe(collect)
     distinct = _distinct_names(ev, ("runtime", "gpu_sync"))
     runtime = ev.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null())
     launching = runtime.filter(_name_matches(distinct["runtime"], names["launch"]))
     launch = launching.group_by("rank", "corr").agg(
         _dur().sum().alias("api_ns"), pl.col("end_ns").max().alias("launch_end_ns")
-    ).collect()
+    ).pipe(collect)
     spans_ = _stage_spans(stage_timeline)
     win = windows(ev, stage_timeline)
     kernels = _scoped(
