@@ -16,6 +16,7 @@ import pytest
 
 import analyzer
 from analyzer.analyses import findings as fmod
+from analyzer.analyses import guidelines as ga
 from analyzer.model import frames, products
 from analyzer.report.sections import sections
 
@@ -508,6 +509,39 @@ def test_overlapping_savings_say_so() -> None:
                                          "by another bound)")
     assert "overlaps finding" not in found["evidence"][0]
     assert "Savings overlap and do not add up." in _note(run)
+
+
+NCCL_DATA = CORPUS / "HolisticTraceAnalysis" / "nccl_data.json.gz"
+
+
+def test_plain_ddp_training_gets_no_controller_advice_for_its_stage_gaps() -> None:
+    """HTA's nccl_data (plain DDP, ProfilerStep#4-6, no RL stage or driver): the forward pass
+    is no stage, so its idle is stage_gap (91.6 ms/step, 41.2%), and it was told 'Batch the
+    controller's remote calls, keep large tensors off the object store'."""
+    run = _corpus(NCCL_DATA)
+    gap = run.findings.filter(pl.col("id") == "bubble.stage_gap").row(0, named=True)
+    assert gap["saving_ns"] == pytest.approx(91.56e6, rel=0.001)
+    assert gap["title"] == "Devices idle between the recognised stages"
+    advice = gap["recommendation"]
+    assert "controller's" not in advice and "object store" not in advice
+    assert "no controller recorded (framework generic, no driver range)" in gap["evidence"]
+    assert "most of it in ## forward ## (90.3 ms per device and step, 98.6% of this idle)" \
+        in gap["evidence"]
+    assert not fmod.workload(run.sources, run.placement, run.profile,
+                             run.product("stage_ranges"), fmod.rules().controllers).controller
+
+
+def test_a_controller_run_keeps_the_dispatch_advice() -> None:
+    """verl's driver ranges: its stage gaps are dispatch time, advice about the controller."""
+    run = analyzer.load([RUNS / "verl_grpo_colocated"])
+    work = fmod.workload(run.sources, run.placement, run.profile, run.product("stage_ranges"))
+    assert work.controller and work.framework == "verl"
+    assert fmod.rules().advice("bubble.stage_gap", work).startswith("Batch the controller's")
+
+
+def test_the_controller_frameworks_are_g24s() -> None:
+    g24 = ga.load_catalogue()["G24"]
+    assert fmod.rules().controllers == frozenset(g24.applies_to.frameworks)
 
 
 RANK34 = CORPUS / "HolisticTraceAnalysis" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"

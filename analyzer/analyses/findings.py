@@ -27,7 +27,7 @@ from taxonomy import tomlfile
 from taxonomy.guidelines import SEVERITIES
 from taxonomy.vocab import DIMENSION_WORDS
 
-from ..model import frames
+from ..model import frames, intervals
 from ..model.failures import Failure, record, user_errors
 from ..model.intervals import union_length
 from ..model.products import Lazy, providers, provides
@@ -69,6 +69,7 @@ class Rules:
     same_time: tuple[str, ...] = ()
     same_time_share: float = 0.9
     capture_drops: frozenset[str] = frozenset()
+    controllers: frozenset[str] = frozenset()
 
     def text(self, fid: str, key: str) -> str:
         return self.finding.get(fid, {}).get(key, "")
@@ -77,41 +78,60 @@ class Rules:
         """``fid``'s recommendation for ``work``: its most specific variant present."""
         return next((t for k in work.variants() if (t := self.text(fid, k))), "")
 
+    def title(self, fid: str, work: Workload) -> str:
+        """``fid``'s title; ``title_plain`` for a run without a controller, where it has one."""
+        plain = "" if work.controller else self.text(fid, "title_plain")
+        return plain or self.text(fid, "title")
+
 
 @dataclass(frozen=True)
 class Workload:
     """What the trace records, which decides the advice: training or inference (a rollout-only
-    run or an inference engine's trace), and whether it replays CUDA graphs or was recorded
-    while capturing them (then "use CUDA graphs" is advice the run already follows)."""
+    run or an inference engine's trace), whether it replays CUDA graphs or was recorded
+    while capturing them (then "use CUDA graphs" is advice the run already follows), and
+    whether a controller dispatches its stages (else time between stages is not dispatch)."""
 
     kind: str = "training"
     graphs: str = ""
     capture: dict[str, int] = field(default_factory=dict)
     files: tuple[str, ...] = ()
+    controller: bool = True
+    framework: str = ""
 
     def variants(self) -> tuple[str, ...]:
         """Recommendation keys of a rule table to try, most specific first."""
         keys = ["recommendation_graphs"] if self.graphs else []
+        if not self.controller:
+            keys.append("recommendation_plain")
         if self.kind == "inference":
             keys.append("recommendation_inference")
         return (*keys, "recommendation")
 
 
 def workload(sources: Iterable[Any], placement: dict[str, Any] | None,
-             profile: dict[str, Any] | None) -> Workload:
+             profile: dict[str, Any] | None, stage_ranges: pl.DataFrame | None = None,
+             controllers: Iterable[str] = ()) -> Workload:
     """The run's :class:`Workload` from its sources' graph facts (``meta["graph_capture"]``,
-    ``meta["graph_replay"]``), its placement (``rollout_only``) and its profile (an engine's)."""
+    ``meta["graph_replay"]``), its placement (``rollout_only``), its profile (an engine's; a
+    single-controller framework's, ``controllers``) and its stage ranges (a driver's range: the
+    trace records the controller). Without stage ranges the controller is not judged."""
     captured = [s for s in sources if s.meta.get("graph_capture")]
     replayed = any((s.meta.get("graph_replay") or {}).get("launches") for s in sources)
     engine = bool(getattr((profile or {}).get("profile"), "engine", False))
     rollout_only = (placement or {}).get("placement") == "rollout_only"
     capture = {k: sum(s.meta["graph_capture"].get(k, 0) for s in captured)
                for k in ("captures", "captured_launches")}
+    name = str((profile or {}).get("name") or "")
+    driven = stage_ranges is None or name in set(controllers) or bool(
+        stage_ranges.filter(pl.col("role").cast(pl.String) == "driver").height
+    )
     return Workload(
         kind="inference" if engine or rollout_only else "training",
         graphs="capture" if captured else "replay" if replayed else "",
         capture=capture if captured else {},
         files=tuple(s.path.name for s in captured),
+        controller=driven,
+        framework=name,
     )
 
 
@@ -150,6 +170,7 @@ def rules(path: Path = RULES_PATH) -> Rules:
         same_time=tuple(data.get("same_time", {}).get("members", [])),
         same_time_share=float(data.get("same_time", {}).get("merge_share", 0.9)),
         capture_drops=frozenset(data.get("graph_capture", {}).get("drops", [])),
+        controllers=frozenset(data.get("controller", {}).get("frameworks", [])),
     )
 
 
@@ -169,6 +190,8 @@ OWN = (
     "placement",
     "profile",
     "events",
+    "stage_ranges",
+    "device_states",
 )
 """What rlperf's own candidates read, each on demand."""
 SOURCES = ("trace", "log")
@@ -237,7 +260,7 @@ class Context:
         self.rows.append({
             "id": fid,
             "kind": kind,
-            "title": title or self.rules.text(fid, "title") or fid,
+            "title": title or self.rules.title(fid, self.work) or fid,
             "severity": severity or self.severity(saving, on),
             "ranks": ranks,
             "steps": steps,
@@ -349,14 +372,44 @@ def _idle(ctx: Context) -> None:
         saving = total / (devices * steps)
         if not ctx.worth(saving):
             continue
-        ctx.add(
-            f"bubble.{cause}", "bubble",
+        evidence = (
             f"{cause} idle = {duration(saving)} per device and step ({percent(total / window)} "
-            f"of the device windows; {plural(devices, 'device')}, {plural(steps, 'step')})",
-            saving,
+            f"of the device windows; {plural(devices, 'device')}, {plural(steps, 'step')})"
+        )
+        if cause == "stage_gap" and not ctx.work.controller:
+            evidence += _between_stages(ctx, total, devices * steps)
+        ctx.add(
+            f"bubble.{cause}", "bubble", evidence, saving,
             ranks=_where(rows, "rank", devices), steps=_where(rows, "step", steps),
         )
     _pool_wait(ctx, by_cause.filter(pl.col("cause") == "pool_wait"), steps)
+
+
+def _between_stages(ctx: Context, total: float, per: int) -> str:
+    """What a run without a controller does in its stage gaps: no controller recorded, and the
+    host range (an annotation that overlaps no stage range, so not a step's) holding most of
+    the gap idle."""
+    said = (f"; no controller recorded (framework {ctx.work.framework or 'unknown'}, no driver "
+            "range)")
+    gaps = ctx.lazy["device_states"].filter(pl.col("cause").cast(pl.String) == "stage_gap")
+    ranges: pl.DataFrame = ctx.lazy["stage_ranges"]
+    notes = ctx.lazy["events"].filter(
+        (pl.col("kind") == "annotation") & pl.col("rank").is_in(gaps["rank"].unique().implode())
+    ).select("rank", pl.col("name").cast(pl.String), "depth", "start_ns", "end_ns")
+    if gaps.height == 0 or notes.height == 0:
+        return said
+    outside = notes.with_columns(
+        intervals.overlap_each(notes, ranges.filter(pl.col("rank") >= 0), ["rank"])
+        .alias("_staged"),
+        intervals.overlap_each(notes, gaps, ["rank"]).alias("_gap"),
+    ).filter((pl.col("_staged") == 0) & (pl.col("_gap") > 0))
+    if outside.height == 0:
+        return said
+    top = outside.group_by("name").agg(pl.col("_gap").sum(), pl.col("depth").min()).sort(
+        ["_gap", "depth", "name"], descending=[True, False, False]
+    ).row(0, named=True)
+    return (said + f"; most of it in {top['name']} ({duration(top['_gap'] / per)} per device "
+            f"and step, {percent(top['_gap'] / total)} of this idle)")
 
 
 def _gpu_ranks(ctx: Context) -> pl.Series:
@@ -754,7 +807,8 @@ def rank(cands: pl.DataFrame, bases: dict[str, float | None]) -> pl.DataFrame:
 def findings(lazy: Lazy, failures: dict[str, Failure]) -> pl.DataFrame:
     steps = _guarded("step times", failures, lambda: _step_times(lazy)) or Steps(0, None, None)
     work = _guarded("workload", failures, lambda: workload(
-        lazy["sources"], lazy["placement"], lazy["profile"])) or Workload()
+        lazy["sources"], lazy["placement"], lazy["profile"], lazy["stage_ranges"],
+        rules().controllers)) or Workload()
     found = candidates(lazy, failures, rules(), steps, work)
     merged = same_time(deduplicate(found, rules().problems), rules())
     return overlaps(rank(_whole_trace(merged, steps), steps.bases()), rules())
