@@ -422,13 +422,35 @@ def test_a_graph_capture_trace_gets_no_idle_saving_and_one_finding_that_says_why
     assert not found["recommendation"].str.contains(CUDA_GRAPHS).any()
 
 
-@pytest.mark.parametrize("name", ["vllm_decode_full__graph_execution.json.gz",
-                                  "vllm_prefilldecode_piecewise__graph_execution.json.gz"])
-def test_a_trace_that_replays_cuda_graphs_is_not_told_to_use_them(name: str) -> None:
+@pytest.mark.parametrize(("name", "idle", "lag"), [
+    ("vllm_decode_full__graph_execution.json.gz", "2.41 ms", "7.83 ms"),
+    ("vllm_prefilldecode_piecewise__graph_execution.json.gz", "26.4 ms", "149 ms"),
+])
+def test_a_trace_that_replays_cuda_graphs_is_not_told_to_use_them(name: str, idle: str,
+                                                                  lag: str) -> None:
+    """vLLM graph replays: the host-bound idle (2.41 ms, 12.6%, the top finding at error) was
+    the host's stage range before the first recorded GPU work, which started 7.83 ms after its
+    launch returned (a 1.54 ms hipGraphLaunch among them): the host ran ahead, nothing to save."""
     found = _corpus(TRACELENS / "inference" / name).findings
     host = found.filter(pl.col("id") == "bubble.host_bound").row(0, named=True)
-    assert host["recommendation"].startswith("The engine already replays CUDA graphs")
+    assert host["saving_ns"] is None and host["severity"] == "info"
+    assert host["title"] == "GPU idle inside stages, not waiting for a launch (the host ran ahead)"
+    assert (f"host_bound idle = {idle} per device and step" in host["evidence"]
+            and f"{idle} before rank 0's first recorded GPU work, which started {lag} after its "
+                "launch returned" in host["evidence"])
+    assert host["recommendation"].startswith("Nothing to cut on the host")
     assert not found["recommendation"].str.contains(CUDA_GRAPHS).any()
+
+
+def test_host_bound_idle_with_its_work_queued_saves_only_the_wait_for_a_launch() -> None:
+    """HTA's sampled rank 0: of 271 ms host-bound idle per step, 154 ms had its closing work
+    launched long before (fbgemm kernels launched at 378 ms ran at 434 ms); 116 ms is saved."""
+    found = _corpus(CORPUS / "HolisticTraceAnalysis" / "sampled_rank-0.json.gz").findings
+    host = found.filter(pl.col("id") == "bubble.host_bound").row(0, named=True)
+    assert host["saving_ns"] == pytest.approx(116.48e6, rel=0.001)
+    assert "271 ms per device and step" in host["evidence"]
+    assert "154 ms of it not waiting for a launch" in host["evidence"]
+    assert "the GPU waited for a launch 116 ms" in host["evidence"]
 
 
 def test_an_inference_trace_gets_no_training_advice() -> None:

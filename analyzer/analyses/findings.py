@@ -32,6 +32,7 @@ from ..model.failures import Failure, record, user_errors
 from ..model.intervals import union_length
 from ..model.products import Lazy, providers, provides
 from ..model.units import duration, percent, plural, spans
+from . import queued
 
 RULES_PATH = Path(tomlfile.__file__).with_name("findings.toml")
 CONFIDENCES = ("low", "medium", "high")
@@ -70,6 +71,7 @@ class Rules:
     same_time_share: float = 0.9
     capture_drops: frozenset[str] = frozenset()
     controllers: frozenset[str] = frozenset()
+    queue_lag_ns: int = 100_000
 
     def text(self, fid: str, key: str) -> str:
         return self.finding.get(fid, {}).get(key, "")
@@ -171,6 +173,7 @@ def rules(path: Path = RULES_PATH) -> Rules:
         same_time_share=float(data.get("same_time", {}).get("merge_share", 0.9)),
         capture_drops=frozenset(data.get("graph_capture", {}).get("drops", [])),
         controllers=frozenset(data.get("controller", {}).get("frameworks", [])),
+        queue_lag_ns=int(data.get("host_bound", {}).get("queue_lag_ns", 100_000)),
     )
 
 
@@ -378,11 +381,44 @@ def _idle(ctx: Context) -> None:
         )
         if cause == "stage_gap" and not ctx.work.controller:
             evidence += _between_stages(ctx, total, devices * steps)
-        ctx.add(
-            f"bubble.{cause}", "bubble", evidence, saving,
-            ranks=_where(rows, "rank", devices), steps=_where(rows, "step", steps),
-        )
+        where = {"ranks": _where(rows, "rank", devices), "steps": _where(rows, "step", steps)}
+        if cause == "host_bound":
+            _host_bound(ctx, evidence, devices * steps, where)
+            continue
+        ctx.add(f"bubble.{cause}", "bubble", evidence, saving, **where)
     _pool_wait(ctx, by_cause.filter(pl.col("cause") == "pool_wait"), steps)
+
+
+def _host_bound(ctx: Context, evidence: str, per: int, where: dict[str, str]) -> None:
+    """Host-bound idle saves only the part in which the GPU had nothing launched to run
+    (:mod:`queued`); the rest is said. When nothing is left to save, idle before a rank's first
+    recorded GPU work (the host ran ahead) is one info finding that says why, without a saving;
+    idle with launched work pending is another finding's (a sync, the idle gaps)."""
+    runs = ctx.lazy["device_states"].filter(pl.col("cause").cast(pl.String) == "host_bound")
+    runs = runs.filter(pl.col("rank").is_in(_gpu_ranks(ctx).implode()))
+    wait = queued.split(runs, ctx.lazy["events"], ctx.rules.queue_lag_ns)
+    if wait.queued_ns == 0:
+        ctx.add("bubble.host_bound", "bubble", evidence, wait.waited_ns / per, **where)
+        return
+    parts = [f"{duration(pending / per)} with launched work not yet started"
+             for pending in [wait.queued_ns - wait.behind_ns] if pending]
+    if wait.behind_ns:
+        parts.append(f"{duration(wait.behind_ns / per)} before rank {wait.rank}'s first recorded "
+                     f"GPU work, which started {duration(wait.lag_ns)} after its launch returned "
+                     "(the device's earlier work is not in the trace)")
+    said = (f"; {duration(wait.queued_ns / per)} of it not waiting for a launch (the host ran "
+            f"ahead of the GPU: not launch overhead): {', '.join(parts)}")
+    saving = wait.waited_ns / per
+    if not ctx.worth(saving) and not wait.behind_ns:
+        return
+    if ctx.worth(saving):
+        ctx.add("bubble.host_bound", "bubble",
+                evidence + said + f"; the GPU waited for a launch {duration(saving)}", saving,
+                **where)
+        return
+    ctx.add("bubble.host_bound", "bubble", evidence + said, None, **where, severity="info",
+            title=ctx.rules.text("bubble.host_bound", "title_queued"),
+            recommendation=ctx.rules.text("bubble.host_bound", "recommendation_queued"))
 
 
 def _between_stages(ctx: Context, total: float, per: int) -> str:
