@@ -403,3 +403,31 @@ def test_a_cut_file_that_kept_no_event_is_listed_with_none_kept(tmp_path: Path):
     }
     assert rows["salvaged"]["count"] == 0
     assert rows["salvaged"]["detail"].startswith("the last ")
+
+
+def test_thread_depth_is_the_sweeps_depth_and_finds_the_crossing():
+    """Two threads, their rows interleaved (µs): on thread 1, [0,100) holds two identical
+    [10,40) (the earlier row outer), [40,60) starts as they end (depth 1, not 3), and [50,120)
+    starts inside [40,60), its parent, and outlives it by 60 µs; on thread 2, [5,8) and [8,9)
+    touch (both depth 0). ``thread_depth`` counts what ``nesting_depth``'s sweep counts; only
+    [50,120) is a crossing."""
+    from analyzer.analyses.quality import thread_crossings, thread_depth
+    from parsers.events import nesting_depth
+
+    us = 1_000
+    rows = [(1, 0, 100), (2, 5, 8), (1, 10, 40), (1, 10, 40), (2, 8, 9), (1, 40, 60),
+            (1, 50, 120)]
+    frame = pl.DataFrame(
+        {"rank": [0] * len(rows), "source": [0] * len(rows), "pid": [7] * len(rows),
+         "tid": [t for t, _, _ in rows], "kind": ["cpu_op"] * len(rows),
+         "start_ns": [s * us for _, s, _ in rows], "end_ns": [e * us for _, _, e in rows]},
+        schema_overrides={"source": pl.UInt32, "rank": pl.Int32},
+    )
+    keys = ["source", "pid", "tid"]
+    ordered = frame.sort([*keys, "start_ns", "end_ns"], descending=[False] * 4 + [True],
+                         maintain_order=True).with_columns(
+        pl.struct(keys).rle_id().cast(pl.Int64).alias("_g")).with_row_index("_order")
+    assert thread_depth(ordered).to_list() == [0, 1, 2, 1, 2, 0, 0]
+    swept = nesting_depth(ordered, keys).to_list()
+    assert thread_depth(ordered).to_list() == swept
+    assert thread_crossings(frame).height == 1

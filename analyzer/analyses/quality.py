@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from parsers.discover import format_traits
-from parsers.events import GPU_ACTIVITY_KINDS, nesting_depth
+from parsers.events import GPU_ACTIVITY_KINDS
 from parsers.source import CORRELATION_PER_PROCESS
 from taxonomy import profiles as tp
 from taxonomy.pipeline_phases import phase_of
@@ -43,6 +43,7 @@ from ..assemble.runs import folder_role, role_place
 from ..classify.steps import exclusion, name_classes, trace_ends
 from ..model import frames
 from ..model.products import provides
+from ..model.query import collect
 from ..model.run import SourceInfo
 from ..model.units import duration
 
@@ -202,7 +203,7 @@ def stream_overlaps(events: pl.DataFrame) -> pl.DataFrame:
         pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
         & (pl.col("stream") >= 0)
         & (pl.col("end_ns") > pl.col("start_ns"))
-    ).sort([*keys, "start_ns", "end_ns"]).collect()
+    ).sort([*keys, "start_ns", "end_ns"], maintain_order=True).pipe(collect)
     before = pl.col("start_ns") < pl.col("end_ns").cum_max().shift(1).over(keys) - RESOLUTION_NS
     after = pl.col("end_ns") - RESOLUTION_NS > pl.col("start_ns").shift(-1).over(keys)
     return _found(gpu.filter(before.fill_null(False) | after.fill_null(False)))
@@ -210,33 +211,47 @@ def stream_overlaps(events: pl.DataFrame) -> pl.DataFrame:
 
 def thread_crossings(events: pl.DataFrame) -> pl.DataFrame:
     """Host ranges that end after the range enclosing their start, on one thread (ranges of a
-    thread form a stack; a crossing one breaks every stage and depth rule built on it)."""
+    thread form a stack; a crossing one breaks every stage and depth rule built on it). The
+    enclosing range is the last one before it, in (start, longest first) order, one level
+    shallower (:func:`thread_depth`)."""
     keys = ["source", "pid", "tid"]
-    host = events.lazy().select("rank", *keys, "kind", "start_ns", "end_ns").filter(
+    host = collect(events.lazy().select("rank", *keys, "kind", "start_ns", "end_ns").filter(
         pl.col("kind").is_in(list(HOST_KINDS))
         & (pl.col("tid") >= 0)
         & (pl.col("end_ns") > pl.col("start_ns"))
-    ).collect()
+    ))
     if host.height == 0:
         return _found(host)
-    ordered = (
-        host.with_columns(nesting_depth(host, keys).cast(pl.Int32).alias("depth"))
-        .with_row_index("_row")
-        .sort([*keys, "start_ns", "end_ns", "_row"], descending=[False] * 4 + [True, False])
-        .with_row_index("_order")
-    )
+    ordered = host.sort(
+        [*keys, "start_ns", "end_ns"], descending=[False] * 4 + [True], maintain_order=True
+    ).with_columns(pl.struct(keys).rle_id().cast(pl.Int64).alias("_g")).with_row_index("_order")
+    ordered = ordered.with_columns(thread_depth(ordered))
     parents = ordered.select(
-        *keys, "_order", (pl.col("depth") + 1).alias("depth"), pl.col("end_ns").alias("_parent_end")
+        "_g", "_order", (pl.col("depth") + 1).alias("depth"), pl.col("end_ns").alias("_parent_end")
     )
     linked = ordered.filter(pl.col("depth") > 0).join_asof(
         parents,
         on="_order",
-        by=[*keys, "depth"],
+        by=["_g", "depth"],
         strategy="backward",
         allow_exact_matches=False,
         check_sortedness=False,
     )
     return _found(linked.filter(pl.col("end_ns") > pl.col("_parent_end") + RESOLUTION_NS))
+
+
+def thread_depth(ordered: pl.DataFrame) -> pl.Series:
+    """How many ranges of its thread are open as each range starts (``parsers.events
+    .nesting_depth``'s depth of ranges none of which is empty), for rows in thread (``_g``),
+    start and longest-first order: the ranges before it in that order less those that ended
+    by its start, which one binary search of the thread's sorted ends counts. Thread and time
+    are one sort key: the thread's number times the count of distinct times, plus the time's
+    rank among them (a key that cannot overflow, where raw nanoseconds times threads could)."""
+    n = ordered.height
+    ranks = pl.concat([ordered["start_ns"], ordered["end_ns"]]).rank("dense").cast(pl.Int64)
+    thread = ordered["_g"] * (2 * n + 1)
+    ended = (thread + ranks.tail(n)).sort().search_sorted(thread + ranks.head(n), side="right")
+    return (ordered["_order"].cast(pl.Int64) - ended.cast(pl.Int64)).cast(pl.Int32).alias("depth")
 
 
 def _launch_pid(formats: dict[int, str]) -> pl.Expr:
@@ -254,7 +269,7 @@ def before_launch(events: pl.DataFrame, formats: dict[int, str]) -> pl.DataFrame
     ).unique(["source", "corr", "_lp"], keep="first")
     gpu = events.lazy().select("rank", "source", "pid", "kind", "corr", "start_ns").filter(
         pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & pl.col("corr").is_not_null()
-    ).with_columns(_launch_pid(formats)).collect()
+    ).with_columns(_launch_pid(formats)).pipe(collect)
     linked = gpu.join(launches, on=["source", "corr", "_lp"])
     return _found(linked.filter(pl.col("start_ns") < pl.col("_launch") - RESOLUTION_NS))
 
@@ -267,7 +282,7 @@ def stream_disorder(events: pl.DataFrame) -> pl.DataFrame:
         pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS))
         & (pl.col("stream") >= 0)
         & pl.col("corr").is_not_null()
-    ).sort([*keys, "start_ns", "corr"]).collect()
+    ).sort([*keys, "start_ns", "corr"], maintain_order=True).pipe(collect)
     return _found(
         gpu.filter((pl.col("corr") < pl.col("corr").cum_max().shift(1).over(keys)).fill_null(False))
     )
@@ -728,7 +743,7 @@ def name_events(events: pl.DataFrame) -> pl.DataFrame:
         *(pl.lit(None, pl.String).alias(c) for c in ("kind", "name"))
     )
     out = pl.concat([held, named], how="diagonal").sort("rank", "source", "kind", "name")
-    return out.collect().select(
+    return collect(out).select(
         pl.col(name).cast(dtype) for name, dtype in frames.EVENT_NAMES.items()
     )
 
