@@ -489,6 +489,25 @@ def test_g5_weight_sync_share_from_the_weight_sync_product():
     passed(run(2, 3), "G5", 0.025)
 
 
+DSCHAT_LOG = CORPUS / "logs" / "deepspeed-chat" / (
+    "step3_actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log")
+
+
+def test_a_logged_weight_sync_timer_of_zero_is_a_measured_zero_in_the_headline():
+    """DeepSpeed-Chat logs 'Gather latency=0.00s (0.00%)' every step: G5 and the log section
+    read 0.0% of 475 steps while the headline said '– needs … a weight-sync timer in a log'."""
+    if not DSCHAT_LOG.exists():
+        pytest.skip("corpus not present")
+    run = logs_run(DSCHAT_LOG)
+    logged = run.log_weight_sync.row(0, named=True)
+    assert (logged["status"], logged["where"]) == ("measured", "Gather latency")
+    assert logged["share"] == 0.0
+    headline = run.overview.filter(pl.col("metric") == "weight_sync_share").row(0, named=True)
+    assert headline["value"] == 0.0
+    g5 = run.violations.filter(pl.col("id") == "G5").row(0, named=True)
+    assert (g5["status"], g5["value"]) == ("passed", 0.0)
+
+
 def test_g5_says_where_the_log_hides_weight_sync():
     got = not_evaluated(
         logs_run(VERL_LOG),

@@ -3,9 +3,9 @@ framework, placement, execution mode — is the run section of ``analyzer/classi
 
 One row per metric with a stable ``metric`` name; ``overview.<metric>`` is its path in audit
 budgets and comparisons (docs/reports.md). Each number is read from the product that computes it
-(``steps``, ``gpu_time``, ``bubbles``, ``pools``, ``weight_sync``, ``collectives_by_dim``,
-``workdepth``, ``violations``); when that product is not provided or has nothing to say, the row
-keeps a null value and its text says what it needs.
+(``steps``, ``gpu_time``, ``bubbles``, ``pools``, ``weight_sync`` or ``log_weight_sync``,
+``collectives_by_dim``, ``workdepth``, ``violations``); when that product is not provided or has
+nothing to say, the row keeps a null value and its text says what it needs.
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ READS = (
     "bubbles",
     "pools",
     "weight_sync",
+    "log_weight_sync",
     "collectives_by_dim",
     "exposed_comm",
     "workdepth",
@@ -132,7 +133,7 @@ READS = (
 @provides("overview")
 def overview(selected_ranks: list[int], steps: pl.DataFrame, gpu_time: pl.DataFrame,
              bubbles: pl.DataFrame, pools: pl.DataFrame, weight_sync: pl.DataFrame,
-             collectives_by_dim: pl.DataFrame,
+             log_weight_sync: pl.DataFrame, collectives_by_dim: pl.DataFrame,
              exposed_comm: pl.DataFrame, workdepth: pl.DataFrame, violations: pl.DataFrame,
              step_outliers: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
     return compute(
@@ -145,6 +146,7 @@ def overview(selected_ranks: list[int], steps: pl.DataFrame, gpu_time: pl.DataFr
             bubbles=bubbles,
             pools=pools,
             weight_sync=weight_sync,
+            log_weight_sync=log_weight_sync,
             collectives_by_dim=collectives_by_dim,
             exposed_comm=exposed_comm,
             workdepth=workdepth,
@@ -256,12 +258,22 @@ def _ratio(per_device: pl.DataFrame) -> float | None:
 
 
 def _weight_sync(products: Mapping[str, Any]) -> dict[str, Any]:
+    """The trace's weight-sync ranges over its steps, else the log's weight-sync timer share
+    (the log section's number: a timer that reads 0 s is a measured 0%, not a missing one)."""
     sync = _in(products, "weight_sync", "time_ns")
     steps = _in(products, "steps", "start_ns", "end_ns")
     if sync is None or sync.height == 0 or steps is None:
-        return {}
+        return _logged_weight_sync(products)
     total = (steps["end_ns"] - steps["start_ns"]).sum()
     return {"weight_sync_share": sync["time_ns"].sum() / total} if total else {}
+
+
+def _logged_weight_sync(products: Mapping[str, Any]) -> dict[str, Any]:
+    logged = _in(products, "log_weight_sync", "status", "share")
+    if logged is None:
+        return {}
+    measured = logged.filter((pl.col("status") == "measured") & pl.col("share").is_not_null())
+    return {"weight_sync_share": measured["share"][0]} if measured.height else {}
 
 
 def _collectives(products: Mapping[str, Any]) -> dict[str, Any]:
