@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import polars as pl
+import pytest
 from rich.console import Console
 
 from analyzer.report.html import section_html
@@ -26,3 +30,39 @@ def test_columnless_section_renders_its_frame_everywhere():
 def test_declared_columns_choose_and_order_the_cells():
     section = Section("T", pl.DataFrame({"a": [1], "b": [2]}), columns=[Column("b", "B", "number")])
     assert section.rows() == [[2]]
+
+
+ALPA_REPORT2 = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "alpa" / \
+    "report2.nsys-rep"
+
+
+@pytest.mark.skipif(shutil.which("nsys") is None or not ALPA_REPORT2.exists(),
+                    reason="needs the nsys CLI and the corpus")
+def test_no_counted_problem_beside_a_warning_is_not_no_problems() -> None:
+    """alpa's report2 (a p2p test, 2023): no data-quality check counts anything, but its Nsight
+    Systems did not support the CUDA driver, so kernels may be missing (a warning). The note
+    said "No problems found"; it says what was checked and that the warning qualifies it. The
+    same run without the warning is the clean run it then is."""
+    import analyzer
+    from analyzer.report.sections import sections
+
+    run = analyzer.load([ALPA_REPORT2])
+    assert run.data_quality.height == 0
+    assert run.warnings == [
+        "report2.nsys-rep: the report records that its Nsight Systems (2022.1.3.3) did not "
+        "support the CUDA driver (12.0): CUDA kernels may be missing from it"
+    ]
+
+    def note() -> str:
+        return next(s for s in sections(run) if s.key == "data_quality").note or ""
+
+    assert note() == (
+        "No problem counted in 1 file (nothing dropped, clamped or repaired, no overlaps, "
+        "disorder, zero-length GPU work, clock corrections or cut files), but 1 warning says "
+        "what may still be missing or wrong (listed at the end of the report)."
+    )
+    run.warnings = []
+    assert note() == (
+        "No problems found in 1 file: nothing dropped, clamped or repaired, no overlaps, "
+        "disorder, zero-length GPU work, clock corrections or cut files."
+    )
