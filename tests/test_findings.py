@@ -17,6 +17,7 @@ import pytest
 import analyzer
 from analyzer.analyses import findings as fmod
 from analyzer.analyses import guidelines as ga
+from analyzer.analyses import queued
 from analyzer.model import frames, products
 from analyzer.report.sections import sections
 
@@ -531,6 +532,19 @@ def test_overlapping_savings_say_so() -> None:
                                          "by another bound)")
     assert "overlaps finding" not in found["evidence"][0]
     assert "Savings overlap and do not add up." in _note(run)
+
+
+def test_a_rank_whose_first_gpu_work_has_no_launch_is_not_behind() -> None:
+    """The first GPU work decides whether a rank ran behind its host, matched to a launch or
+    not: a kernel without a launch call (1-2 µs) came before one queued 500 µs, so the 1 µs of
+    host-bound idle before it is a wait for the host, not the device's unrecorded past."""
+    events = pl.DataFrame({
+        "rank": [0, 0, 0], "kind": ["kernel", "kernel", "runtime"], "stream": [7, 7, -1],
+        "corr": [1, 2, 2], "start_ns": [1_000, 500_000, 50], "end_ns": [2_000, 501_000, 100],
+    })
+    runs = pl.DataFrame({"rank": [0], "start_ns": [0], "end_ns": [1_000]})
+    wait = queued.split(runs, events, 100_000)
+    assert (wait.waited_ns, wait.queued_ns, wait.behind_ns) == (1_000, 0, 0)
 
 
 NCCL_DATA = CORPUS / "HolisticTraceAnalysis" / "nccl_data.json.gz"

@@ -35,13 +35,14 @@ class HostWait:
 
 
 def _launched(events: pl.DataFrame, ranks: pl.Series) -> pl.DataFrame:
-    """Each GPU row with the end of the runtime call that launched it (``launch_end_ns``)."""
+    """Each GPU row with the end of the runtime call that launched it (``launch_end_ns``, null
+    where no call has its correlation id)."""
     mine = events.filter(pl.col("rank").is_in(ranks.implode()))
     gpu = mine.filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("stream") >= 0))
     calls = mine.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null()).group_by(
         "rank", "corr"
     ).agg(pl.col("end_ns").max().alias("launch_end_ns"))
-    return gpu.select("rank", "corr", "start_ns").join(calls, on=["rank", "corr"], how="inner")
+    return gpu.select("rank", "corr", "start_ns").join(calls, on=["rank", "corr"], how="left")
 
 
 def split(host_bound: pl.DataFrame, events: pl.DataFrame, lag_ns: int) -> HostWait:
