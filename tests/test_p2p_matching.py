@@ -16,6 +16,7 @@ import pytest
 
 import analyzer
 from analyzer.assemble.collectives import _instances, collective_calls, pg_config
+from parsers.events import EVENT_SCHEMA, empty_events
 
 HTA = Path("../shared/corpus/HolisticTraceAnalysis")
 SAMPLED = [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
@@ -289,3 +290,32 @@ def test_a_synthetic_pipeline_traced_in_part_pairs_what_the_generator_paired() -
     per_instance = paired.group_by("instance").agg(pl.col("seq").n_unique(), pl.len())
     assert (paired["instance"] >= 0).all() and per_instance.height == 29
     assert (per_instance["seq"] == 1).all() and (per_instance["len"] == 2).all()
+
+
+def test_a_pipeline_without_groups_pairs_though_its_stages_call_unequally() -> None:
+    """Nsight or an old Kineto records no group: the group is inferred from the ranks that
+    make calls of a kind, which for collectives must make them equally often. A pipeline's
+    middle stage makes twice the calls of its ends; its send/recv still pair, by time."""
+    rows = [(0, 0, 5), (1, 1, 5), (1, 6, 9), (2, 2, 9), (0, 10, 14), (1, 11, 14)]
+    events = pl.DataFrame(
+        {
+            "source": [r for r, _, _ in rows], "rank": [r for r, _, _ in rows],
+            "kind": "kernel", "name": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+            "coll": "send_recv", "start_ns": [s * MS for _, s, _ in rows],
+            "end_ns": [e * MS for _, _, e in rows],
+        },
+        schema_overrides={"source": pl.UInt32, "rank": pl.Int32},
+    )
+    events = pl.concat(
+        [empty_events(), events.with_columns(
+            pl.col("kind").cast(EVENT_SCHEMA["kind"]), pl.col("coll").cast(EVENT_SCHEMA["coll"]),
+            pl.col("name").cast(EVENT_SCHEMA["name"]),
+        )],
+        how="diagonal_relaxed",
+    )
+    got = collective_calls(events, {})
+    assert set(got["group"]) == {"0,1,2|~send_recv"}
+    inst = {(r, s // MS): i for r, s, i in got.select("rank", "start_ns", "instance").rows()}
+    assert inst[(0, 0)] == inst[(1, 1)] >= 0 and inst[(1, 6)] == inst[(2, 2)] >= 0
+    assert inst[(0, 10)] == inst[(1, 11)] >= 0
+    assert len({inst[(0, 0)], inst[(1, 6)], inst[(0, 10)]}) == 3

@@ -119,7 +119,8 @@ def fill_groups(
     with no group at all (gloo on CPU, DeepEP), the ranks that make calls of that kind (and
     family, for a library's own communicator) the same number of times — named after the one
     ``pg_config`` group with exactly those ranks, and left without a description when several
-    groups have them."""
+    groups have them. Point-to-point calls need no equal counts (a pipeline's first and last
+    stages make half the calls of the others): they are matched by time, not by order."""
     calls = calls.with_columns(
         (pl.col("pg").is_not_null() | pl.col("pg_ranks").is_not_null()).alias("group_recorded")
     )
@@ -155,7 +156,10 @@ def fill_groups(
             pl.col("rank").sort().cast(pl.String).str.join(",").alias("members"),
             (pl.col("len").n_unique() == 1).alias("even"),
             pl.len().alias("n"),
-        ).filter(pl.col("even") & (pl.col("n") > 1))
+        ).filter(
+            (pl.col("even") | pl.col("_key").str.split(":").list.last().is_in(list(p2p.P2P)))
+            & (pl.col("n") > 1)
+        )
         by_ranks = (
             config.unique(["cfg_ranks", "pg"])
             .group_by("cfg_ranks")

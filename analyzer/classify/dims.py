@@ -22,6 +22,7 @@ from taxonomy.pipeline_phases import SCHEDULE, phase_of
 from taxonomy.vocab import DIM
 
 from ..assemble.collectives import fill_groups, pg_config
+from ..assemble.p2p import P2P
 from ..model import frames
 from ..model.options import Options
 from ..model.products import provides
@@ -29,9 +30,8 @@ from ..model.run import SourceInfo
 from .steps import select_steps
 from .timeline import stage_at, window_step
 
-PATTERN_FIRST = ("send", "recv", "send_recv", "all_to_all")
+PATTERN_FIRST = (*P2P, "all_to_all")
 """Collective kinds whose pattern rules outrank a rank pattern read without layout degrees."""
-P2P = ("send", "recv", "send_recv")
 PIPELINE_NAME_KINDS = ("annotation", "gpu_annotation")
 
 
