@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from .clock import estimate_clock, one_clock_per_file
+
 P2P: tuple[str, ...] = ("send", "recv", "send_recv")
 """Point-to-point kinds: each call has one peer, so calls are matched by time, not by order."""
 P2P_ROUNDS = 3
@@ -84,8 +86,6 @@ def provisional_offsets(collective: pl.DataFrame) -> pl.DataFrame:
     whose clocks differ by more than a transfer still pair up."""
     if collective.height == 0 or not {"coll", "source", "end_ns"} <= set(collective.columns):
         return pl.DataFrame(schema={"rank": pl.Int32, "offset_ns": pl.Int64})
-    from .clock import estimate_clock, one_clock_per_file
-
     ranks = sorted(collective["rank"].unique().to_list())
     table = one_clock_per_file(estimate_clock(collective, ranks), collective)
     return table.select(pl.col("rank").cast(pl.Int32), "offset_ns")
