@@ -442,10 +442,10 @@ def role_mismatch(q: Inputs) -> Per:
     for s in q.sources:
         processes = [str(n) for n in s.meta.get("process_names") or []]
         label = folder_role(s.path)
-        names = (label, *processes)
-        if processes and label and names not in known:
-            known[names] = _stages(list(names), q.profile)
-        stages = known.get(names)
+        key = (label, *processes)
+        if processes and label and key not in known:
+            known[key] = _stages(list(key), q.profile)
+        stages = known.get(key)
         if stages is None:
             continue
         said = {p: stages[p] for p in processes if p in stages}
