@@ -7,6 +7,8 @@ form an instance only when they overlap and each is the other's nearest-ending o
 
 from __future__ import annotations
 
+import gzip
+import json
 import time
 from pathlib import Path
 
@@ -91,6 +93,52 @@ def test_the_sampled_pair_waits_what_its_five_pairs_say(sampled) -> None:
     ]
 
 
+SHIFTS_US = [200, 1_000, 5_000, 8_000, -3_000, 20]
+
+
+@pytest.fixture(scope="module")
+def shifted(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """The sampled pair with rank 1's clock moved by each of :data:`SHIFTS_US` (every event's
+    ``ts``), one folder per shift."""
+    with gzip.open(SAMPLED[1], "rt") as f:
+        trace = json.load(f)
+    folders = {}
+    for us in SHIFTS_US:
+        folder = tmp_path_factory.mktemp(f"shift{us}")
+        moved = {**trace, "traceEvents": [
+            {**e, "ts": e["ts"] + us} if "ts" in e else e for e in trace["traceEvents"]
+        ]}
+        with gzip.open(folder / SAMPLED[1].name, "wt") as f:
+            json.dump(moved, f)
+        folders[us] = folder
+    return folders
+
+
+@pytest.mark.parametrize("us", SHIFTS_US)
+def test_a_clock_shift_changes_neither_pairs_nor_waits(shifted, us: int) -> None:
+    """A clock shift changes nothing that ran: the same five pairs, rank 1's offset the shift
+    (the median of the pairs' end differences, 0 unshifted), and rank 0's 9.882 ms of wait
+    (only a shift below the offset's uncertainty, left unapplied, adds to it: rank 1 arrives
+    last in all five). Rank 1's call #5 ends 15 µs before rank 0's #5 starts; once rank 1's
+    clock is off by ~100 µs or more they overlap, and paired by overlap alone (their ends
+    67.8 ms apart) they gave 6 pairs, a 972 µs offset for a 1 ms shift and 12.27 ms of wait
+    on rank 1."""
+    run = analyzer.load([str(SAMPLED[0]), str(shifted[us] / SAMPLED[1].name)])
+    c = run.product("collective_calls").sort("rank", "start_ns").with_columns(
+        pl.int_range(pl.len()).over("rank").alias("n")
+    )
+    on = {r: dict(zip(g["n"], g["instance"], strict=True)) for (r,), g in c.group_by(["rank"])}
+    pairs = {(n0, n1) for n0, i0 in on[0].items() for n1, i1 in on[1].items() if i0 == i1 >= 0}
+    assert pairs == {(1, 0), (2, 2), (4, 4), (8, 8), (9, 9)}
+    clock = run.product("clock").filter(pl.col("rank") == 1).row(0, named=True)
+    assert clock["estimate_ns"] == us * 1000 and clock["matched"] == 5
+    left = us * 1000 - clock["offset_ns"]
+    assert left == 0 or abs(left) <= 3 * clock["uncertainty_ns"]
+    waits = run.product("collective_waits")
+    assert waits.filter(pl.col("rank") == 0)["wait_ns"].sum() == 9_882_000 + 5 * left
+    assert waits.filter(pl.col("rank") == 1)["wait_ns"].sum() == 0
+
+
 def test_interleaved_sends_to_two_peers_pair_with_each_peer() -> None:
     """Rank 0 alternates sends to ranks 1 and 2; by order its 2nd call would pair with rank
     1's 2nd (the 3rd of rank 0), and rank 2 would join rank 0's and rank 1's first."""
@@ -119,6 +167,17 @@ def test_equal_overlaps_go_to_the_nearest_end() -> None:
     frame = calls([(0, "send", 0, 10), (1, "recv", 2, 10), (2, "recv", -2, 8)])
     assert partners(frame) == {frozenset({(0, 0), (1, 2)})}
     assert unmatched(frame) == {(2, -2)}
+
+
+def test_overlapping_calls_whose_ends_lie_apart_are_no_pair() -> None:
+    """Rank 1's first recv starts 1 ms before rank 0's first send ends and ends 60 ms after it
+    (a call to a rank not traced, its clock a little off): they overlap, but a transfer would
+    have ended both, so no pair. Its second recv ends 4 ms after rank 0's second send, within
+    the 5 ms that calls of 36–40 ms allow (``END_SHARE``, ``END_CAP_NS``): a pair."""
+    frame = calls([(0, "send", 0, 40), (0, "send", 100, 140),
+                   (1, "recv", 39, 100), (1, "recv", 104, 144)], "0,1|pp")
+    assert partners(frame) == {frozenset({(0, 100), (1, 104)})}
+    assert unmatched(frame) == {(0, 0), (1, 39)}
 
 
 def test_the_nearest_end_wins_over_a_longer_overlap() -> None:

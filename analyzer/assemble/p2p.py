@@ -9,7 +9,9 @@ paired when each is the other's nearest-ending overlapping call on another rank 
 between peers only (a rank's peers are few and fixed: its pipeline neighbours), which drops the
 chance pairs of two unrelated kernels ending close together: in a small group, the pairs of
 ranks whose ends coincide often, each on its own offset (:func:`_by_couple`); in a large one,
-the pairs of ranks that pair often in a first pass (:func:`_between_peers`).
+the pairs of ranks that pair often in a first pass (:func:`_between_peers`). Overlap alone is
+not enough: two unrelated calls a few µs apart overlap once a clock is off by more, so the ends
+of a pair must also coincide (:data:`END_SHARE`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,21 @@ PEER_SHARE = 0.25
 most frequent peer; the other pairs are chance. Measured on 128 busy pipeline pairs in one group
 of 256 ranks, 2,000 calls each: with ends 0–5 µs apart a true peer pairs 1,612–1,700 times, a
 chance one at most 8; with ends 0–300 µs apart 49–66 against at most 20 (p99 14)."""
+
+END_SHARE = 0.5
+"""Two calls pair only when their ends lie within this share of the shorter call apart (within
+:data:`END_FLOOR_NS` and :data:`END_CAP_NS`): the transfer ends both kernels, so a real pair's
+ends lie 0–332 µs apart on HTA's sampled pair, at most 0.8% of the shorter call (8–63 ms),
+while the chance pair its rank 1 gets once its clock is off by 100 µs or more (two calls 15 µs
+apart, then overlapping) ends 67.8 ms apart, 1.7 times the shorter call."""
+END_FLOOR_NS = 500_000
+"""Ends this close coincide however short the calls: the clocks are put together no closer
+(per-couple offsets come in :data:`SKEW_BIN_NS` bins) and a real pair's ends lie up to 332 µs
+apart on HTA's sampled pair, more than half of a pipeline's shortest kernels (100 µs) last."""
+END_CAP_NS = 5_000_000
+"""Ends further apart than this never coincide however long the calls: waiting for a late peer
+lengthens both kernels of a pair, not the gap between their ends (HTA's sampled pair: 332 µs
+at most, in calls of 8–63 ms)."""
 
 SKEW_WINDOW_NS = 10_000_000
 """Two ranks' clocks may differ by up to this much: the ends of a pair of ranks' calls are
@@ -225,8 +242,9 @@ def _between_peers(live: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
 
 def _mutual_nearest(rows: pl.DataFrame) -> pl.DataFrame:
     """``_id`` → ``_pair`` (the pair's lower ``_id``) for the calls that are each other's
-    nearest-ending overlapping call on another rank of their ``_key`` (ties: the larger
-    overlap, then the lower id); a call listed under several keys takes its best over all.
+    nearest-ending overlapping call on another rank of their ``_key`` whose end coincides with
+    theirs (:data:`END_SHARE`; ties: the larger overlap, then the lower id); a call listed under
+    several keys takes its best over all.
     Real pairs end together where a long unrelated kernel can overlap more. Exact without
     comparing all pairs: in end order, two mutually nearest calls have only calls of the later
     one's rank between them, so the one candidate each call needs is the last call before its
@@ -244,15 +262,14 @@ def _mutual_nearest(rows: pl.DataFrame) -> pl.DataFrame:
         ),
     ).with_columns(pl.col(f"_prev{c}").first().over("_run") for c in ("_id", "_s", "_e"))
     overlap = pl.min_horizontal("_e", "_prev_e") - pl.max_horizontal("_s", "_prev_s")
-    cand = (
-        ordered.filter(pl.col("_prev_id").is_not_null())
-        .select(
-            pl.col("_id").alias("a"),
-            pl.col("_prev_id").alias("b"),
-            (pl.col("_e") - pl.col("_prev_e")).alias("_gap"),
-            overlap.alias("_overlap"),
-        )
-        .filter(pl.col("_overlap") > 0)
+    gap = pl.col("_e") - pl.col("_prev_e")
+    shorter = pl.min_horizontal(pl.col("_e") - pl.col("_s"), pl.col("_prev_e") - pl.col("_prev_s"))
+    coincide = gap <= (shorter * END_SHARE).clip(END_FLOOR_NS, END_CAP_NS)
+    cand = ordered.filter(pl.col("_prev_id").is_not_null() & (overlap > 0) & coincide).select(
+        pl.col("_id").alias("a"),
+        pl.col("_prev_id").alias("b"),
+        gap.alias("_gap"),
+        overlap.alias("_overlap"),
     )
     both = pl.concat(
         [cand, cand.select(pl.col("b").alias("a"), pl.col("a").alias("b"), "_gap", "_overlap")]
