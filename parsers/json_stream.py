@@ -11,9 +11,12 @@ of the document is checked: the elements by the decoder, the bytes between runs 
 blank, everything else (the other keys) as one small skeleton document, the array as ``[0]``,
 which :meth:`ArrayStream.skeleton` gives the caller to decode.
 
-Anything else (a cut or corrupt file, a non-object element, an element longer than the string
-limit, nesting near the limit) raises :class:`NotStreamed`: the caller then reads the file whole,
-and that reading states the problem exactly as it always has.
+A document that is itself the array (Chrome's JSON Array Format, ``[{...}, ...]``) is taken when
+the caller allows it (``bare``): :attr:`ArrayStream.bare` then says so, and its skeleton is the
+array's stand-in alone. Anything else (a cut or corrupt file, an array without its closing
+``]``, a non-object element, an element longer than the string limit, nesting near the limit)
+raises :class:`NotStreamed`: the caller then reads the file whole, and that reading states the
+problem exactly as it always has.
 """
 
 from __future__ import annotations
@@ -152,6 +155,13 @@ def _skip_blank_back(buf: bytes, at: int) -> int:
     return at
 
 
+def document_array(buf: bytes) -> int | None:
+    """Where the ``[`` of a document that is itself an array is (None: ``buf`` is blank so far,
+    or the document is no array)."""
+    at = _skip_blank(buf, 0)
+    return at if at < len(buf) and buf[at] == ord("[") else None
+
+
 def array_start(buf: bytes, key: bytes) -> int | None:
     """Where the ``[`` of ``key``'s array is in the top-level object ``buf`` begins (None: not
     in ``buf`` yet); :class:`NotStreamed` when the top level is no object or ends without it."""
@@ -192,13 +202,17 @@ def _key_before(buf: bytes, at: int, quoted: bytes) -> bool:
 class ArrayStream:
     """The elements of ``key``'s array, decoded a run at a time by ``decode`` (``[`` + run +
     ``]`` → list); :meth:`skeleton` the rest of the document, once the elements are read.
+    ``bare``: a document that is itself the array is taken too, and :attr:`bare` says it was.
 
     ``decode`` may be swapped between runs (a caller past a count limit only validates the rest).
     Its msgspec errors are the proof a guessed run fails; any other exception it raises passes.
     """
 
-    def __init__(self, path: Path, key: bytes, decode: Callable[[bytes], list[Any]]) -> None:
+    def __init__(
+        self, path: Path, key: bytes, decode: Callable[[bytes], list[Any]], bare: bool = False
+    ) -> None:
         self.path, self.key, self.decode = path, key, decode
+        self.allow_bare, self.bare = bare, False
         self.prefix = b""
         self.suffix = b""
         self.count = 0
@@ -214,7 +228,7 @@ class ArrayStream:
         buf = b""
         for piece in pieces:
             buf += piece
-            at = array_start(buf, self.key)
+            at = self._start(buf)
             if at is not None:
                 break
         else:
@@ -232,6 +246,14 @@ class ArrayStream:
         if items:
             yield items
         self.suffix = buf[end + 1 :]
+
+    def _start(self, buf: bytes) -> int | None:
+        if self.allow_bare and _skip_blank(buf, 0) < len(buf):
+            at = document_array(buf)
+            if at is not None:
+                self.bare = True
+                return at
+        return array_start(buf, self.key)
 
     def _fast(self, buf: bytes) -> tuple[list[Any], bytes] | None:
         """The run before ``buf``'s last separator, decoded, and what follows it; None when

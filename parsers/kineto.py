@@ -199,13 +199,20 @@ class _DistInfo(Struct, gc=False):
 _TRACE_DECODER = msgspec.json.Decoder(_Trace)
 
 
+BARE_ARRAY_SCORE = 60
+"""A bare array of events with Kineto's markers: below the span traces' own markers (85)."""
+
+
 def sniff(head: bytes, path: Path) -> int:
-    """A JSON object with ``traceEvents`` and Kineto's markers."""
+    """A JSON object with ``traceEvents`` and Kineto's markers, or a bare array of events (Chrome's
+    JSON Array Format) with two of them."""
     text = head.lstrip()
+    markers = sum(1 for m in _KINETO_MARKERS if m in head)
+    if text.startswith(b"["):
+        return BARE_ARRAY_SCORE if b'"ph"' in head and markers >= 2 else 0
     if not text.startswith(b"{"):
         return 0
     has_events = b'"traceEvents"' in head
-    markers = sum(1 for m in _KINETO_MARKERS if m in head)
     if has_events and markers:
         return 90
     if markers >= 2:
@@ -229,7 +236,9 @@ def _parse_whole(path: Path, source: int) -> ParsedSource:
     out = ParsedSource(path=path, format=FORMAT)
     data = _read(path, out)
     trace = _decode(path, data, out)
+    _warn_gzip_cut(out)
     EVENTS.check(path, len(trace.traceEvents))
+    _warn_bare(out)
     meta = _metadata(path, trace, out)
     size = len(data)
     del data
@@ -252,7 +261,7 @@ def _parse_stream(path: Path, source: int) -> ParsedSource:
         raise NotStreamed from None
     found: dict[str, Any] = {}
     chunks = _Chunks(found)
-    stream = ArrayStream(path, b"traceEvents", _decode_run)
+    stream = ArrayStream(path, b"traceEvents", _decode_run, bare=True)
     pending: list[_Event] = []
     for run in stream.runs():
         if stream.count > EVENTS.value:
@@ -265,8 +274,11 @@ def _parse_stream(path: Path, source: int) -> ParsedSource:
     if pending:
         chunks.add(pending, scratch)
     del pending
-    trace = _skeleton(path, stream.skeleton())
+    trace = _skeleton(path, stream.skeleton(), stream.bare)
     EVENTS.check(path, stream.count)
+    if stream.bare:
+        out.meta[BARE] = True
+        _warn_bare(out)
     meta = _metadata(path, trace, out)
     meta.update(found)
     _merge_counts(scratch, out)
@@ -298,8 +310,13 @@ def _validate_run(data: bytes) -> list[Raw]:
         raise NotStreamed from None
 
 
-def _skeleton(path: Path, skeleton: bytes) -> _Trace:
-    """The top-level keys but the events; the array found must be the one a decoder keeps."""
+def _skeleton(path: Path, skeleton: bytes, bare: bool) -> _Trace:
+    """The top-level keys but the events; the array found must be the one a decoder keeps (of a
+    bare array: the document, nothing after it)."""
+    if bare:
+        if skeleton.strip() != SKELETON_ARRAY:
+            raise NotStreamed
+        return _Trace()
     try:
         trace = decode_bounded(_TRACE_DECODER, skeleton, path)
     except (msgspec.DecodeError, msgspec.ValidationError, InputError):
@@ -347,15 +364,61 @@ def _read(path: Path, out: ParsedSource) -> bytes:
     DECOMPRESSED_BYTES.check(path, len(data))
     if not data.strip():
         raise InputError(path, "gzip stream ends early (truncated file?) before any content")
-    out.warn(
-        f"gzip stream ends early (truncated file?): read {len(data):,} bytes of JSON before the cut"
-    )
     out.meta["truncated_gzip"] = True
+    out.meta[_GZIP_READ] = len(raw)
     return data
+
+
+_GZIP_READ = "_gzip_bytes_read"
+"""Compressed bytes a cut gzip stream held: all a cut stream says of its size (its trailer, with
+the JSON's length, is what was cut)."""
+
+
+def _gzip_cut(out: ParsedSource) -> str:
+    return (
+        f"gzip stream ends early (truncated file?) after {out.meta[_GZIP_READ]:,} compressed bytes"
+    )
+
+
+def _warn_gzip_cut(out: ParsedSource) -> None:
+    """A cut gzip stream whose JSON is whole (only its trailer cut): nothing of the trace lost;
+    one whose JSON is cut is stated by the salvage."""
+    read = out.meta.pop(_GZIP_READ, None)
+    if read is not None and "salvaged" not in out.meta:
+        out.warn(f"gzip stream ends early (truncated file?) after {read:,} compressed bytes, but "
+                 "the JSON it holds is complete: no event lost")
+
+
+BARE = "json_array_format"
+"""``meta`` flag: the file is a bare array of events (Chrome's JSON Array Format)."""
+_UNCLOSED = "_unclosed_array"
+
+
+def _warn_bare(out: ParsedSource) -> None:
+    if not out.meta.get(BARE):
+        return
+    unclosed = (
+        "; the array has no closing ']', which the format allows: events a killed writer never "
+        "wrote cannot be told from a trace that ended"
+        if out.meta.pop(_UNCLOSED, False)
+        else ""
+    )
+    out.warn(
+        "a bare JSON array of trace events (Chrome's JSON Array Format), read as a Kineto trace "
+        "without its metadata (distributedInfo, deviceProperties, baseTimeNanoseconds): the rank "
+        f"is known only from the file name, the devices' properties are unknown{unclosed}"
+    )
+
+
+_ARRAY_DECODER = msgspec.json.Decoder(list[Raw])
+_BARE_START = re.compile(rb"[ \t\n\r]*\[")
 
 
 def _decode(path: Path, data: bytes, out: ParsedSource) -> _Trace:
     try:
+        if _BARE_START.match(data):
+            out.meta[BARE] = True
+            return _Trace(traceEvents=decode_bounded(_ARRAY_DECODER, data, path))
         return decode_bounded(_TRACE_DECODER, data, path)
     except msgspec.ValidationError as exc:
         raise InputError(path, f"unexpected field type: {exc}") from None
@@ -374,24 +437,47 @@ def _decode(path: Path, data: bytes, out: ParsedSource) -> _Trace:
 
 
 def _salvage(path: Path, data: bytes, out: ParsedSource) -> _Trace:
-    """Keep every complete event before the cut of a file whose writer was killed."""
-    start = data.find(b'"traceEvents"')
+    """Keep every complete event before the cut of a file whose writer was killed. Of a cut gzip
+    stream only the JSON read is known, not how much followed; of a bare array, an end after a
+    complete event is no cut (its ``]`` is optional)."""
+    bare = bool(out.meta.get(BARE))
+    start = data.find(b"[") if bare else data.find(b'"traceEvents"')
     if start < 0:
         raise InputError(path, "JSON cut short before any trace events")
     # "]}" closes the events array and the document after a complete event; "}" the document
     # after a complete top-level value that follows the array. Nothing may close an event.
-    found = salvage_prefix(_TRACE_DECODER, data, start, len(data), (b"]}", b"}"), path)
+    closings, decoder = ((b"]",), _ARRAY_DECODER) if bare else ((b"]}", b"}"), _TRACE_DECODER)
+    found = salvage_prefix(decoder, data, start, len(data), closings, path)
     if found is None:
         raise InputError(path, "JSON cut short and no complete event could be salvaged")
-    trace, kept = found
+    value, kept = found
+    trace = _Trace(traceEvents=value) if bare else value
+    events = len(trace.traceEvents)
+    gzip_cut = _GZIP_READ in out.meta
+    if bare and not gzip_cut and data[kept:].strip(_BLANK_OR_COMMA) == b"":
+        out.meta[_UNCLOSED] = True
+        return trace
     lost = len(data) - kept
+    if gzip_cut:
+        out.warn(
+            f"{_gzip_cut(out)}: salvaged {events:,} complete events from the {len(data):,} bytes "
+            "of JSON read; the rest of the trace is lost, its size unknown (a cut gzip stream "
+            "does not record it)"
+        )
+        out.meta["salvaged"] = {
+            "events": events, "json_bytes_read": len(data), "gzip_bytes_read": out.meta[_GZIP_READ]
+        }
+        return trace
     out.warn(
-        f"JSON cut short (writer killed?): salvaged {len(trace.traceEvents):,} complete "
+        f"JSON cut short (writer killed?): salvaged {events:,} complete "
         f"events; the last {lost:,} bytes ({lost / len(data):.1%}) and every event the "
         "writer never wrote are lost"
     )
-    out.meta["salvaged"] = {"events": len(trace.traceEvents), "bytes_lost": lost}
+    out.meta["salvaged"] = {"events": events, "bytes_lost": lost}
     return trace
+
+
+_BLANK_OR_COMMA = b" \t\n\r,"
 
 
 # --- cut JSON, shared with the other Chrome-trace readers ------------------------------------
@@ -741,7 +827,8 @@ def _decode_chunk(path: Path, raws: list[Raw], offset: int, out: ParsedSource) -
         return decode_bounded(_EVENTS_DECODER, b"[" + b",".join(chunk) + b"]", path)
     except msgspec.ValidationError as exc:
         if "out of range" not in str(exc):
-            where = _AT_INDEX.sub(lambda m: f"`$.traceEvents[{offset + int(m.group(1))}]", str(exc))
+            at = _events_at(out)
+            where = _AT_INDEX.sub(lambda m: f"`{at}[{offset + int(m.group(1))}]", str(exc))
             raise InputError(path, f"unexpected field type: {where}") from None
     except msgspec.DecodeError as exc:
         if "UTF-8" not in str(exc):
@@ -761,11 +848,16 @@ def _readable_events(path: Path, chunk: list[Raw], offset: int, out: ParsedSourc
         elif isinstance(result, msgspec.ValidationError) and "out of range" in str(result):
             out.tally("dropped_number_out_of_range")
         elif isinstance(result, msgspec.ValidationError):
-            where = str(result).replace("`$", f"`$.traceEvents[{offset + i}]")
+            where = str(result).replace("`$", f"`{_events_at(out)}[{offset + i}]")
             raise InputError(path, f"unexpected field type: {where}")
         else:
             raise result
     return events
+
+
+def _events_at(out: ParsedSource) -> str:
+    """The JSON path of the events array in an error message."""
+    return "$" if out.meta.get(BARE) else "$.traceEvents"
 
 
 def _chunk_frame(picked: list[_Event], kinds: list[str], out: ParsedSource) -> pl.DataFrame:

@@ -140,3 +140,56 @@ def test_unknown_file_in_a_directory_is_listed_not_fatal(tmp_path: Path):
     # the terminal report wraps a long path at 80 columns wherever the folder lies
     listed = f"skipped (not a format rlperf reads): {tmp_path / 'notes.txt'}"
     assert listed in result.stdout.replace("\n", "")
+
+
+SAMPLED = CORPUS / "HolisticTraceAnalysis" / "sampled_rank-1.json.gz"
+"""119,799 bytes of gzip holding 1,690,403 bytes of JSON, 4,675 events rlperf keeps."""
+
+
+def test_cut_gzip_states_what_is_known_not_a_share(tmp_path: Path):
+    """50,000 of its 119,799 compressed bytes hold 633,275 bytes of JSON, 2,195 complete events:
+    more than half the trace is lost, which no count inside the JSON read can say."""
+    path = tmp_path / "rank1.json.gz"
+    path.write_bytes(SAMPLED.read_bytes()[:50_000])
+    parsed = parsers.parse_file(path)
+    assert parsed.events.height == 2195
+    assert parsed.meta["salvaged"] == {
+        "events": 2195, "json_bytes_read": 633_275, "gzip_bytes_read": 50_000
+    }
+    (warning,) = parsed.warnings
+    assert warning == (
+        "rank1.json.gz: gzip stream ends early (truncated file?) after 50,000 compressed bytes: "
+        "salvaged 2,195 complete events from the 633,275 bytes of JSON read; the rest of the "
+        "trace is lost, its size unknown (a cut gzip stream does not record it)"
+    )
+    result = rlperf("analyze", str(path), env_cache=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = " ".join(result.stdout.split())
+    assert (
+        "the gzip stream ends after 50,000 compressed bytes (633,275 bytes of JSON read): the "
+        "rest of the trace lost, its size unknown" in report
+    )
+    assert "bytes lost" not in report and "%) and every event" not in report
+
+
+def test_gzip_cut_in_its_trailer_loses_nothing(tmp_path: Path):
+    path = tmp_path / "rank1.json.gz"
+    path.write_bytes(SAMPLED.read_bytes()[:-4])
+    parsed = parsers.parse_file(path)
+    assert parsed.events.height == 4675 and "salvaged" not in parsed.meta
+    assert parsed.warnings == [
+        "rank1.json.gz: gzip stream ends early (truncated file?) after 119,795 compressed bytes, "
+        "but the JSON it holds is complete: no event lost"
+    ]
+
+
+def test_cut_plain_json_states_the_bytes_lost(tmp_path: Path):
+    """Of a plain file the bytes after the last complete event are all that is in it and lost."""
+    path = tmp_path / "rank1.json"
+    path.write_bytes(gzip.decompress(SAMPLED.read_bytes())[:633_275])
+    parsed = parsers.parse_file(path)
+    assert parsed.meta["salvaged"] == {"events": 2195, "bytes_lost": 191}
+    assert parsed.warnings == [
+        "rank1.json: JSON cut short (writer killed?): salvaged 2,195 complete events; the last "
+        "191 bytes (0.0%) and every event the writer never wrote are lost"
+    ]

@@ -173,10 +173,19 @@ DAMAGED = {
     "trailing garbage": GOOD + " x",
     "second traceEvents key": GOOD[:-1] + ', "traceEvents": []}',
     "no traceEvents": '{"traceName": "t"}',
-    "top level array": "[" + GOOD + "]",
     "wrong type": GOOD.replace('"ts": 1000.0', '"ts": "soon"', 1),
     "number out of range": GOOD.replace('"ts": 1000.0', '"ts": 1e999', 1),
 }
+
+
+def test_array_of_a_document_streams_as_a_bare_array(tmp_path: Path):
+    """A top-level array is Chrome's JSON Array Format: its one element, a whole trace, is an event
+    of no known kind, in both readings."""
+    path = tmp_path / "t.json"
+    path.write_text("[" + GOOD + "]")
+    parsed = same(path)
+    assert parsed.events.height == 0 and parsed.meta["json_array_format"] is True
+    assert "no trace events of a known kind" in parsed.warnings[1]
 
 
 @pytest.mark.parametrize("case", list(DAMAGED))

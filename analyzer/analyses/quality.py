@@ -535,6 +535,12 @@ def _has_steps(q: Inputs) -> bool:
 def _salvage_text(kept: Any, row: dict[str, Any], stepped: bool) -> str:
     if isinstance(kept, dict) and "bytes_lost" in kept:
         what = f"the last {int(kept['bytes_lost']):,} bytes lost"
+    elif isinstance(kept, dict) and "gzip_bytes_read" in kept:
+        what = (
+            f"the gzip stream ends after {int(kept['gzip_bytes_read']):,} compressed bytes "
+            f"({int(kept['json_bytes_read']):,} bytes of JSON read): the rest of the trace "
+            "lost, its size unknown"
+        )
     elif isinstance(kept, float):
         what = f"the first {kept:.1%} of the file kept"
     else:
