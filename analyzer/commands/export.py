@@ -21,6 +21,8 @@ from .shared import (
     Strict,
     conclude,
     hold_strict,
+    refuse_warnings,
+    say,
 )
 
 EXAMPLES = (
@@ -51,15 +53,17 @@ def export(
     """Export the run for the Perfetto UI (ui.perfetto.dev) and chrome://tracing: every rank a
     process with its events, a stages track, a bubbles track (idle time by cause, the largest
     marked) and weight-sync flow arrows. `rlperf analyze` reads the file back as the same run
-    (ranks, streams, process groups, placement).
+    (ranks, streams, process groups, placement, FLOPs and device peaks); what cannot come back
+    (framework logs) is a warning.
     """
-    from ..ops.perfetto import MERGE_BELOW_NS  # deferred: the pipeline imports polars
+    from ..ops.perfetto import MERGE_BELOW_NS, losses  # deferred: the pipeline imports polars
     from ..ops.perfetto import export as write_trace  # deferred: polars
     from ..progress import load  # deferred: the pipeline
 
     steps = Steps(quiet)
     run = load(paths, steps, jobs=jobs, no_cache=no_cache, run=run_choice, writes=[perfetto])
     hold_strict([run])
+    refuse_warnings(losses(run))
     with steps.step("Writing the trace"):
         written = write_trace(run, perfetto)
     steps.say(
@@ -69,4 +73,6 @@ def export(
         f"{written['flows']:,} weight-sync flows to {perfetto} "
         "(open it at ui.perfetto.dev or chrome://tracing)"
     )
+    for lost in written["warnings"]:
+        say(f"rlperf: warning: {lost}")
     conclude([run])

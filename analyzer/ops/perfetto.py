@@ -11,9 +11,13 @@ group name, description and ranks, …). Rank r is process r, the single control
 :data:`DRIVER_PID`; the header's process table (``rlperf.processes``, read by
 :mod:`parsers.kineto_export`) names each process's rank, host and device, which one Kineto file
 cannot say otherwise. Device work sits on thread = CUDA stream as in Kineto. Events are exported
-on the run's aligned clock. The derived tracks (stages on thread :data:`STAGE_TID`, bubbles on
-:data:`BUBBLE_TID`, flows) carry rlperf's own categories, which its reader and other trace
-readers skip: reading the export back derives the stages again from the exported ranges.
+on the run's aligned clock, with the FLOPs the run counted (``args.flops``), every source's
+``deviceProperties`` (the peak FLOP/s of MFU) and correlation ids renumbered where two sources'
+ids would collide in the one file (the reader links launches to kernels by file and id). What
+cannot come back is said by :func:`losses`, one warning each. The derived tracks (stages on
+thread :data:`STAGE_TID`, bubbles on :data:`BUBBLE_TID`, flows) carry rlperf's own categories,
+which its reader and other trace readers skip: reading the export back derives the stages again
+from the exported ranges.
 Framework-log rows are not exported (their times may be synthesised from step order).
 """
 
@@ -26,8 +30,10 @@ from typing import Any
 
 import polars as pl
 
+from parsers.discover import format_traits
 from parsers.errors import InputError
 from parsers.kineto_export import BUBBLE_CATEGORY, FLOW_CATEGORY, STAGE_CATEGORY
+from parsers.source import CORRELATION_PER_PROCESS
 
 from ..analyses.overview import frame_of
 from ..model.scalars import as_int
@@ -57,7 +63,7 @@ DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_sync", "gpu_annotation")
 
 def export(run, output: Path) -> dict[str, Any]:
     """Write ``run`` to ``output`` (gzip when it ends in ``.gz``); returns what was written."""
-    events = _with_groups(_trace_events(run), run)
+    events = _unique_correlations(_with_groups(_trace_events(run), run), run)
     stages = frame_of(run, "stage_timeline", "rank", "step", "stage", "name", "start_ns", "end_ns")
     idle = _bubbles(run)
     bubbles = None if idle is None else merge_bubbles(idle)
@@ -92,6 +98,7 @@ def export(run, output: Path) -> dict[str, Any]:
         "baseTimeNanoseconds": t0,
         "traceName": "rlperf export",
         **_distributed(run),
+        **_devices(run),
         "rlperf": {
             "stage_tid": STAGE_TID, "bubble_tid": BUBBLE_TID, "driver_pid": DRIVER_PID,
             "ranks": run.ranks, "merge_below_ns": MERGE_BELOW_NS, **counts, "processes": table,
@@ -105,7 +112,83 @@ def export(run, output: Path) -> dict[str, Any]:
         + "\n]}\n"
     )
     _write(output, text.encode())
-    return {"path": str(output), "bytes": output.stat().st_size, **counts}
+    return {"path": str(output), "bytes": output.stat().st_size, **counts,
+            "warnings": losses(run)}
+
+
+def losses(run) -> list[str]:
+    """What the export cannot carry, one line each: sources with no trace events (framework
+    logs: their metrics and step numbers), and device models that one file cannot tell apart
+    by rank (several sources naming different devices, or one device id two ways)."""
+    out = []
+    kept = set(_trace_events(run)["source"].unique().to_list())
+    left = [Path(str(s.path)).name for s in run.sources if s.index not in kept]
+    if left:
+        out.append(f"{', '.join(left)}: not exported (no trace events: a framework log's "
+                   "metrics and step numbers do not come back on reading the export)")
+    names = {
+        (entry["id"], str(entry.get("name") or ""))
+        for entry in _device_entries(run)
+    }
+    models = {n for _, n in names}
+    sources = {s.index for s in run.sources if s.meta.get("device_properties")}
+    if (len(models) > 1 and len(sources) > 1) or len(names) > len({i for i, _ in names}):
+        out.append(f"the sources name {len(models)} device models ({', '.join(sorted(models))}):"
+                   " one exported file cannot say which rank ran on which, so MFU read back "
+                   "from the export may use another rank's peak")
+    return out
+
+
+def _device_entries(run) -> list[dict[str, Any]]:
+    """Every source's ``deviceProperties`` entries that have an integer id, in source order."""
+    return [
+        entry
+        for s in run.sources
+        for entry in (s.meta.get("device_properties") or [])
+        if isinstance(entry, dict) and isinstance(entry.get("id"), int)
+    ]
+
+
+def _devices(run) -> dict[str, Any]:
+    """A ``deviceProperties`` with each device id once (the first source's entry): MFU's peak
+    is looked up from the device names there."""
+    first: dict[int, dict[str, Any]] = {}
+    for entry in _device_entries(run):
+        first.setdefault(entry["id"], entry)
+    return {"deviceProperties": [first[i] for i in sorted(first)]} if first else {}
+
+
+def _unique_correlations(events: pl.DataFrame, run) -> pl.DataFrame:
+    """Correlation ids shifted per id space (a source, or a process of a source whose ids are
+    per process) where its ids would overlap the previous space's: in the one exported file
+    the reader links a kernel to its launch by id alone, so rank 1's kernel 7 would otherwise
+    find rank 0's launch 7. Spaces that do not overlap keep their ids."""
+    per_process = [
+        s.index for s in run.sources if CORRELATION_PER_PROCESS in format_traits(s.format)
+    ]
+    space = pl.when(pl.col("source").is_in(per_process)).then(pl.col("pid")).otherwise(-1)
+    keyed = events.with_columns(space.alias("_space"))
+    ranges = (
+        keyed.filter(pl.col("corr").is_not_null())
+        .group_by("source", "_space")
+        .agg(pl.col("corr").min().alias("_lo"), pl.col("corr").max().alias("_hi"))
+        .sort("source", "_space")
+    )
+    if ranges.height <= 1:
+        return events
+    shifts, end = [], None
+    for lo, hi in ranges.select("_lo", "_hi").iter_rows():
+        shift = 0 if end is None else max(0, end + 1 - lo)
+        shifts.append(shift)
+        end = hi + shift
+    table = ranges.select("source", "_space").with_columns(
+        pl.Series("_shift", shifts, dtype=pl.Int64)
+    )
+    return (
+        keyed.join(table, on=["source", "_space"], how="left", maintain_order="left")
+        .with_columns((pl.col("corr") + pl.col("_shift").fill_null(0)).alias("corr"))
+        .drop("_space", "_shift")
+    )
 
 
 def _write(output: Path, data: bytes) -> None:
@@ -242,6 +325,7 @@ def _events(events: pl.DataFrame, t0: int) -> pl.Series:
         pl.col("corr").alias("correlation"),
         pl.col("ext_id").alias("External id"),
         pl.when(~collective).then(pl.col("bytes")).alias("bytes"),
+        pl.col("flops").alias("flops"),
         pl.when(collective).then(pl.col("coll").cast(pl.String)).alias("Collective name"),
         pl.when(collective).then(pl.col("pg").cast(pl.String)).alias("Process Group Name"),
         pl.when(collective)
