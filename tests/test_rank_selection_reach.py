@@ -1,6 +1,7 @@
-"""``--ranks`` reaches every product after assembly (docs/assembly.md): the GPU time and
-annotation tables, the overview's rank count and GPU busy, and the report's first line, which
-once said the selected rank's idle beside both ranks' GPU busy (1.13 s = 548 + 580 ms)."""
+"""``--ranks`` narrows what is reported (docs/cli.md): the GPU time and annotation tables, the
+overview's rank count and GPU busy, and the report's first line, which once said the selected
+rank's idle beside both ranks' GPU busy (1.13 s = 548 + 580 ms); the cross-rank products still
+see every rank, so a selected rank's figures are those of the run without ``--ranks``."""
 
 from __future__ import annotations
 
@@ -122,3 +123,64 @@ def test_steps_reach_a_logs_timers_and_metrics() -> None:
     assert "(timing_s/save_checkpoint, timing_s/testing), 1 step)" in g23["evidence"]
     whole = analyzer.load([log], use_cache=False)
     assert whole.log_steps.height == 335
+
+
+COLOCATED = Path(__file__).resolve().parents[1] / "sample_traces" / "runs" / "verl_grpo_colocated"
+SYNC_SUMS = ("count", "time_ns", "exposed_ns", "wait_ns", "transfer_ns")
+
+
+def _json(*args: str) -> dict:
+    done = cli("analyze", *args, "-q", "-f", "json", "--no-cache")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _sync_sums(report: dict) -> dict[tuple[str, str], tuple[int, ...]]:
+    return {(r["dim"], r["coll"]): tuple(r[k] for k in SYNC_SUMS) for r in report["sync"]}
+
+
+@pytest.mark.parametrize("paths", [PAIR, [COLOCATED]], ids=["hta_pair", "verl_grpo_colocated"])
+def test_a_selected_ranks_figures_are_its_figures_in_the_whole_run(paths: list[Path]) -> None:
+    """Waits, collectives and step windows are every rank's whatever --ranks selects (a rank
+    waits for partners not selected): each rank's idle row is the unselected run's, the
+    collectives table of each rank adds up to the whole run's, and the stragglers of a
+    selection are the run's rows of its ranks. The HTA pair's rank 0 once showed 0 ns of sync
+    wait, 396 ms of transfer and 548 ms productive; it waits 9.88 ms for rank 1."""
+    args = list(map(str, paths))
+    whole = _json(*args)
+    alone = {r: _json(*args, "--ranks", str(r)) for r in (0, 1)}
+    for rank, report in alone.items():
+        assert report["bubbles"] == [b for b in whole["bubbles"] if b["rank"] == rank]
+    parts = [_sync_sums(alone[0]), _sync_sums(alone[1])]
+    assert parts[0].keys() == parts[1].keys() == _sync_sums(whole).keys() != set()
+    for key, total in _sync_sums(whole).items():
+        assert tuple(map(sum, zip(parts[0][key], parts[1][key], strict=True))) == total, key
+    both = analyzer.load(paths, use_cache=False)
+    for rank in (0, 1):
+        one = analyzer.load(paths, use_cache=False, options=Options.checked(ranks=str(rank)))
+        assert_frame_equal(one.stragglers, both.stragglers.filter(pl.col("rank") == rank))
+    if paths == PAIR:
+        rank0 = alone[0]["bubbles"][0]
+        assert (rank0["sync_wait"], rank0["productive_ns"]) == (9_882_000, 537_774_000)
+        assert parts[0][("unknown", "send_recv")] == (10, 396_199_000, 336_033_000, 9_882_000,
+                                                     386_317_000)
+        assert both.stragglers.rows() == [(1, 9_882_000, 5)]
+
+
+def test_a_report_does_not_say_an_unselected_rank_has_no_kernels(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Each rank of the HTA pair ran 10 NCCL kernels; the idle section once told --ranks 0 that
+    rank 1 "has no kernels, copies or memsets (a CPU-only capture)", and the reverse. Read from
+    a dataset, the selected rank's figures are the same."""
+    for rank in (0, 1):
+        done = cli("analyze", *map(str, PAIR), "--ranks", str(rank), "-q", "--no-cache",
+                   "--width", "400")
+        assert done.returncode == 0, done.stderr
+        assert "Idle time by cause" in done.stdout
+        assert "no kernels" not in done.stdout
+    ds = ingested(capsys, tmp_path, "HTA sampled ranks 0 and 1")
+    via = _json(str(ds), "--ranks", "0")
+    direct = _json(*map(str, PAIR), "--ranks", "0")
+    assert via["bubbles"] == direct["bubbles"] and via["bubbles"][0]["sync_wait"] == 9_882_000
+    assert via["sync"] == direct["sync"]

@@ -18,6 +18,7 @@ import polars as pl
 
 from ..model.products import provides
 from ..model.scalars import number
+from .sync import of_ranks
 
 OVERVIEW: dict[str, pl.DataType] = {
     "metric": pl.String(),
@@ -136,19 +137,21 @@ def overview(selected_ranks: list[int], steps: pl.DataFrame, gpu_time: pl.DataFr
              log_weight_sync: pl.DataFrame, collectives_by_dim: pl.DataFrame,
              exposed_comm: pl.DataFrame, workdepth: pl.DataFrame, violations: pl.DataFrame,
              step_outliers: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
+    """The selected ranks' numbers: the per-rank frames narrowed to them (``gpu_time`` and
+    ``collectives_by_dim`` already are); the per-step ones are the run's."""
     return compute(
         dict(
             ranks=selected_ranks,
-            activity=activity,
+            activity=of_ranks(activity, selected_ranks),
             steps=steps,
             step_outliers=step_outliers,
             gpu_time=gpu_time,
-            bubbles=bubbles,
+            bubbles=of_ranks(bubbles, selected_ranks),
             pools=pools,
             weight_sync=weight_sync,
             log_weight_sync=log_weight_sync,
             collectives_by_dim=collectives_by_dim,
-            exposed_comm=exposed_comm,
+            exposed_comm=of_ranks(exposed_comm, selected_ranks),
             workdepth=workdepth,
             violations=violations,
         )

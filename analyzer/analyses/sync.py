@@ -10,6 +10,9 @@ no non-collective activity overlaps). From it:
 - ``weight_sync``: per step, the wall time some rank spends in the ``weight_sync`` stage, the
   bytes its collectives move (each instance once) and the effective bandwidth;
 - ``stragglers``: per rank, the wait it caused by arriving last;
+
+``collectives_by_dim`` sums the rows of the ``--ranks`` selection and ``stragglers`` keeps its
+ranks' rows; the waits themselves are every rank's (a rank waits for partners not selected).
 - ``exposed_intervals`` and ``exposed_comm``: per rank, the pieces of time a collective runs
   exposed, and the time a collective runs with the part of it exposed, each moment counted
   once (the per-call sums above count both of two collectives on two streams or threads at
@@ -230,9 +233,17 @@ def exposed_comm(collectives: pl.DataFrame, exposed_intervals: pl.DataFrame) -> 
     return compute_exposed(collectives, exposed_intervals)
 
 
+def of_ranks(frame: pl.DataFrame, selected_ranks: list[int]) -> pl.DataFrame:
+    """The rows of the ranks analysed (``--ranks``; the driver's and rankless ones stay, so
+    without a selection it is ``frame``): the waits were measured against every rank's
+    arrivals, so a selected rank's rows are those of the run without the selection."""
+    rank = pl.col("rank")
+    return frame.filter(rank.is_null() | (rank < 0) | rank.is_in(selected_ranks))
+
+
 @provides("collectives_by_dim")
-def collectives_by_dim(collective_waits: pl.DataFrame) -> pl.DataFrame:
-    return compute_by_dim(collective_waits)
+def collectives_by_dim(collective_waits: pl.DataFrame, selected_ranks: list[int]) -> pl.DataFrame:
+    return compute_by_dim(of_ranks(collective_waits, selected_ranks))
 
 
 @provides("weight_sync")
@@ -243,7 +254,8 @@ def weight_sync(
 
 
 @provides("stragglers")
-def stragglers(collective_waits: pl.DataFrame) -> pl.DataFrame:
-    return compute_stragglers(collective_waits)
+def stragglers(collective_waits: pl.DataFrame, selected_ranks: list[int]) -> pl.DataFrame:
+    """Per selected rank, the wait it caused every rank (the last arrival is found among all)."""
+    return of_ranks(compute_stragglers(collective_waits), selected_ranks)
 
 

@@ -13,8 +13,8 @@ is, its collective calls, one clock for all ranks (modules :mod:`.ranks`, :mod:`
   leave a collective together), alternating between each instance's common end and each rank's
   offset (medians, so a few odd instances do not move the estimate). An offset is applied only
   when it exceeds its own uncertainty (``SIGNIFICANCE`` × MAD); ranks on one host clock stay put.
-* **Aligned events** (product ``aligned``): the event table with offsets subtracted, restricted
-  to the ``--ranks`` selection (the driver and logs always stay).
+* **Aligned events** (product ``aligned``): the event table with offsets subtracted, every
+  rank's whatever ``--ranks`` selects (docs/cli.md: the selection narrows what is reported).
 * **Collective calls** (product ``collective_calls``): one row per rank and call — kernels of a
   communication family on ranks with device work, the outermost host collective ranges
   otherwise — with its process

@@ -6,8 +6,8 @@ matched collective instances (members leave a collective together), alternating 
 instance's common end and each rank's offset (medians, so a few odd instances do not move the
 estimate). An offset is applied only when it exceeds its own uncertainty (``SIGNIFICANCE`` × MAD);
 ranks recorded in one file (an Nsight report of several processes) share its clock. ``aligned``
-is the event table with offsets subtracted, restricted to the ``--ranks`` selection (the
-driver and logs always stay).
+is the event table with offsets subtracted, every rank's whatever ``--ranks`` selects: the
+products that read it see each rank's partners (docs/cli.md, "--ranks").
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from parsers.discover import format_traits
 from parsers.source import SESSION_CLOCK
 
 from ..model import frames
-from ..model.options import Options, Selection, keep_ranks
+from ..model.options import Selection, keep_ranks
 from ..model.products import provides
 from ..model.run import SourceInfo
 
@@ -207,7 +207,5 @@ def clock(collective_calls: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
 
 
 @provides("aligned")
-def aligned(
-    events: pl.DataFrame, clock: pl.DataFrame, sources: list[SourceInfo], options: Options
-) -> pl.DataFrame:
-    return aligned_events(events, clock, _unaligned_sources(sources), options.rank_selection)
+def aligned(events: pl.DataFrame, clock: pl.DataFrame, sources: list[SourceInfo]) -> pl.DataFrame:
+    return aligned_events(events, clock, _unaligned_sources(sources))

@@ -204,7 +204,8 @@ def ranks(events: pl.DataFrame) -> list[int]:
 @provides("selected_ranks")
 def selected_ranks(ranks: list[int], options: Options) -> list[int]:
     """The ranks the analysis covers: the run's, or those of them ``--ranks`` selects. What
-    says which ranks a report is about reads this; the events a rank-local product reads are
-    narrowed alike, in one place (:func:`analyzer.model.sharded.rank_input`)."""
+    says which ranks a report is about reads this, and so do the per-rank analyses that keep
+    only these ranks' rows; the events a rank-local product reads are narrowed alike, in one
+    place (:func:`analyzer.model.sharded.rank_input`)."""
     chosen = options.rank_selection
     return ranks if chosen is None else chosen.within(ranks)

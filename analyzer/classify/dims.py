@@ -263,8 +263,5 @@ def collectives(
         "dim_by",
         "name",
     )
-    ranks = options.rank_selection
-    if ranks is not None:
-        out = out.filter(ranks.expr("rank"))
     out = out.cast(frames.COLLECTIVE_INSTANCES).sort("rank", "start_ns")
     return select_steps(out, options, incomplete_steps)

@@ -15,7 +15,9 @@ concatenation, in ascending rank order, of the provider called on each rank's ev
 (:data:`SHARDED`), every other parameter passed whole ("broadcast"); the events it gets are
 those of the ``--ranks`` selection (the driver's and logs' too), given in one place
 (:func:`analyzer.model.sharded.rank_input`) whichever way it is computed, except for the
-products about the files (:data:`EVERY_RANK`). The declaration is data:
+products about the files (:data:`EVERY_RANK`). Every other product sees every rank (a rank
+waits for partners not selected); those that report per rank keep the rows of
+``selected_ranks`` (docs/cli.md). The declaration is data:
 ``Run`` may then compute it rank by rank, in another process or on another node
 (:mod:`analyzer.model.sharded`); ``tests/test_per_rank.py`` checks every such declaration.
 

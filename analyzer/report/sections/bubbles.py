@@ -7,6 +7,7 @@ import polars as pl
 from taxonomy.vocab import IDLE_CAUSES
 
 from ...analyses.bubbles import RULES, host_only, without_devices
+from ...analyses.sync import of_ranks
 from ...model.run import Run
 from ..section import Column, Section, gated
 from .overview import NO_STEP, why_not
@@ -14,8 +15,8 @@ from .overview import NO_STEP, why_not
 
 def section(run: Run) -> Section | None:
     title = "Idle time by cause"
-    skipped = without_devices(run.activity, run.stage_ranges, run.ranks)
-    if skipped and run.steps.height and not run.bubbles.height:
+    skipped = without_devices(run.activity, run.stage_ranges, run.selected_ranks)
+    if skipped and run.steps.height and not of_ranks(run.bubbles, run.selected_ranks).height:
         return Section(title, None, note=f"needs GPU activity: {_no_device(skipped)}")
     lacks = (
         f"needs {NO_STEP}" if why_not(run)
@@ -24,6 +25,7 @@ def section(run: Run) -> Section | None:
     table = gated(run, title, "bubbles", lacks)
     if isinstance(table, Section):
         return table
+    table = of_ranks(table, run.selected_ranks)
     per_device = (
         table.group_by("step", "rank", maintain_order=True)
         .agg(
@@ -45,7 +47,7 @@ def section(run: Run) -> Section | None:
         pl.when(~pl.col("rank").is_in(host_only(run.activity)))
         .then(1 - pl.col("busy_ns") / pl.col("window_ns")).alias("gpu_idle_fraction"),
     ).sort("rank")
-    largest = run.largest_bubbles.head(3)
+    largest = of_ranks(run.largest_bubbles, run.selected_ranks).head(3)
     note = (
         "Idle = step window − productive busy (busy minus "
         "sync wait); GPU idle % is window − busy (HTA sense)."

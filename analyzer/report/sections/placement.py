@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ...analyses.sync import of_ranks
 from ...model.run import Run
 from ...model.scalars import as_int
 from ...model.units import duration, plural, spans
@@ -35,7 +36,7 @@ def summary(run: Run) -> pl.DataFrame:
     profile = run.profile
     rows.append(("framework", profile["name"], profile["title"]))
     rows.append(("version assumed", profile["version"] or "any", profile["reason"]))
-    pools = run.pools
+    pools = of_ranks(run.pools, run.selected_ranks)
     hosts = sorted({h for h in pools["host"].to_list() if h})
     if pools.height:
         rows.append(
