@@ -1,9 +1,10 @@
-"""``rlperf compare``: a group's exposed communication is 0 ns where the run has searched
-collectives and none is exposed in that group, and unknown (``–``, null) only where the run
-cannot tell, the same in every format.
+"""``rlperf compare``: a group's exposed communication is read only from a run that has
+collectives in that group (a group it has none in is –, null, and takes no part in the winner);
+the world group of a run of one pool whose collectives name no other dimension is its DP group;
+the same in every format.
 
-The runs: verl_grpo_colocated (sample run; its gloo collectives are DP and weight-sync, none over
-all ranks), trl_grpo (sample run; all its collectives are over all ranks), nsys-ai's
+The runs: verl_grpo_colocated (sample run; its gloo collectives are DP and weight-sync), trl_grpo
+(sample run; 2 ranks of pure DP, all its collectives over all ranks), nsys-ai's
 mfu_2gpu_before.sqlite (NCCL send/recv whose group is unknown) and VERL-Maze's verl_demo.log (a
 log: no trace to search).
 """
@@ -43,53 +44,69 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return out
 
 
-def values(outputs: dict[str, str], metric: str) -> dict[str, float | None]:
+def values(outputs: dict[str, str], metric: str) -> dict[str, float | None] | None:
+    """The metric's value per run, None when no run has it (no row)."""
     found = [m for m in json.loads(outputs["json"])["metrics"] if m["metric"] == metric]
-    assert len(found) == 1, metric
-    return found[0]["values"]
+    assert len(found) <= 1, metric
+    return found[0]["values"] if found else None
 
 
-def test_a_group_none_of_the_runs_collectives_lie_in_is_0_ns(outputs) -> None:
-    """colocated: 0 ns over all ranks (its 82.5 ms are 35.4 ms DP and 47.1 ms weight sync);
-    trl: 0 ns in DP and weight sync (its 94.7 ms are all over all ranks); both 0 ns of unknown
-    group. Before, each was null, while a run without any collective read 0."""
+def test_the_world_group_of_pure_dp_is_the_dp_group(outputs) -> None:
+    """trl's 94.7 ms over all ranks are its DP group's (2 ranks, one pool, no other dimension):
+    DP reads 94.7 ms against colocated's 35.4 ms, where it read 0 ns and won; no run keeps an
+    all-ranks row (colocated's read 0 ns and won against trl's 94.7 ms)."""
     total = values(outputs, "overview.exposed_comm_ns")
-    world = values(outputs, "exposed.world")
     dp = values(outputs, "exposed.dp")
-    sync = values(outputs, "exposed.weight_sync")
+    assert total is not None and dp is not None
+    assert dp["trl"] == total["trl"] > 90e6
+    assert 30e6 < dp["colocated"] < 40e6
+    assert values(outputs, "exposed.world") is None
+
+
+def test_a_group_the_run_has_no_collectives_in_is_null(outputs) -> None:
+    """trl has no weight-sync group (its weight-sync share is – too): null, where it read 0 ns
+    and won against colocated's 47.1 ms; colocated's DP and weight sync sum to its total, and
+    neither it nor trl has collectives of unknown group."""
+    total = values(outputs, "overview.exposed_comm_ns")
+    dp, sync = values(outputs, "exposed.dp"), values(outputs, "exposed.weight_sync")
     unknown = values(outputs, "exposed.unknown")
-    assert world["colocated"] == 0 and world["trl"] == total["trl"] > 90e6
+    assert total and dp and sync and unknown
+    assert sync["trl"] is None and sync["colocated"] > 40e6
     assert dp["colocated"] + sync["colocated"] == total["colocated"] > 80e6
-    assert dp["colocated"] > 30e6 and sync["colocated"] > 40e6
-    assert dp["trl"] == 0 and sync["trl"] == 0
-    assert unknown["colocated"] == 0 and unknown["trl"] == 0
+    assert unknown["colocated"] is None and unknown["trl"] is None
+    assert values(outputs, "overview.weight_sync_share")["trl"] is None  # type: ignore[index]
 
 
 def test_a_group_the_run_cannot_tell_is_null(outputs) -> None:
     """mfu's 25.4 ms of exposed send/recv are of unknown group, so no named group can be read
     from it; the log has nothing to search."""
     total = values(outputs, "overview.exposed_comm_ns")
-    assert values(outputs, "exposed.unknown")["mfu"] == total["mfu"] > 25e6
-    for dim in ("world", "dp", "weight_sync"):
+    unknown = values(outputs, "exposed.unknown")
+    assert total and unknown
+    assert unknown["mfu"] == total["mfu"] > 25e6 and unknown["log"] is None
+    for dim in ("dp", "weight_sync"):
         got = values(outputs, f"exposed.{dim}")
-        assert (got["mfu"], got["log"]) == (None, None), dim
-    assert values(outputs, "exposed.unknown")["log"] is None
+        assert got is not None and (got["mfu"], got["log"]) == (None, None), dim
     document = json.loads(outputs["json"])
-    assert "null in JSON" in document["missing"] and "unknown group" in document["missing"]
+    assert "null in JSON" in document["missing"]
+    assert "a group needs collectives in it" in document["missing"]
 
 
 def test_every_format_shows_the_same_cells(outputs) -> None:
-    """The all-ranks row: colocated 0 ns, trl 94.7 ms, mfu and the log –; the winner is
-    colocated (0 ns against 94.7 ms); each format's footnote says what – means. The values come
-    from the JSON, so the three formats of one comparison must agree."""
-    md_row = next(x for x in outputs["md"].splitlines() if x.startswith("| exposed comm (all"))
+    """The DP row: colocated 35.4 ms, trl 94.7 ms, mfu and the log –; the winner is colocated.
+    The values come from the JSON, so the three formats of one comparison must agree."""
+    md_row = next(x for x in outputs["md"].splitlines() if x.startswith("| exposed comm (DP"))
     cells = [c.strip() for c in md_row.strip("|").split("|")]
-    trl = duration(values(outputs, "exposed.world")["trl"])
-    assert cells == ["exposed comm (all ranks)", "0 ns", f"{trl} (+{trl})", "–", "–",
-                     "lower", "colocated"]
-    text_row = next(x for x in outputs["text"].splitlines() if x.startswith(" exposed comm (all"))
+    dp = values(outputs, "exposed.dp")
+    assert dp is not None
+    change = f"+{100 * (dp['trl'] / dp['colocated'] - 1):.1f}%"
+    assert cells == ["exposed comm (DP group)", duration(dp["colocated"]),
+                     f"{duration(dp['trl'])} ({change})", "–", "–", "lower", "colocated"]
+    assert change == "+167.3%"
+    text_row = next(x for x in outputs["text"].splitlines() if x.startswith(" exposed comm (DP"))
     assert [c.strip() for c in text_row.split("│")] == cells
     for fmt in ("md", "text"):
         flat = " ".join(outputs[fmt].split())
-        assert "exposed comm of a group is 0 ns in a run whose collectives all lie in other" in flat
-    assert "colocated wins 2: idle (sync_wait), exposed comm (all ranks)" in outputs["text"]
+        assert "the world group of a run of one pool with no other parallel dimension is its DP" \
+            in flat
+    assert "colocated wins 2: idle (sync_wait), exposed comm (DP group)" in outputs["text"]

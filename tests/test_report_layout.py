@@ -194,24 +194,29 @@ def test_no_compare_row_reads_like_the_percentage_points_of_the_note():
     assert not any(t.lower() in ("pp", "dp", "tp") for t in DIM_TITLES.values())
 
 
-def test_exposed_communication_is_zero_when_a_searched_trace_has_no_collective():
+def test_exposed_communication_is_zero_when_a_trace_with_kernels_has_no_collective():
+    """0 where kernels were recorded and none is a collective; null where none was: a host op
+    alone (rl-insight's run 1) cannot show a collective that ran."""
     from analyzer.analyses.overview import compute
 
     empty = pl.DataFrame(schema={"dim": pl.String, "exposed_ns": pl.Int64})
-    activity = pl.DataFrame({"rank": [0], "start_ns": [0], "end_ns": [5]})
-    searched = compute({"collectives_by_dim": empty, "activity": activity})
-    nothing = compute({"collectives_by_dim": empty, "activity": activity.clear()})
-    value = dict(zip(searched["metric"], searched["value"], strict=True))
-    assert value["exposed_comm_ns"] == 0.0
-    value = dict(zip(nothing["metric"], nothing["value"], strict=True))
-    assert value["exposed_comm_ns"] is None
+    kernel = pl.DataFrame({"rank": [0], "kind": ["kernel"], "start_ns": [0], "end_ns": [5]})
+    host = kernel.with_columns(pl.lit("cpu_op").alias("kind"))
+    found = [
+        dict(compute({"collectives_by_dim": empty, "activity": a}).select("metric", "value")
+             .iter_rows())["exposed_comm_ns"]
+        for a in (kernel, host, kernel.clear())
+    ]
+    assert found == [0.0, None, None]
 
 
 NSYS = CORPUS / "nsys-ai"
 
 
 @pytest.mark.skipif(not NSYS.exists(), reason="the corpus is not beside this checkout")
-def test_compare_shows_zero_exposed_communication_for_a_run_without_collectives():
+def test_compare_shows_zero_exposed_communication_and_no_group_for_a_run_without_collectives():
+    """h100_2gpu_1s records kernels and no collective: 0 ns in all, – in every group (it has
+    none), where each group read 0 ns and could win."""
     done = cli("compare", str(NSYS / "mfu_2gpu_before.sqlite"), str(NSYS / "h100_2gpu_1s.sqlite"),
                "-f", "json", "--quiet")
     assert done.returncode == 0, done.stderr
@@ -219,7 +224,7 @@ def test_compare_shows_zero_exposed_communication_for_a_run_without_collectives(
     total = rows["overview.exposed_comm_ns"]["values"]
     assert total["mfu_2gpu_before.sqlite"] > 1e6 and total["h100_2gpu_1s.sqlite"] == 0
     dims = [r for m, r in rows.items() if m.startswith("exposed.")]
-    assert dims and all(r["values"]["h100_2gpu_1s.sqlite"] == 0 for r in dims)
+    assert dims and all(r["values"]["h100_2gpu_1s.sqlite"] is None for r in dims)
     assert all("(pp)" not in r["title"] for r in rows.values())
 
 

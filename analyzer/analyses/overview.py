@@ -280,12 +280,13 @@ def _logged_weight_sync(products: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _collectives(products: Mapping[str, Any]) -> dict[str, Any]:
-    """Exposed communication; 0 when a trace's activity was searched and holds no collective
-    (unknown, null, only when nothing was recorded to search)."""
+    """Exposed communication; 0 when the trace records kernels and no collective among them
+    (null when it records none: a host op or a copy alone, as rl-insight's cpu_op-only file or
+    alpa's report2 whose Nsight missed the kernels, cannot show a collective that ran)."""
     coll = _in(products, "collectives_by_dim", "exposed_ns")
     if coll is not None and coll.height == 0:
         activity = products.get("activity")
-        searched = isinstance(activity, pl.DataFrame) and activity.height > 0
+        searched = isinstance(activity, pl.DataFrame) and (activity["kind"] == "kernel").any()
         return {"exposed_comm_ns": 0} if searched else {}
     if coll is None or coll["exposed_ns"].null_count() == coll.height:
         return {}

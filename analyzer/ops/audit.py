@@ -52,6 +52,10 @@ AGGREGATES = ("max", "min", "sum", "mean", "count")
 LIMITS = ("max", "min", "max_increase", "max_decrease")
 CHECK_KEYS = frozenset({"metric", "name", "missing", *LIMITS})
 RELATIVE = ("max_increase", "max_decrease")
+RANK_SUMMED = ("overview.exposed_comm_ns", "overview.gpu_busy_ns")
+"""Run-summary numbers summed over ranks: against a baseline of other ranks they are not
+comparable (HTA's sampled rank 1 alone has 52.9% less exposed time than the pair it is one of)."""
+
 NO_BASELINE = "no baseline: not checked"
 """The note of a relative limit when the audit has no baseline (the first run has none yet)."""
 
@@ -379,6 +383,12 @@ def _evaluate(check: Check, document: dict[str, Any], baseline: dict[str, Any] |
             )
             return out
         out.baseline = base
+        other = _other_ranks(document, baseline)
+        if other and check.path.text in RANK_SUMMED:
+            out.status = "skip" if check.missing == "skip" else "fail"
+            out.message = f"not comparable: {other}, and the value is summed over ranks"
+            return out
+        notes += [other] if other else []
     problems = []
     for key, limit in check.limits.items():
         shown = cell(limit, fmt)
@@ -396,10 +406,21 @@ def _evaluate(check: Check, document: dict[str, Any], baseline: dict[str, Any] |
                 )
     if problems:
         out.status = "fail"
-    elif notes and all(k in RELATIVE for k in check.limits):
+    elif baseline is None and all(k in RELATIVE for k in check.limits):
         out.status = "skip"
     out.message = "; ".join([*problems, *notes])
     return out
+
+
+def _other_ranks(document: dict[str, Any], baseline: dict[str, Any]) -> str:
+    """``the run has 1 rank, the baseline 2`` when their rank counts differ, else ""."""
+    path = parse_path("overview.ranks", "ranks")
+    mine, theirs = resolve(document, path)[0], resolve(baseline, path)[0]
+    if mine == theirs:
+        return ""
+    run = "an unknown number of ranks" if mine is None else plural(int(mine), "rank")
+    base = "an unknown number" if theirs is None else f"{int(theirs):,}"
+    return f"the run has {run}, the baseline {base}"
 
 
 def _change(value: float, base: float) -> float:

@@ -35,7 +35,13 @@ METRICS_SCHEMA: dict[str, pl.DataType] = {
 
 TIE_TOLERANCE = 0.005
 """Values within this fraction of the best value (not of the largest: 3.15 ms against 4.67 ms
-is no tie beside 346 ms) share the best; a best of 0 is shared only by other zeros."""
+is no tie beside 346 ms) share the best; a best of 0 is shared only by other zeros. A share
+(unit ``fraction``) is a part of a whole, so its tolerance is this fraction of the whole: 0.5
+points (a stage gap of 0.002% does not beat one of 0.004%, both 0.0%)."""
+
+KERNELS_MISSING = ("kernels may be missing",)
+"""Parts of a parser warning that say the trace may lack device work: such a run's exposed
+communication is not measured (no collective found may be one the trace lost)."""
 
 
 @dataclass
@@ -94,7 +100,12 @@ def metrics(run) -> pl.DataFrame:
         _idle(run),
         _exposed(run),
     ]
-    return pl.concat([p for p in parts if p is not None], how="vertical")
+    out = pl.concat([p for p in parts if p is not None], how="vertical")
+    out = out.filter(~_cannot_idle(out))
+    if any(k in w for w in getattr(run, "warnings", []) for k in KERNELS_MISSING):
+        out = out.filter(~pl.col("metric").is_in(["overview.exposed_comm_ns"])
+                         & ~pl.col("metric").str.starts_with("exposed."))
+    return out
 
 
 def scoped(title: str) -> str:
@@ -165,15 +176,47 @@ DIM_TITLES: dict[str, str] = {
 uses for percentage points."""
 
 
+IDLE_NEEDS: dict[str, str] = {
+    "sync_wait": "ranks",
+    "weight_sync": "stage.weight_sync",
+    "rollout_tail": "stage.rollout",
+}
+"""Idle cause → what the run must have for the cause to occur at all (a metric it has; ranks:
+two or more, a wait needs a partner in the trace); a run without it reads –, not a 0% that
+would win (the footnote says so, ``MISSING``); a cause it measured above 0 all the same shows. Pool wait needs nothing more than rollout and
+training, which every run with stages has: a colocated run's shared pool does both and never
+waits for another, a measured 0 (colocation's point), as a disaggregated run's rollout tail."""
+
+
+def _cannot_idle(rows: pl.DataFrame) -> pl.Expr:
+    """The idle causes the run cannot have (:data:`IDLE_NEEDS`), read from its own metrics."""
+    have = set(rows["metric"].to_list())
+    ranks = rows.filter(pl.col("metric") == "overview.ranks")["value"]
+    facts = {"ranks": ranks.len() > 0 and ranks[0] >= 2}
+    lacking = [
+        f"idle.{cause}" for cause, need in IDLE_NEEDS.items()
+        if not facts.get(need, need in have)
+    ]
+    return pl.col("metric").is_in(lacking) & (pl.col("value") == 0)
+
+
+MODEL_PARALLEL = ("fsdp", "tp", "pp", "sp", "cp", "ep", "unknown")
+"""Dimensions beside which the world group is not the data-parallel group."""
+
+
 def _exposed(run) -> pl.DataFrame | None:
+    """Exposed time per group the run has collectives in (a group it has none in is –). The
+    world group of a run whose collectives name no other parallel dimension and whose ranks are
+    one pool is its DP group (trl_grpo's 2 ranks of pure DP; G16 counts it as DP/FSDP)."""
     coll = frame_of(run, "collectives_by_dim", "dim", "exposed_ns")
     if coll is None or coll.height == 0 or coll["exposed_ns"].null_count() == coll.height:
         return None
-    dims = (
-        coll.with_columns(pl.col("dim").cast(pl.String))
-        .group_by("dim")
-        .agg(pl.col("exposed_ns").sum())
-    )
+    coll = coll.with_columns(pl.col("dim").cast(pl.String))
+    pools = frame_of(run, "pools", "pool")
+    one_pool = pools is not None and pools["pool"].n_unique() == 1
+    if one_pool and not coll["dim"].is_in(MODEL_PARALLEL).any():
+        coll = coll.with_columns(pl.col("dim").replace("world", "dp"))
+    dims = coll.group_by("dim").agg(pl.col("exposed_ns").sum())
     return dims.select(
         pl.format("exposed.{}", "dim").alias("metric"),
         pl.format("exposed comm ({})", pl.col("dim").replace_strict(DIM_TITLES, default=None)
@@ -202,7 +245,6 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
     for i in range(len(runs)):
         if str(i) not in wide.columns:
             wide = wide.with_columns(pl.lit(None, pl.Float64).alias(str(i)))
-    wide = _known_zero(wide, frames)
     wide = wide.rename({str(i): label for i, label in enumerate(labels)})
     table = keys.join(wide, on="metric").sort("_order").drop("_order")
     base = pl.col(labels[0])
@@ -214,7 +256,8 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
         ],
     )
     winners = [
-        _winner(row, labels) for row in table.select("better", *labels).iter_rows(named=True)
+        _winner(row, labels)
+        for row in table.select("better", "unit", *labels).iter_rows(named=True)
     ]
     table = table.with_columns(pl.Series("winner", winners, dtype=pl.String))
     return Comparison(
@@ -230,33 +273,6 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
             "winner",
         ),
     )
-
-
-def _known_zero(wide: pl.DataFrame, frames: list[pl.DataFrame]) -> pl.DataFrame:
-    """Exposed communication of a group is 0 ns, not unknown, in a run that has searched
-    collectives and none of them is exposed in that group: one whose trace holds none at all
-    (its overview says 0), or one whose collectives all lie in other groups (none exposed in
-    ``group unknown``). It stays unknown in a run with nothing to search (a logs-only run) and
-    in one whose collectives of unknown group are exposed: some of that time may be the group's."""
-    exposed = pl.col("metric").str.starts_with("exposed.")
-    for i, frame in enumerate(frames):
-        if _exposed_elsewhere(frame):
-            column = str(i)
-            wide = wide.with_columns(
-                pl.when(exposed).then(pl.col(column).fill_null(0.0)).otherwise(pl.col(column))
-                .alias(column)
-            )
-    return wide
-
-
-def _exposed_elsewhere(frame: pl.DataFrame) -> bool:
-    """Whether a group the run has no ``exposed.`` row for holds none of its exposed time."""
-    total = frame.filter(pl.col("metric") == "overview.exposed_comm_ns")["value"]
-    if total.len() and total[0] == 0:
-        return True
-    dims = frame.filter(pl.col("metric").str.starts_with("exposed."))
-    unknown = dims.filter(pl.col("metric") == "exposed.unknown")["value"]
-    return dims.height > 0 and not (unknown > 0).any()
 
 
 FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -289,9 +305,10 @@ def _winner(row: dict[str, object], labels: list[str]) -> str | None:
     if better not in ("lower", "higher") or len(values) < 2:
         return None
     best = float(min(values.values()) if better == "lower" else max(values.values()))
+    scale = 1.0 if row.get("unit") == "fraction" else abs(best)
     leaders = [
         label for label, v in values.items()
-        if abs(float(v) - best) <= TIE_TOLERANCE * abs(best)
+        if abs(float(v) - best) <= TIE_TOLERANCE * scale
     ]
     return "tie" if len(leaders) == len(values) else ", ".join(leaders)
 

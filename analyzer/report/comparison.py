@@ -16,13 +16,14 @@ from ..model.units import cell, unit_format
 from .section import Column
 
 MISSING = (
-    "– (null in JSON): the run cannot measure the metric (it lacks what the metric reads, or, "
-    "for exposed comm of a group, its exposed collectives of unknown group may be that group's); "
-    "exposed comm of a group is 0 ns in a run whose collectives all lie in other groups, or that "
-    "has none."
+    "– (null in JSON): the run cannot measure the metric, so it takes no part in the winner: it "
+    "lacks what the metric reads; exposed comm needs recorded kernels and no warning that "
+    "kernels may be missing, and a group needs collectives in it (the world group of a run of "
+    "one pool with no other parallel dimension is its DP group); idle (sync_wait) needs two or "
+    "more ranks, idle (weight_sync) a weight_sync stage, idle (rollout_tail) a rollout stage."
 )
-"""What an empty cell means, and when a group's exposed communication is 0 instead: in the
-footnote and in the JSON (``"missing"``)."""
+"""What an empty cell means, and what each metric that a run may lack needs: in the footnote
+and in the JSON (``"missing"``)."""
 
 NOTE = (
     "Each run after the first shows its change against the first in parentheses: percentage "
