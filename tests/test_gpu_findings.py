@@ -23,6 +23,7 @@ import pytest
 
 import analyzer
 from analyzer.analyses import gpu_findings as gf
+from analyzer.analyses.findings import rules as finding_rules
 from analyzer.model import frames
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -449,7 +450,12 @@ def test_idle_gaps_threshold_and_saving() -> None:
     out = _compute(_idle(rule["min_gap_ns"], 4, launch_late=False), steps=2)
     row = out.filter(pl.col("id") == "gpu.idle_gaps").row(0, named=True)
     assert row["severity"] == "warn" and "in 4 gaps ≥ 1 ms" in row["evidence"]
-    assert row["saving_ns"] == 4 * rule["min_gap_ns"] // 2
+    # each closing kernel's launch returned 10 µs before its gap: past the queue lag the idle
+    # GPU had it waiting (queued), which the host did not cause: 90 µs of each gap is saved
+    lag = finding_rules().queue_lag_ns
+    assert row["saving_ns"] == 4 * (lag - 10 * US) // 2
+    assert f"{4 * (rule['min_gap_ns'] - lag + 10 * US) / MS:.2f} ms of that with launched " \
+        "work queued" in row["evidence"]
     assert "gpu.host_bound" not in out["id"].to_list()
 
 
@@ -666,3 +672,106 @@ def test_kernels_tied_in_total_time_take_their_place_by_name(order: list[int]) -
     table = gf.rules()
     m = gf.top_kernels(kernels, table["top_kernel"] | table["names"])
     assert m.select("name", "place").rows() == [("gemm_a", 1), ("gemm_b", 2), ("gemm_c", 3)]
+
+
+# --- inference engines on MI300X (TraceLens): what the GPU waited for, graphs, capture --------
+
+TRACELENS = CORPUS / "TraceLens" / "inference"
+SGLANG_PREFILL = TRACELENS / "sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode.json.gz"
+VLLM_REPLAY = TRACELENS / "vllm_decode_full__graph_execution.json.gz"
+VLLM_CAPTURE = TRACELENS / ("vllm_decode_full__capture_traces__graph_capture_rank_0"
+                            ".1773709742341309550.pt.trace.json.gz")
+SGLANG_CAPTURE = TRACELENS / "sglang_decode__capture_traces__bs_32_rank0.json.gz"
+needs_tracelens = pytest.mark.skipif(not TRACELENS.is_dir(), reason="corpus not present")
+
+
+def _kineto(path: Path) -> tuple[list[dict], dict[int, dict]]:
+    """The GPU rows and the runtime calls by correlation id, times in ns, from the raw JSON."""
+    with gzip.open(path, "rt") as f:
+        rows = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    for e in rows:
+        e["s"], e["e"] = round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)
+    gpu = [e for e in rows if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    calls = {e["args"]["correlation"]: e for e in rows if e.get("cat") == "cuda_runtime"}
+    return gpu, calls
+
+
+def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return [(max(x, y), min(x2, y2)) for x, x2 in _union(a) for y, y2 in _union(b)
+            if min(x2, y2) > max(x, y)]
+
+
+@needs_tracelens
+def test_a_host_blocked_while_the_gpu_waits_on_a_stream_event_saves_nothing() -> None:
+    """SGLang prefill: the host blocks 493 ms in a 60-byte hipMemcpyWithStream while the GPU
+    idles, but resolve_future_token_ids_kernel, launched right after a hipStreamWaitEvent,
+    starts 493 ms after its launch returned: the GPU waited for another stream. The test's
+    numbers come from the raw JSON: queued = lag past the launch to the work's start."""
+    gpu, calls = _kineto(SGLANG_PREFILL)
+    lag = finding_rules().queue_lag_ns
+    queued = [(calls[c]["e"] + lag, g["s"]) for g in gpu
+              if (c := g["args"]["correlation"]) in calls and g["s"] - calls[c]["e"] > lag]
+    busy = _union([(g["s"], g["e"]) for g in gpu])
+    gaps = [(a[1], b[0]) for a, b in pairwise(busy) if b[0] - a[1] >= 10 * US]
+    blocked = [(c["s"], c["e"]) for c in calls.values() if c["name"] == "hipMemcpyWithStream"]
+    idle = _overlap(blocked, gaps)
+    m = _whole(_measured(SGLANG_PREFILL)["sync_blocking"]).row(0, named=True)
+    assert m["idle_ns"] == pytest.approx(_length(idle), abs=US)
+    assert m["queued_ns"] == pytest.approx(_length(_overlap(idle, queued)), abs=US)
+    assert m["queued_ns"] == pytest.approx(493_139_121, abs=US)
+    row = _one(SGLANG_PREFILL, "gpu.sync_blocking", "rollout")
+    rule = gf.rules()["sync_blocking"]
+    assert row["severity"] == "info" and row["saving_ns"] is None
+    assert row["title"] == rule["title_queued"]
+    assert "the GPU idles for 493 ms of it; 493 ms of it with launched work queued" \
+        in row["evidence"]
+    assert "started 493 ms after its launch returned, queued behind a stream wait event " \
+        "(hipStreamWaitEvent 11.7 µs before its launch)" in row["evidence"]
+    host = _whole(_measured(SGLANG_PREFILL)["host_bound"]).row(0, named=True)
+    assert host["queued_ns"] == m["queued_ns"] and host["starved_ns"] == 1_172_838
+    assert not _found(SGLANG_PREFILL).filter(pl.col("id") == "gpu.host_bound").height
+    gaps_m = _whole(_measured(SGLANG_PREFILL)["idle_gaps"]).row(0, named=True)
+    assert gaps_m["empty_ns"] == 493_283_729 and gaps_m["free_ns"] == 144_608
+    findings = _run(SGLANG_PREFILL).findings
+    assert findings.filter(pl.col("saving_ns") > 100 * MS).height == 0
+
+
+@needs_tracelens
+def test_kernels_a_graph_launch_started_are_not_launch_overhead() -> None:
+    """vLLM full-graph decode: 421 of its 425 kernels come from one hipGraphLaunch (its 507 µs
+    once read as a tiny kernel's launch time); 3 of the 4 launched one by one are tiny."""
+    gpu, calls = _kineto(VLLM_REPLAY)
+    kernels = [g for g in gpu if g.get("cat") == "kernel"]
+    by_graph = [g for g in kernels if calls[g["args"]["correlation"]]["name"] == "hipGraphLaunch"]
+    alone = [g for g in kernels if g not in by_graph]
+    small = _whole(_measured(VLLM_REPLAY)["small_kernels"]).row(0, named=True)
+    assert (small["in_graphs"], small["launches"]) == (len(by_graph), len(alone)) == (421, 4)
+    assert small["count"] == sum(g["e"] - g["s"] < 10 * US for g in alone) == 3
+    assert small["api_ns"] < 20 * US
+    assert not _found(VLLM_REPLAY).filter(pl.col("id") == "gpu.small_kernels").height
+
+
+@needs_tracelens
+def test_a_capture_traces_top_kernel_is_info_and_its_kernels_told_apart() -> None:
+    """Graph-capture traces hold microseconds of kernel time (19.6 and 11 µs): the top kernel
+    is no warning, and two vectorized_elementwise_kernel instantiations are named apart."""
+    vllm = _one(VLLM_CAPTURE, "gpu.top_kernel")
+    assert (vllm["severity"], vllm["confidence"]) == ("info", "low")
+    assert vllm["recommendation"] == gf.rules()["top_kernel"]["recommendation_capture"]
+    assert "vectorized_elementwise_kernel<4, FillFunctor<int>, array<char*, 1ul> > 41.3%; " \
+        "vectorized_elementwise_kernel<4, FillFunctor<long>, array<char*, 1ul> > 38.1%" \
+        in vllm["evidence"]
+    sglang = _one(SGLANG_CAPTURE, "gpu.top_kernel")
+    assert sglang["severity"] == "info" and "11 µs in 2 launches" in sglang["evidence"]
+
+
+def test_a_top_kernel_in_microseconds_of_kernel_time_is_no_warning() -> None:
+    rule = gf.rules()["top_kernel"]
+    one = [_ev(0, "kernel", "void big<float>(int)", 0, 10 * US),
+           _ev(0, "kernel", "void small<float>(int)", 20 * US, 25 * US)]
+    assert rule["warn_min_ns"] == MS
+    top = pl.col("id") == "gpu.top_kernel"
+    assert _compute(one).filter(top)["severity"].to_list() == ["info"]
+    longer = [_ev(0, "kernel", "void big<float>(int)", 0, MS),
+              _ev(0, "kernel", "void small<float>(int)", MS, MS + 500 * US)]
+    assert _compute(longer).filter(top)["severity"].to_list() == ["warn"]

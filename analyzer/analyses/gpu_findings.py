@@ -25,6 +25,7 @@ from ..model import frames, intervals
 from ..model.products import provides
 from ..model.query import collect
 from ..model.units import duration, percent, plural, size, spans
+from . import queued
 from .findings import Workload, workload
 from .findings import rules as finding_rules
 from .sync import exposed_within
@@ -116,6 +117,32 @@ def _family(name: pl.Expr) -> pl.Expr:
     ).otherwise(short)
 
 
+DETAIL_CHARS = 80
+
+
+def _detail(name: pl.Expr) -> pl.Expr:
+    """A kernel's name without ``void``, parameters and namespaces, cut to
+    :data:`DETAIL_CHARS`: what tells two kernels of one short name apart
+    (``vectorized_elementwise_kernel<4, FillFunctor<int>, …`` and ``<…<long>, …``)."""
+    text = name.cast(pl.String).str.replace(r"^void ", "").str.replace(r">\(.*\)$", ">")
+    text = text.str.replace_all(r"(\(anonymous namespace\)|[A-Za-z_]\w*)::", "")
+    return pl.when(text.str.len_chars() > DETAIL_CHARS).then(
+        text.str.slice(0, DETAIL_CHARS - 1) + "…"
+    ).otherwise(text)
+
+
+def _labels(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (one scope's kernels, by place) with ``label``: the short name, or where two
+    listed kernels share it, their :func:`_detail` (and their place, should that collide too)."""
+    label = pl.when(pl.len().over("family") > 1).then(_detail(pl.col("name"))).otherwise("family")
+    rows = rows.with_columns(label.alias("label"))
+    again = pl.len().over("label") > 1
+    return rows.with_columns(
+        pl.when(again).then(pl.col("label") + " #" + pl.col("place").cast(pl.String))
+        .otherwise("label").alias("label")
+    )
+
+
 def _dur() -> pl.Expr:
     return pl.col("end_ns") - pl.col("start_ns")
 
@@ -152,10 +179,13 @@ def top_kernels(kernels: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
 
 
 def small_kernels(kernels: pl.DataFrame, launches: pl.DataFrame, wall: pl.DataFrame,
-                  rule: dict[str, Any]) -> pl.DataFrame:
+                  rule: dict[str, Any], graphs: pl.DataFrame) -> pl.DataFrame:
     """Per scope: kernels shorter than ``max_ns``, their share of launches, their GPU time, the
-    host time of their launch calls (each call once: a graph launch starts many kernels) and
-    its share of the ranks' wall time; ``family``: the short name launched most often."""
+    host time of their launch calls (each call once) and its share of the ranks' wall time;
+    ``family``: the short name launched most often. Kernels a graph launch started
+    (``graphs``: its rank and corr) are no launch overhead and not counted (``in_graphs``)."""
+    in_graph = kernels.join(graphs, on=["rank", "corr"], how="semi")
+    kernels = kernels.join(graphs, on=["rank", "corr"], how="anti")
     tiny = kernels.lazy().select("scope", "name", "rank", "corr", *SPAN).filter(
         _dur() < rule["max_ns"]
     ).pipe(collect)
@@ -165,6 +195,8 @@ def small_kernels(kernels: pl.DataFrame, launches: pl.DataFrame, wall: pl.DataFr
     )
     tiny = tiny.join(names.select("name", "_fam"), on="name")
     per = kernels.group_by("scope").agg(pl.len().alias("launches")).join(
+        in_graph.group_by("scope").agg(pl.len().alias("in_graphs")), on="scope", how="left"
+    ).join(
         tiny.group_by("scope").agg(pl.len().alias("count"), _dur().sum().alias("gpu_ns"))
         .join(_ranks_of(tiny, ["scope"]), on="scope"), on="scope", how="inner",
     )
@@ -184,6 +216,7 @@ def small_kernels(kernels: pl.DataFrame, launches: pl.DataFrame, wall: pl.DataFr
     walls = wall.group_by("scope").agg(pl.col("wall_ns").sum())
     return per.join(top, on="scope", how="left").join(walls, on="scope", how="left").with_columns(
         pl.col("api_ns").fill_null(0), pl.col("api").fill_null(0),
+        pl.col("in_graphs").fill_null(0),
         (pl.col("count") / pl.col("launches")).alias("launch_share"),
     ).with_columns((pl.col("api_ns") / pl.col("wall_ns")).alias("api_share"))
 
@@ -202,6 +235,67 @@ class Busy:
         return cls(intervals.union(gpu, ["rank"]), intervals.union(kernels, ["rank"]))
 
 
+@dataclass(frozen=True)
+class Pending:
+    """Per rank, when launched work was queued: it started more than ``queue_lag_ns`` after
+    its launch call returned (:func:`queued.spans`). An idle GPU starts launched work within
+    microseconds, so idle then waited for something other than the host (an event of another
+    stream, device work the trace does not hold): no launch overhead, and a host blocked then
+    waited for that GPU. ``spans``: their union; ``longest``: per rank its longest queued work
+    (``work_name``, ``work_stream``, ``lag_ns``) and the stream-wait call the host issued
+    before launching it (``wait_name``, ``wait_before_ns`` before the launch; null if none
+    since the stream's previous launch)."""
+
+    spans: pl.DataFrame
+    longest: pl.DataFrame
+
+    @classmethod
+    def of(cls, gpu: pl.DataFrame, runtime: pl.LazyFrame, waits: pl.Series, lag_ns: int
+           ) -> Pending:
+        calls = runtime.group_by("rank", "corr").agg(
+            pl.col("start_ns").min().alias("launch_start_ns"),
+            pl.col("end_ns").max().alias("launch_end_ns"),
+        ).pipe(collect)
+        launched = gpu.select("rank", "corr", "name", "stream", "start_ns").join(
+            calls, on=["rank", "corr"], how="inner"
+        ).sort("rank", "stream", "launch_end_ns").with_columns(
+            pl.col("launch_end_ns").shift(1).over("rank", "stream").fill_null(-(2**62))
+            .alias("prev_ns")
+        )
+        late = queued.spans(launched, lag_ns)
+        spans_ = intervals.union(late.select("rank", *SPAN), ["rank"])
+        waited = runtime.filter(pl.col("name").is_in(waits.implode())).select(
+            "rank", pl.col("end_ns").alias("wait_end_ns"),
+            pl.col("name").cast(pl.String).alias("wait_name"),
+        ).pipe(collect).sort("wait_end_ns")
+        longest = late.with_columns(
+            (pl.col("end_ns") - pl.col("work_launch_end_ns")).alias("lag_ns")
+        ).sort("lag_ns", descending=True).group_by("rank", maintain_order=True).first()
+        longest = longest.sort("work_launch_start_ns").join_asof(
+            waited, left_on="work_launch_start_ns", right_on="wait_end_ns", by="rank",
+            strategy="backward", check_sortedness=False,
+        ).with_columns(
+            pl.when(pl.col("wait_end_ns") > pl.col("work_prev_ns")).then("wait_name")
+            .alias("wait_name"),
+            pl.when(pl.col("wait_end_ns") > pl.col("work_prev_ns"))
+            .then(pl.col("work_launch_start_ns") - pl.col("wait_end_ns")).alias("wait_before_ns"),
+        )
+        return cls(spans_, longest.select(
+            "rank", _family(pl.col("work_name")).alias("work_family"), "work_stream", "lag_ns",
+            "wait_name", "wait_before_ns",
+        ))
+
+    def marked(self, pieces: pl.DataFrame) -> pl.DataFrame:
+        """``pieces`` (rank + span) with ``queued_ns``, the part of each spent queued."""
+        return pieces.with_columns(
+            intervals.overlap_each(pieces, self.spans, ["rank"], merged=True).alias("queued_ns")
+        )
+
+    def idle(self, gaps: pl.DataFrame) -> pl.DataFrame:
+        """The parts of ``gaps`` (disjoint) spent queued."""
+        return intervals.intersection(gaps.select("rank", *SPAN), self.spans, ["rank"])
+
+
 def _busy_gaps(merged: pl.DataFrame, min_gap_ns: int) -> pl.DataFrame:
     """Per rank, the gaps of at least ``min_gap_ns`` between the pieces of a union
     (``intervals.union`` by rank)."""
@@ -214,21 +308,25 @@ def _busy_gaps(merged: pl.DataFrame, min_gap_ns: int) -> pl.DataFrame:
 
 
 def idle_gaps(gpu: pl.DataFrame, busy: Busy, stage_spans: pl.DataFrame, win: pl.DataFrame,
-              rule: dict[str, Any]) -> pl.DataFrame:
+              rule: dict[str, Any], pending: Pending) -> pl.DataFrame:
     """Per scope and rank: gaps of at least ``min_gap_ns`` with no kernel running on any
-    stream, their count, total and longest, the part no copy or memset fills either, and the
-    total's share of the kernel window (in a stage: of the stage's time)."""
+    stream, their count, total and longest, the part no copy or memset fills either
+    (``empty_ns``), the part of that with no launched work queued either (``free_ns``: the
+    GPU waited for nothing but the host, :class:`Pending`), and the total's share of the
+    kernel window (in a stage: of the stage's time)."""
     gaps = _busy_gaps(busy.kernels, rule["min_gap_ns"])
+    cover = intervals.union(pl.concat([busy.gpu.select("rank", *SPAN), pending.spans]), ["rank"])
     uncovered = gaps.with_columns(
-        (_dur() - intervals.overlap_each(gaps, busy.gpu, ["rank"], merged=True)).alias("empty_ns")
+        (_dur() - intervals.overlap_each(gaps, busy.gpu, ["rank"], merged=True)).alias("empty_ns"),
+        (_dur() - intervals.overlap_each(gaps, cover, ["rank"], merged=True)).alias("free_ns"),
     )
     pieces = _clip_scoped(gaps, stage_spans).join(
-        uncovered.select("_id", "empty_ns", _dur().alias("_whole")), on="_id"
+        uncovered.select("_id", "empty_ns", "free_ns", _dur().alias("_whole")), on="_id"
     )
     per = pieces.group_by("scope", "rank").agg(
         pl.len().alias("gaps"), _dur().sum().alias("idle_ns"), _dur().max().alias("longest_ns"),
-        (pl.col("empty_ns") * _dur() / pl.col("_whole")).sum().round().cast(pl.Int64)
-        .alias("empty_ns"),
+        *[(pl.col(c) * _dur() / pl.col("_whole")).sum().round().cast(pl.Int64).alias(c)
+          for c in ("empty_ns", "free_ns")],
     )
     kwin = gpu.lazy().filter(pl.col("kind") == "kernel").group_by("rank").agg(
         (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("kernel_window_ns")
@@ -241,11 +339,12 @@ def idle_gaps(gpu: pl.DataFrame, busy: Busy, stage_spans: pl.DataFrame, win: pl.
 
 
 def host_bound(gpu: pl.DataFrame, gaps: pl.DataFrame, launches: pl.DataFrame,
-               stage_spans: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
+               stage_spans: pl.DataFrame, win: pl.DataFrame, pending: Pending) -> pl.DataFrame:
     """Per scope and rank: gaps in all GPU activity (at least ``min_gap_ns``) whose closing
     work was launched by a call that ended after the gap had begun — the GPU ran dry waiting
-    for the host; their count, total and share of the GPU window. ``gaps``: those of at
-    least ``min_gap_ns`` in all GPU activity (:func:`_busy_gaps`)."""
+    for the host; their count, total less the time launched work was queued in them
+    (``queued_ns``: the GPU waited for something else, :class:`Pending`) and share of the GPU
+    window. ``gaps``: those of at least ``min_gap_ns`` in all GPU activity (:func:`_busy_gaps`)."""
     closing = gpu.select("rank", "corr", "start_ns").join(
         launches, on=["rank", "corr"], how="inner"
     ).group_by(
@@ -254,9 +353,10 @@ def host_bound(gpu: pl.DataFrame, gaps: pl.DataFrame, launches: pl.DataFrame,
     starved = gaps.join(closing, on=["rank", "end_ns"], how="inner").filter(
         pl.col("launch_end_ns") > pl.col("start_ns")
     )
-    pieces = _clip_scoped(starved, stage_spans)
+    pieces = pending.marked(_clip_scoped(starved, stage_spans))
     per = pieces.group_by("scope", "rank").agg(
-        pl.len().alias("gaps"), _dur().sum().alias("starved_ns")
+        pl.len().alias("gaps"), (_dur() - pl.col("queued_ns")).sum().alias("starved_ns"),
+        pl.col("queued_ns").sum(),
     )
     return per.join(win, on=["scope", "rank"]).with_columns(
         (pl.col("starved_ns") / pl.col("gpu_window_ns")).alias("share")
@@ -265,12 +365,14 @@ def host_bound(gpu: pl.DataFrame, gaps: pl.DataFrame, launches: pl.DataFrame,
 
 def sync_blocking(events: pl.DataFrame | pl.LazyFrame, gaps: pl.DataFrame,
                   stage_spans: pl.DataFrame, win: pl.DataFrame, names: dict[str, Any],
-                  distinct: dict[str, pl.Series]) -> pl.DataFrame:
+                  distinct: dict[str, pl.Series], pending: Pending) -> pl.DataFrame:
     """Per scope and rank: the union of the host's blocking waits (blocking runtime calls and
     host-side CUDA sync records), its share of the wall window, the part of it the GPU spent
     idle (``gaps`` in all GPU activity, those of :func:`host_bound`: the wait is the gap's
-    cause, ``idle_ns``) and the call that waits most. ``distinct``: the names of the runtime
-    calls and sync records (:func:`_distinct_names`)."""
+    cause, ``idle_ns``), of that the part with launched work queued (``queued_ns``: the host
+    waited for a GPU that waited for something else, :class:`Pending`) and the call that
+    waits most. ``distinct``: the names of the runtime calls and sync records
+    (:func:`_distinct_names`)."""
     runtime, host = distinct["runtime"], distinct["gpu_sync"]
     blocking = (
         (pl.col("kind") == "runtime") & _name_matches(runtime, names["blocking"])
@@ -282,10 +384,12 @@ def sync_blocking(events: pl.DataFrame | pl.LazyFrame, gaps: pl.DataFrame,
     merged = intervals.union(waits, ["rank"]).with_row_index("_id")
     pieces = _clip_scoped(merged, stage_spans)
     pieces = pieces.with_columns(
-        intervals.overlap_each(pieces, gaps, ["rank"], merged=True).alias("idle_ns")
+        intervals.overlap_each(pieces, gaps, ["rank"], merged=True).alias("idle_ns"),
+        intervals.overlap_each(pieces, pending.idle(gaps), ["rank"], merged=True)
+        .alias("queued_ns"),
     )
     per = pieces.group_by("scope", "rank").agg(
-        _dur().sum().alias("blocked_ns"), pl.col("idle_ns").sum()
+        _dur().sum().alias("blocked_ns"), pl.col("idle_ns").sum(), pl.col("queued_ns").sum()
     )
     top = waits.filter(pl.col("name").str.starts_with("cu") | pl.col("name").str.starts_with("hip"))
     top = top.group_by("rank", "name").agg(_dur().sum().alias("call_ns"), pl.len().alias("calls"))
@@ -412,6 +516,10 @@ def measure(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
     gpu = ev.filter(_is_gpu()).pipe(collect)
     distinct = _distinct_names(ev, ("runtime", "gpu_sync"))
     runtime = ev.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null())
+    names_rt = distinct["runtime"]
+    pending = Pending.of(gpu, runtime, names_rt.filter(
+        names_rt.cast(pl.String).str.contains(names["stream_wait"])
+    ), finding_rules().queue_lag_ns)
     launching = runtime.filter(_name_matches(distinct["runtime"], names["launch"]))
     launch = launching.group_by("rank", "corr").agg(
         _dur().sum().alias("api_ns"), pl.col("end_ns").max().alias("launch_end_ns")
@@ -422,7 +530,10 @@ def measure(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
         gpu.filter(pl.col("kind") == "kernel").select("rank", "name", "stage", "corr", *SPAN)
     )
     top = top_kernels(kernels, table["top_kernel"] | names)
-    small = small_kernels(kernels, launch, win, table["small_kernels"])
+    graphs = launching.filter(_name_matches(distinct["runtime"], names["graph_launch"])).select(
+        "rank", "corr"
+    ).unique().pipe(collect)
+    small = small_kernels(kernels, launch, win, table["small_kernels"], graphs)
     del kernels
     waits = collective_waits.filter(pl.col("rank") >= 0)
     busy = Busy.of(gpu)
@@ -430,9 +541,10 @@ def measure(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
     return {
         "top_kernel": top,
         "small_kernels": small,
-        "idle_gaps": idle_gaps(gpu, busy, spans_, win, table["idle_gaps"]),
-        "host_bound": host_bound(gpu, gaps, launch, spans_, win),
-        "sync_blocking": sync_blocking(ev, gaps, spans_, win, names, distinct),
+        "idle_gaps": idle_gaps(gpu, busy, spans_, win, table["idle_gaps"], pending),
+        "host_bound": host_bound(gpu, gaps, launch, spans_, win, pending),
+        "sync_blocking": sync_blocking(ev, gaps, spans_, win, names, distinct, pending),
+        "queued": pending.longest,
         "copies": copies(gpu, busy, win, names, table["copies"]),
         "nccl_variability": nccl_variability(waits, table["nccl_variability"]),
         "straggler": stragglers(waits, win),
@@ -475,36 +587,45 @@ def _finding(key: str, rule: dict[str, Any], scope: str, severity: str, ranks: s
     }
 
 
-def _top_kernel(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
+def _top_kernel(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, capture: bool = False
+                ) -> list[dict[str, Any]]:
     """The scope's top compute kernel (Tensor Core and fusion advice is for compute): the
     communication kernels' share is said beside it, and a scope whose kernel time is all
-    communication gets communication advice instead."""
+    communication gets communication advice instead. A scope with under ``warn_min_ns`` of
+    kernel time, or a graph-capture trace (``capture``: its captured kernels do not run, the
+    kernels it holds are the few run beside the capture), gets an info finding at most."""
     out = []
-    big = (pl.col("scope") == WHOLE) | (
-        pl.col("total_ns").sum().over("scope") >= rule["stage_min_ns"]
-    )
+    m = m.with_columns(pl.col("total_ns").sum().over("scope").alias("_scope_ns"))
+    big = (pl.col("scope") == WHOLE) | (pl.col("_scope_ns") >= rule["stage_min_ns"])
     shown = (pl.col("compute_place") <= rule["listed"]) | (pl.col("comm") & (pl.col("place") == 1))
     for (scope,), rows in m.filter(big).filter(shown).group_by("scope", maintain_order=True):
+        rows = _labels(rows)
         compute = rows.filter(~pl.col("comm")).sort("compute_place")
         comm = rows.filter(pl.col("comm"))
         top = (compute if compute.height else comm).row(0, named=True)
         severity = _level(top["share"], rule["share_info"], rule["share_warn"])
         if severity is None:
             continue
+        if capture or top["_scope_ns"] < rule["warn_min_ns"]:
+            severity = "info"
         listed = "; ".join(
-            f"{r['family']} {percent(r['share'])}" for r in compute.iter_rows(named=True)
+            f"{r['label']} {percent(r['share'])}" for r in compute.iter_rows(named=True)
         )
         evidence = (
-            f"{top['family']}: {duration(top['total_ns'])} in {plural(top['count'], 'launch')} "
+            f"{top['label']}: {duration(top['total_ns'])} in {plural(top['count'], 'launch')} "
             f"(mean {duration(top['mean_ns'])}) = {percent(top['share'])} of all kernel time"
             f"{'' if scope == WHOLE else ' in the stage'} (sum of kernel durations over ranks)"
             + (f"; top {compute.height} compute kernels: {listed}" if compute.height else "")
             + _comm_said(top, comm)
+            + (f"; a graph-capture trace: {duration(top['_scope_ns'])} of kernel time ran beside "
+               "the capture, the captured kernels do not run" if capture else "")
         )
         title, advice = (rule["title"], rule["recommendation"]) if compute.height else (
             rule["title_comm"], rule["recommendation_comm"])
+        if capture:
+            advice = rule["recommendation_capture"]
         out.append(_finding("top_kernel", rule, scope, severity, _ranks(top["ranks"]), evidence,
-                            None, "high", title=f"{title}: {top['family']}",
+                            None, "low" if capture else "high", title=f"{title}: {top['label']}",
                             subject=top["family"]) | {"recommendation": advice})
     return out
 
@@ -558,6 +679,8 @@ def _small_kernels(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[
             f"({percent(r['api_share'])} of the ranks' wall time); most: {r['family']} "
             f"({plural(r['n'], 'launch')}, mean {duration(r['mean'])}, "
             f"launch calls {duration(r['api'])})"
+            + (f"; {plural(r['in_graphs'], 'kernel')} run from graph launches, not counted"
+               if r["in_graphs"] else "")
         )
         out.append(_finding("small_kernels", rule, r["scope"], severity, _ranks(r["ranks"]),
                             evidence, None, "medium"))
@@ -572,7 +695,27 @@ def _per_rank(m: pl.DataFrame, share: str, info: float) -> pl.DataFrame:
     ).agg(pl.all().first(), pl.col("rank").alias("_ranks"), pl.len().alias("_n"))
 
 
-def _idle_gaps(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
+def _queued_said(q: pl.DataFrame, rank: int, queued_ns: int, of: str = "it") -> str:
+    """What the evidence says of idle with launched work queued (:class:`Pending`): how long,
+    and the rank's longest queued work with the stream wait the host issued before it."""
+    if not queued_ns:
+        return ""
+    rows = q.filter(pl.col("rank") == rank)
+    said = f"; {duration(queued_ns)} of {of} with launched work queued (not counted"
+    if rows.height == 0:
+        return said + ")"
+    w = rows.row(0, named=True)
+    said += (f": {w['work_family']} on stream {w['work_stream']} started "
+             f"{duration(w['lag_ns'])} after its launch returned")
+    if w["wait_name"]:
+        return said + (f", queued behind a stream wait event ({w['wait_name']} "
+                       f"{duration(w['wait_before_ns'])} before its launch): the GPU waited "
+                       "for another stream, not for the host)")
+    return said + ": the GPU waited for something other than the host)"
+
+
+def _idle_gaps(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, q: pl.DataFrame
+               ) -> list[dict[str, Any]]:
     out = []
     m = m.filter(pl.col("idle_ns") >= rule["min_gap_ns"])
     for r in _per_rank(m, "share", rule["share_info"]).iter_rows(named=True):
@@ -582,14 +725,16 @@ def _idle_gaps(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict
             f"≥ {duration(rule['min_gap_ns'])} = {percent(r['share'])} of {where} "
             f"({duration(r['window_ns'])}); longest {duration(r['longest_ns'])}; "
             f"no copy either for {duration(r['empty_ns'])}"
+            + _queued_said(q, r["rank"], r["empty_ns"] - r["free_ns"], "that")
         )
         severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
         out.append(_finding("idle_gaps", rule, r["scope"], severity, _ranks(r["_ranks"]),
-                            evidence, r["empty_ns"] // n_steps, "medium", rank=r["rank"]))
+                            evidence, r["free_ns"] // n_steps, "medium", rank=r["rank"]))
     return out
 
 
-def _host_bound(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
+def _host_bound(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, q: pl.DataFrame
+                ) -> list[dict[str, Any]]:
     out = []
     for r in _per_rank(m, "share", rule["share_info"]).iter_rows(named=True):
         evidence = (
@@ -598,6 +743,7 @@ def _host_bound(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dic
             f"= {percent(r['share'])} of {_measured_window(r['scope'])} "
             f"({duration(r['gpu_window_ns'])}) "
             "(a gap whose closing work was launched by a call that ended after the gap began)"
+            + _queued_said(q, r["rank"], r["queued_ns"], "those gaps")
         )
         severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
         out.append(_finding("host_bound", rule, r["scope"], severity, _ranks(r["_ranks"]),
@@ -613,22 +759,32 @@ def _measured_window(scope: str) -> str:
     return "its GPU window" if scope == WHOLE else f"its time in {scope}"
 
 
-def _sync_blocking(m: pl.DataFrame, rule: dict[str, Any], n_steps: int) -> list[dict[str, Any]]:
+def _sync_blocking(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, q: pl.DataFrame
+                   ) -> list[dict[str, Any]]:
+    """The saving is the idle during the waits with nothing launched; where launched work was
+    queued for at least ``queued_share`` of that idle, the host waited for a GPU that waited
+    for something else: an info finding without a saving that says so."""
     out = []
     for r in _per_rank(m, "share", rule["share_info"]).iter_rows(named=True):
         top = f"; most in {r['name']} ({r['calls']} calls, {duration(r['call_ns'])})" \
             if r["name"] else ""
-        idle = r["idle_ns"] or 0
+        idle, queued_ns = r["idle_ns"] or 0, r["queued_ns"] or 0
         evidence = (
             f"rank {r['rank']}: the host is blocked in synchronisation for "
             f"{duration(r['blocked_ns'])} = {percent(r['share'])} of its wall time "
             f"({duration(r['wall_ns'])}; union of blocking sync/memcpy calls and host-side "
             f"CUDA sync records){top}; the GPU idles for {duration(idle)} of it"
+            + _queued_said(q, r["rank"], queued_ns)
         )
         severity = _level(r["share"], rule["share_info"], rule["share_warn"]) or "info"
+        saving = (idle - queued_ns) // n_steps if idle else None
+        extra: dict[str, Any] = {}
+        if idle and queued_ns >= rule["queued_share"] * idle:
+            severity, saving = "info", None
+            extra = {"title": rule["title_queued"], "saving_basis": rule["saving_queued"],
+                     "recommendation": rule["recommendation_queued"]}
         out.append(_finding("sync_blocking", rule, r["scope"], severity, _ranks(r["_ranks"]),
-                            evidence, idle // n_steps if idle else None, "high",
-                            rank=r["rank"]))
+                            evidence, saving, "high", rank=r["rank"]) | extra)
     return out
 
 
@@ -800,20 +956,21 @@ def compute(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
     table = table or rules()
     m = measure(classified, stage_timeline, collective_waits, exposed_intervals, table)
     n = max(steps.height, 1)
+    work = work or Workload()
     rows = [
-        *_top_kernel(m["top_kernel"], table["top_kernel"], n),
+        *_top_kernel(m["top_kernel"], table["top_kernel"], n, work.graphs == "capture"),
         *_kernel_variability(m["top_kernel"], table["kernel_variability"], n),
         *_small_kernels(m["small_kernels"], table["small_kernels"], n),
-        *_host_bound(m["host_bound"], table["host_bound"], n),
-        *_sync_blocking(m["sync_blocking"], table["sync_blocking"], n),
+        *_host_bound(m["host_bound"], table["host_bound"], n, m["queued"]),
+        *_sync_blocking(m["sync_blocking"], table["sync_blocking"], n, m["queued"]),
         *_copies(m["copies"], table["copies"], n, table["names"]["host_device"]),
         *_nccl_variability(m["nccl_variability"], table["nccl_variability"], n),
         *_straggler(m["straggler"], table["straggler"], n),
         *_exposed_comm(m["exposed_comm"], table["exposed_comm"], n),
-        *_idle_gaps(m["idle_gaps"], table["idle_gaps"], n),
+        *_idle_gaps(m["idle_gaps"], table["idle_gaps"], n, m["queued"]),
     ]
     rows = fold_stages(rows, m, table["merge"]["dominant_share"], keep)
-    _advise(rows, table, work or Workload())
+    _advise(rows, table, work)
     out = pl.DataFrame([{k: r[k] for k in frames.FINDING_CANDIDATES} for r in rows],
                        schema=frames.FINDING_CANDIDATES)
     scope_order = pl.col("stage") != WHOLE

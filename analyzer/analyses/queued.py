@@ -45,6 +45,18 @@ def _launched(events: pl.DataFrame, ranks: pl.Series) -> pl.DataFrame:
     return gpu.select("rank", "corr", "start_ns").join(calls, on=["rank", "corr"], how="left")
 
 
+def spans(launched: pl.DataFrame, lag_ns: int) -> pl.DataFrame:
+    """Per GPU row launched by a call (``launch_end_ns``) that it started more than ``lag_ns``
+    after: the span from ``lag_ns`` past the call's end to the row's start, while the work was
+    queued (rank, start_ns, end_ns, and the row's other columns as ``work_*``)."""
+    late = launched.filter(pl.col("start_ns") - pl.col("launch_end_ns") > lag_ns)
+    extra = [c for c in late.columns if c not in ("rank", "start_ns", "end_ns")]
+    return late.select(
+        "rank", (pl.col("launch_end_ns") + lag_ns).alias("start_ns"),
+        pl.col("start_ns").alias("end_ns"), *[pl.col(c).alias(f"work_{c}") for c in extra],
+    )
+
+
 def split(host_bound: pl.DataFrame, events: pl.DataFrame, lag_ns: int) -> HostWait:
     """``host_bound``: the device-state runs of that cause (rank, start_ns, end_ns). Queued:
     from ``lag_ns`` after a launch returned to its work's start, where that is later (an idle
@@ -54,11 +66,7 @@ def split(host_bound: pl.DataFrame, events: pl.DataFrame, lag_ns: int) -> HostWa
     if total == 0:
         return HostWait(0, 0)
     launched = _launched(events, host_bound["rank"].unique())
-    queued = launched.filter(pl.col("start_ns") - pl.col("launch_end_ns") > lag_ns).select(
-        "rank",
-        (pl.col("launch_end_ns") + lag_ns).alias("start_ns"),
-        pl.col("start_ns").alias("end_ns"),
-    )
+    queued = spans(launched, lag_ns).select(SPAN)
     first = launched.sort("start_ns").group_by("rank", maintain_order=True).first().join(
         host_bound.group_by("rank").agg(pl.col("start_ns").min().alias("_from")), on="rank"
     ).filter(pl.col("start_ns") - pl.col("launch_end_ns") > lag_ns)
