@@ -183,9 +183,10 @@ IDLE_NEEDS: dict[str, str] = {
 }
 """Idle cause → what the run must have for the cause to occur at all (a metric it has; ranks:
 two or more, a wait needs a partner in the trace); a run without it reads –, not a 0% that
-would win (the footnote says so, ``MISSING``); a cause it measured above 0 all the same shows. Pool wait needs nothing more than rollout and
-training, which every run with stages has: a colocated run's shared pool does both and never
-waits for another, a measured 0 (colocation's point), as a disaggregated run's rollout tail."""
+would win (the footnote says so, ``MISSING``); a cause it measured above 0 all the same shows.
+Pool wait needs nothing more than rollout and training, which every run with stages has: a
+colocated run's shared pool does both and never waits for another, a measured 0 (colocation's
+point), as a disaggregated run's rollout tail."""
 
 
 def _cannot_idle(rows: pl.DataFrame) -> pl.Expr:
