@@ -169,6 +169,7 @@ def truth_run(folder: Path) -> tuple[Run, dict[str, Any]]:
         stage_timeline=timeline,
         activity=activity,
         collectives=collectives,
+        ranks=sorted(e["rank"] for e in t["ranks"] if e["rank"] >= 0),
     )
     return run, t
 
