@@ -129,7 +129,8 @@ def test_gpu_measures_are_the_same_on_categorical_and_string_names() -> None:
     a = gf.measure(plain, timeline, waits, exposed, gf.rules())
     b = gf.measure(coded, timeline, waits, exposed, gf.rules())
     assert a["sync_blocking"].height == 2
-    assert a["small_kernels"].filter(pl.col("scope") == gf.WHOLE)["count"].item() == 6
+    # tiny kernels i = 0, 4, 8 on each rank; i = 4's is launched by cudaGraphLaunch, in a graph
+    assert a["small_kernels"].filter(pl.col("scope") == gf.WHOLE)["count"].item() == 4
     assert set(a["top_kernel"]["family"]) == {"gemm_1", "gemm_3", "elementwise_0",
                                               "elementwise_2"}
     for check in a:
