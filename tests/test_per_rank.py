@@ -89,7 +89,7 @@ def by_ranks(run: Run, provider: Provider) -> pl.DataFrame:
 
 def test_the_rank_local_products_are_declared() -> None:
     assert {p.name for p in rank_local()} == RANK_LOCAL
-    assert {p.name for p in rank_local() if p.every_rank} == set(products.EVERY_RANK)
+    assert {p.name for p in rank_local() if p.every_rank} == {"event_checks", "event_names"}
 
 
 def test_the_runs_have_several_ranks(run: Run) -> None:
@@ -164,6 +164,15 @@ def test_a_rank_local_provider_reads_one_ranks_events_and_nothing_mutable(reads)
         products._PROVIDERS.clear()
         products._PROVIDERS.update(registry)
 
+
+
+def test_every_rank_is_declared_only_beside_per_rank() -> None:
+    def fn(events):
+        return None
+
+    with pytest.raises(ProductError, match="every_rank is for a per_rank provider"):
+        provides("_bad", every_rank=True)(fn)
+    assert "_bad" not in products._PROVIDERS
 
 # --- a run read from a dataset: each rank's partition ------------------------------------------
 

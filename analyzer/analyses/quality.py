@@ -760,12 +760,12 @@ def name_events(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-@provides("event_names", schema=frames.EVENT_NAMES, per_rank=True)
+@provides("event_names", schema=frames.EVENT_NAMES, per_rank=True, every_rank=True)
 def event_names(events: pl.DataFrame) -> pl.DataFrame:
     return name_events(events)
 
 
-@provides("event_checks", schema=frames.EVENT_CHECKS, per_rank=True)
+@provides("event_checks", schema=frames.EVENT_CHECKS, per_rank=True, every_rank=True)
 def event_checks(events: pl.DataFrame, sources: list[SourceInfo]) -> pl.DataFrame:
     return check_events(events, sources)
 

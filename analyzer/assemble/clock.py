@@ -22,7 +22,6 @@ from parsers.discover import format_traits
 from parsers.source import SESSION_CLOCK
 
 from ..model import frames
-from ..model.options import Selection, keep_ranks
 from ..model.products import provides
 from ..model.run import SourceInfo
 
@@ -134,14 +133,14 @@ def _spanning_offsets(edges: Iterable[dict[str, Any]]) -> dict[int, float]:
     return offsets
 
 
-def aligned_events(events: pl.DataFrame, clock: pl.DataFrame, unaligned_sources: list[int],
-                   ranks: Selection | None = None) -> pl.DataFrame:
-    """``events`` with each rank's offset subtracted (synthetic-time and epoch-less sources stay),
-    restricted to ``ranks`` (plus the driver and logs) when given."""
+def aligned_events(events: pl.DataFrame, clock: pl.DataFrame, unaligned_sources: list[int]
+                   ) -> pl.DataFrame:
+    """``events`` with each rank's offset subtracted (synthetic-time and epoch-less sources
+    stay)."""
     offsets = clock.select("rank", "offset_ns")
     shift = pl.col("offset_ns").fill_null(0)
     keep = ~pl.col("source").is_in(unaligned_sources) & ~pl.col("synthetic_time")
-    out = (
+    return (
         events.join(offsets, on="rank", how="left", maintain_order="left")
         .with_columns(
             pl.when(keep)
@@ -155,7 +154,6 @@ def aligned_events(events: pl.DataFrame, clock: pl.DataFrame, unaligned_sources:
         )
         .drop("offset_ns")
     )
-    return keep_ranks(out, ranks)
 
 
 def _unaligned_sources(sources: list[SourceInfo]) -> list[int]:

@@ -47,11 +47,6 @@ class Options:
     def rank_selection(self) -> Selection | None:
         return parse_selection(self.ranks)
 
-    def selected_ranks(self, frame: pl.DataFrame) -> pl.DataFrame:
-        """The rows of ``frame`` the ``--ranks`` selection keeps (the driver's and the logs',
-        rank < 0, as well): every product after assembly reads only those."""
-        return keep_ranks(frame, self.rank_selection)
-
     @classmethod
     def checked(
         cls,

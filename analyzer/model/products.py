@@ -15,7 +15,7 @@ concatenation, in ascending rank order, of the provider called on each rank's ev
 (:data:`SHARDED`), every other parameter passed whole ("broadcast"); the events it gets are
 those of the ``--ranks`` selection (the driver's and logs' too), given in one place
 (:func:`analyzer.model.sharded.rank_input`) whichever way it is computed, except for the
-products about the files (:data:`EVERY_RANK`). Every other product sees every rank (a rank
+products about the files (declared ``every_rank=True``). Every other product sees every rank (a rank
 waits for partners not selected); those that report per rank keep the rows of
 ``selected_ranks`` (docs/cli.md). The declaration is data:
 ``Run`` may then compute it rank by rank, in another process or on another node
@@ -52,9 +52,6 @@ LAZY = "lazy"
 the guidelines that read it."""
 SHARDED = "events"
 """The input a rank-local (``per_rank``) provider reads one rank at a time."""
-EVERY_RANK = ("event_checks", "event_names")
-"""Rank-local products about the files rather than the analysis: they read every rank's events
-whatever ``--ranks`` selects (the data-quality section covers every rank, docs/assembly.md)."""
 MUTABLE = ("warnings", "failures")
 """Inputs a provider appends to: a rank-local one, which may run in another process, reads
 neither."""
@@ -75,11 +72,9 @@ class Provider:
     schema: Mapping[str, pl.DataType] | None
     per_rank: bool = False
     """Rank-local: the concatenation in rank order of the provider over each rank's events."""
-
-    @property
-    def every_rank(self) -> bool:
-        """Rank-local and reading every rank, ``--ranks`` aside (:data:`EVERY_RANK`)."""
-        return self.per_rank and self.name in EVERY_RANK
+    every_rank: bool = False
+    """Rank-local and about the files rather than the analysis: it reads every rank's events
+    whatever ``--ranks`` selects (the data-quality section covers every rank, docs/assembly.md)."""
 
     @property
     def module(self) -> str:
@@ -95,10 +90,12 @@ _PROVIDERS: dict[str, Provider] = {}
 
 
 def provides(name: str, *, schema: Mapping[str, pl.DataType] | None = None,
-             lazy: tuple[str, ...] = (), per_rank: bool = False) -> Callable[[F], F]:
+             lazy: tuple[str, ...] = (), per_rank: bool = False,
+             every_rank: bool = False) -> Callable[[F], F]:
     """Declare ``fn`` the provider of product ``name``; its parameter names are what it reads
     (with ``lazy``, a parameter named :data:`LAZY` reads those on demand; with ``per_rank``,
-    it is rank-local: see the module's docstring)."""
+    it is rank-local: see the module's docstring; with ``every_rank`` too, it reads every rank
+    whatever ``--ranks`` selects)."""
 
     def register(fn: F) -> F:
         params = tuple(inspect.signature(fn).parameters)
@@ -112,11 +109,13 @@ def provides(name: str, *, schema: Mapping[str, pl.DataType] | None = None,
                 f"on demand, and none of {', '.join(MUTABLE)} (what it appended there in a "
                 "worker would be lost)"
             )
+        if every_rank and not per_rank:
+            raise ProductError(f"{fn.__qualname__}: every_rank is for a per_rank provider")
         known = _PROVIDERS.get(name)
         if known is not None and known.fn.__qualname__ != fn.__qualname__:
             raise ProductError(f"{name!r} provided by both {known.module}.{known.fn.__qualname__} "
                                f"and {fn.__module__}.{fn.__qualname__}")
-        _PROVIDERS[name] = Provider(name, fn, params, lazy, schema, per_rank)
+        _PROVIDERS[name] = Provider(name, fn, params, lazy, schema, per_rank, every_rank)
         return fn
 
     return register
