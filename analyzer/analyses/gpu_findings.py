@@ -252,10 +252,7 @@ class Pending:
     @classmethod
     def of(cls, gpu: pl.DataFrame, runtime: pl.LazyFrame, waits: pl.Series, lag_ns: int
            ) -> Pending:
-        calls = runtime.group_by("rank", "corr").agg(
-            pl.col("start_ns").min().alias("launch_start_ns"),
-            pl.col("end_ns").max().alias("launch_end_ns"),
-        ).pipe(collect)
+        calls = queued.launch_calls(runtime)
         launched = gpu.select("rank", "corr", "name", "stream", "start_ns").join(
             calls, on=["rank", "corr"], how="inner"
         ).sort("rank", "stream", "launch_end_ns").with_columns(

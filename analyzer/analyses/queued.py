@@ -17,6 +17,7 @@ import polars as pl
 from parsers.events import GPU_ACTIVITY_KINDS
 
 from ..model import intervals
+from ..model.query import collect
 
 SPAN = ["rank", "start_ns", "end_ns"]
 
@@ -34,14 +35,23 @@ class HostWait:
     lag_ns: int | None = None
 
 
+def launch_calls(runtime: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """Per rank and correlation id, the span of the runtime calls that carry it
+    (``launch_start_ns``, ``launch_end_ns``): what launched the GPU work of that id."""
+    return runtime.lazy().filter(
+        (pl.col("kind") == "runtime") & pl.col("corr").is_not_null()
+    ).group_by("rank", "corr").agg(
+        pl.col("start_ns").min().alias("launch_start_ns"),
+        pl.col("end_ns").max().alias("launch_end_ns"),
+    ).pipe(collect)
+
+
 def _launched(events: pl.DataFrame, ranks: pl.Series) -> pl.DataFrame:
     """Each GPU row with the end of the runtime call that launched it (``launch_end_ns``, null
     where no call has its correlation id)."""
     mine = events.filter(pl.col("rank").is_in(ranks.implode()))
     gpu = mine.filter(pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("stream") >= 0))
-    calls = mine.filter((pl.col("kind") == "runtime") & pl.col("corr").is_not_null()).group_by(
-        "rank", "corr"
-    ).agg(pl.col("end_ns").max().alias("launch_end_ns"))
+    calls = launch_calls(mine).drop("launch_start_ns")
     return gpu.select("rank", "corr", "start_ns").join(calls, on=["rank", "corr"], how="left")
 
 
