@@ -121,7 +121,9 @@ def losses(run) -> list[str]:
     logs: their metrics and step numbers), and device models that one file cannot tell apart
     by rank (several sources naming different devices, or one device id two ways)."""
     out = []
-    kept = set(_trace_events(run)["source"].unique().to_list())
+    kinds = pl.col("kind").cast(pl.String).is_in(list(CATEGORY))
+    kept = set(run.events.lazy().filter(kinds).select(pl.col("source").unique())
+               .collect()["source"].to_list())
     left = [Path(str(s.path)).name for s in run.sources if s.index not in kept]
     if left:
         out.append(f"{', '.join(left)}: not exported (no trace events: a framework log's "
