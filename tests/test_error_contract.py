@@ -449,3 +449,17 @@ def test_debug_is_a_documented_option_of_every_command(command: str):
     assert "--debug" in done.stdout
     assert ("--strict" in done.stdout) == (command not in ("demo", "taxonomy"))
 
+
+
+@pytest.mark.parametrize("option", ["--steps", "--ranks"])
+@pytest.mark.parametrize("asked", ["", " "])
+def test_an_empty_selection_is_one_line_and_exit_2(option: str, asked: str):
+    """``--ranks ""`` once analysed every rank without a word, as if the option were left out."""
+    done = rlperf("analyze", str(RUN), option, asked, "--format", "json", "--quiet")
+    noun = option.removeprefix("--")
+    assert done.returncode == 2
+    assert stderr_lines(done) == [
+        f"rlperf: error: {option}: empty selection "
+        f"(use e.g. 2-4,7, or leave {option} out for all {noun})"
+    ]
+    assert done.stdout == ""

@@ -61,6 +61,11 @@ class Options:
         """Options from the command line, each checked: a bad value is one :class:`InputError`
         line (the guideline file is checked by its loader, ``analyses.guidelines``)."""
         for flag, text in (("--steps", steps), ("--ranks", ranks)):
+            if text is not None and not text.strip():
+                noun = flag.removeprefix("--")
+                raise InputError(
+                    flag, f"empty selection (use e.g. 2-4,7, or leave {flag} out for all {noun})"
+                )
             try:
                 parse_selection(text)
             except ValueError as exc:
