@@ -158,3 +158,17 @@ def test_stages_at_80_and_profiles_in_a_file_stay_tables(tmp_path: Path) -> None
     ]
     assert sum(line.startswith("│ ") for line in lines) >= 169
     assert sum("│ ^step\\[[A-Z_]+( " in line for line in lines) == 1  # as written, not ^step[[
+
+
+def test_a_flag_reads_as_a_word_in_text_and_markdown_and_stays_a_bool_in_json() -> None:
+    """The guideline list printed ``heuristic  False``, Python's spelling; a reader gets yes/no,
+    row for row as JSON's booleans (30 heuristic checks, G1's share alone is not)."""
+    rows = json.loads(runner.invoke(app, ["taxonomy", "--part", "guidelines", "-f", "json"])
+                      .output)["guidelines"]["rows"]
+    flags = [r["heuristic"] for r in rows]
+    assert (flags.count(True), flags.count(False), flags.index(False)) == (30, 1, 0)
+    text = runner.invoke(app, ["taxonomy", "--part", "guidelines"], env={"COLUMNS": "80"}).output
+    words = [line.split()[1] for line in text.splitlines() if line.startswith("heuristic ")]
+    assert words == ["yes" if f else "no" for f in flags]
+    md = runner.invoke(app, ["taxonomy", "--part", "guidelines", "-f", "md"]).output
+    assert "| True |" not in md and "| False |" not in md and md.count("| yes |") == 30

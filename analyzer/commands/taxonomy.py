@@ -169,7 +169,7 @@ def print_part(out: Console, title: str, frame: pl.DataFrame) -> None:
     from rich.table import Table  # deferred: rlperf --help does without rich
     from rich.text import Text  # deferred: rlperf --help does without rich
 
-    rows = [["" if v is None else str(v) for v in row] for row in frame.iter_rows()]
+    rows = [[cell(v) for v in row] for row in frame.iter_rows()]
     need = table_width(frame.columns, rows)
     if need <= out.width:
         table = Table(title=title, title_justify="left", show_lines=False)
@@ -192,6 +192,16 @@ def print_part(out: Console, title: str, frame: pl.DataFrame) -> None:
         out.print()
         out.print(entry)
     out.print()
+
+
+def cell(value: object) -> str:
+    """A field as read text: a flag is ``yes``/``no`` (``heuristic  False`` read as code), a
+    missing one is empty. JSON keeps the values as they are."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
 
 
 def table_width(columns: list[str], rows: list[list[str]]) -> int:
@@ -227,9 +237,7 @@ def render(chosen: dict[str, tuple[str, pl.DataFrame]], fmt: str) -> str | None:
                 "|" + "---|" * len(frame.columns),
             ]
             for row in frame.iter_rows():
-                cells = [
-                    "" if v is None else str(v).replace("|", "\\|").replace("\n", " ") for v in row
-                ]
+                cells = [cell(v).replace("|", "\\|").replace("\n", " ") for v in row]
                 lines.append("| " + " | ".join(cells) + " |")
             lines.append("")
         return "\n".join(lines)
