@@ -763,6 +763,8 @@ def test_a_capture_traces_top_kernel_is_info_and_its_kernels_told_apart() -> Non
         in vllm["evidence"]
     sglang = _one(SGLANG_CAPTURE, "gpu.top_kernel")
     assert sglang["severity"] == "info" and "11 µs in 2 launches" in sglang["evidence"]
+    assert "(sum of kernel durations over ranks); the only compute kernel; a graph-capture" \
+        in sglang["evidence"]
 
 
 def test_a_top_kernel_in_microseconds_of_kernel_time_is_no_warning() -> None:

@@ -584,6 +584,14 @@ def _finding(key: str, rule: dict[str, Any], scope: str, severity: str, ranks: s
     }
 
 
+def _compute_listed(n: int, listed: str) -> str:
+    """The scope's leading compute kernels beside the top one; a lone one is said as such (its
+    share is already the top's)."""
+    if n == 0:
+        return ""
+    return "; the only compute kernel" if n == 1 else f"; top {n} compute kernels: {listed}"
+
+
 def _top_kernel(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, capture: bool = False
                 ) -> list[dict[str, Any]]:
     """The scope's top compute kernel (Tensor Core and fusion advice is for compute): the
@@ -612,7 +620,7 @@ def _top_kernel(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, capture: bo
             f"{top['label']}: {duration(top['total_ns'])} in {plural(top['count'], 'launch')} "
             f"(mean {duration(top['mean_ns'])}) = {percent(top['share'])} of all kernel time"
             f"{'' if scope == WHOLE else ' in the stage'} (sum of kernel durations over ranks)"
-            + (f"; top {compute.height} compute kernels: {listed}" if compute.height else "")
+            + _compute_listed(compute.height, listed)
             + _comm_said(top, comm)
             + (f"; a graph-capture trace: {duration(top['_scope_ns'])} of kernel time ran beside "
                "the capture, the captured kernels do not run" if capture else "")
