@@ -110,9 +110,9 @@ def test_run_summary_section(name: str) -> None:
 def test_step_list_says_how_many_unless_the_numbers_count_themselves():
     from analyzer.report.sections.placement import number_ranges
 
-    assert number_ranges([134]) == "134 (1)"
+    assert number_ranges([134]) == "134 (1 step)"
     assert number_ranges([1]) == "1"
     assert number_ranges([1, 2]) == "1–2"
-    assert number_ranges([0, 1]) == "0–1 (2)"
-    assert number_ranges([3, 4]) == "3–4 (2)"
-    assert number_ranges([1, 2, 3, 7, 9, 10]) == "1–3, 7, 9–10 (6)"
+    assert number_ranges([0, 1]) == "0–1 (2 steps)"
+    assert number_ranges([3, 4]) == "3–4 (2 steps)"
+    assert number_ranges([1, 2, 3, 7, 9, 10]) == "1–3, 7, 9–10 (6 steps)"

@@ -12,14 +12,14 @@ from ...model.units import duration, plural, spans
 from ..section import Column, Section
 
 
-def number_ranges(numbers: list[int]) -> str:
-    """``[1, 2, 3, 7, 9, 10]`` → ``"1–3, 7, 9–10 (6)"``: step lists stay one line. The count
-    is left out only where the numbers count themselves (``1``, ``1–2``): a lone ``134`` read
-    as 134 steps."""
+def number_ranges(numbers: list[int], noun: str = "step") -> str:
+    """``[1, 2, 3, 7, 9, 10]`` → ``"1–3, 7, 9–10 (6 steps)"``: step lists stay one line. The
+    count, with its noun, is left out only where the numbers count themselves (``1``, ``1–2``):
+    a lone ``134`` read as 134 steps, and a bare ``134 (1)`` did not say what the 1 counts."""
     distinct = sorted(set(numbers))
     count = len(distinct)
     counts_itself = count <= 2 and distinct == list(range(1, count + 1))
-    return spans(numbers, ", ", "–") + ("" if counts_itself else f" ({count})")
+    return spans(numbers, ", ", "–") + ("" if counts_itself else f" ({plural(count, noun)})")
 
 
 def _hosts(hosts: list[str]) -> str:

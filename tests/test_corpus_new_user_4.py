@@ -1,0 +1,33 @@
+"""A new user's fourth pass over the overview and the guidelines on real files: a step list whose
+count had no noun (``134 (1)``), a GPU idle that read 0% beside 100% idle, a trace without steps
+whose findings spoke of savings per step and a critical path, a TPU log whose guidelines named
+GPUs and a placement the run section did not show, and ~100 lines of "not evaluated" on a trace
+that is not an RL run. Each test holds one of them to the numbers the files give."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import analyzer
+from analyzer.report.sections.placement import summary
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+INFERENCE = CORPUS / "TraceLens" / "inference"
+SGLANG_CAPTURE = INFERENCE / "sglang_decode__capture_traces__bs_32_rank0.json.gz"
+
+pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="the shared corpus is not here")
+
+
+def _facts(run: analyzer.Run) -> dict[str, str]:
+    frame = summary(run)
+    return dict(zip(frame["fact"].to_list(), frame["value"].to_list(), strict=True))
+
+
+def test_a_lone_step_number_says_what_its_count_counts() -> None:
+    """SGLang's capture trace: one ProfilerStep numbered 134 read ``134 (1)``."""
+    run = analyzer.load([SGLANG_CAPTURE])
+    assert run.steps["step"].to_list() == [134]
+    assert _facts(run)["steps"] == "134 (1 step)"
