@@ -777,3 +777,18 @@ def test_a_top_kernel_in_microseconds_of_kernel_time_is_no_warning() -> None:
     longer = [_ev(0, "kernel", "void big<float>(int)", 0, MS),
               _ev(0, "kernel", "void small<float>(int)", MS, MS + 500 * US)]
     assert _compute(longer).filter(top)["severity"].to_list() == ["warn"]
+
+
+def test_a_kernel_in_an_anonymous_namespace_is_told_by_its_own_name() -> None:
+    """Names as HTA's and SGLang's traces record them: ``(anonymous namespace)::`` stopped the
+    short name at its ``(``, so the whole signature stood in for it, cut at 60 characters."""
+    names = [
+        "void at::native::(anonymous namespace)::CatArrayBatchedCopy_aligned16_contig<at::native"
+        "::(anonymous namespace)::OpaqueType<4u>, unsigned int, 1, 128, 1>(int)",
+        "void (anonymous namespace)::elementwise_kernel_with_index<int, long>(int)",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::"
+        "launch_clamp_scalar>(int)",
+    ]
+    short = pl.DataFrame({"name": names}).select(gf._family(pl.col("name"))).to_series()
+    assert short.to_list() == ["CatArrayBatchedCopy_aligned16_contig",
+                               "elementwise_kernel_with_index", "vectorized_elementwise_kernel"]

@@ -106,10 +106,11 @@ FAMILY_CHARS = 60
 
 
 def _family(name: pl.Expr) -> pl.Expr:
-    """A kernel's short name: ``void ns::kern<…>(…)`` → ``kern``; the name itself (cut to
-    :data:`FAMILY_CHARS`) when that leaves nothing, as for ``(anonymous namespace)`` kernels."""
+    """A kernel's short name: ``void ns::kern<…>(…)`` and ``void (anonymous namespace)::kern<…>``
+    → ``kern``; the name itself (cut to :data:`FAMILY_CHARS`) when that leaves nothing."""
     full = name.cast(pl.String)
-    head = full.str.replace(r"^void ", "").str.extract(r"^([^<(]*)", 1)
+    bare = full.str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
+    head = bare.str.extract(r"^([^<(]*)", 1)
     short = head.str.split("::").list.last().str.strip_chars()
     short = pl.when(short.str.len_chars() > 0).then(short).otherwise(full)
     return pl.when(short.str.len_chars() > FAMILY_CHARS).then(
