@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 
 import analyzer
+from analyzer.report.sections import sections
 from analyzer.report.sections.placement import summary
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
 INFERENCE = CORPUS / "TraceLens" / "inference"
 SGLANG_CAPTURE = INFERENCE / "sglang_decode__capture_traces__bs_32_rank0.json.gz"
+NSYS_1S = CORPUS / "nsys-ai" / "h100_2gpu_1s.sqlite"
 
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="the shared corpus is not here")
 
@@ -31,3 +33,18 @@ def test_a_lone_step_number_says_what_its_count_counts() -> None:
     run = analyzer.load([SGLANG_CAPTURE])
     assert run.steps["step"].to_list() == [134]
     assert _facts(run)["steps"] == "134 (1 step)"
+
+
+def test_a_run_without_steps_speaks_of_no_step_and_no_critical_path() -> None:
+    """nsys-ai's 1 s window of two H100s has no step: its top finding read 'Memory copies on the
+    critical path', 'Saving/step 921 ms' and a note about savings per step."""
+    run = analyzer.load([NSYS_1S])
+    assert run.steps.height == 0 and run.log_steps.height == 0
+    found = next(s for s in sections(run) if s.title == "Findings")
+    assert found.frame is not None and found.frame["saving_ns"][0] == 920_872_841
+    assert found.frame["title"][0] == "Memory copies with no kernel running: HtoD"
+    headers = {c.title for c in found.columns}
+    assert "Saving (whole trace)" in headers and "Saving/step" not in headers
+    text = " ".join([found.note or "", *found.frame["title"].to_list()])
+    assert "per step" not in text and "critical path" not in text
+    assert "ranked by the estimated saving (1 with an estimate" in text

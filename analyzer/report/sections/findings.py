@@ -17,17 +17,23 @@ COPY_KINDS = {"memcpy": "memory copies", "memset": "memsets"}
 """Device work that is not a kernel, as the empty list names it."""
 WHY = ("no step record", "kernels may be missing", "no GPU", "no kernel", "no events")
 """Parts of warnings that say why the inputs hold nothing to analyse (quoted in the note)."""
-COLUMNS = [
-    Column("position", "#", "number"),
-    Column("title", "Finding"),
-    Column("where", "Where"),
-    Column("saving_ns", "Saving/step", "duration"),
-    Column("saving_fraction", "Saving %", "percent"),
-    Column("severity", "Severity"),
-    Column("confidence", "Confidence"),
-    Column("recommendation", "Recommendation"),
-    Column("evidence", "Evidence"),
-]
+SAVING = {True: "Saving/step", False: "Saving (whole trace)"}
+"""The saving column's name: per step, or, where the run has no step at all, over the trace."""
+
+
+def columns(per_step: bool = True) -> list[Column]:
+    return [
+        Column("position", "#", "number"),
+        Column("title", "Finding"),
+        Column("where", "Where"),
+        Column("saving_ns", SAVING[per_step], "duration"),
+        Column("saving_fraction", "Saving %", "percent"),
+        Column("severity", "Severity"),
+        Column("confidence", "Confidence"),
+        Column("recommendation", "Recommendation"),
+        Column("evidence", "Evidence"),
+    ]
+
 
 
 def section(run: Run) -> Section:
@@ -38,7 +44,9 @@ def section(run: Run) -> Section:
     shown = found.with_columns(
         pl.Series("where", [_where(r) for r in found.iter_rows(named=True)], dtype=pl.String)
     )
-    return Section(TITLE, shown, COLUMNS, note=_note(found, failed, run.steps.height))
+    per_step = run.steps.height > 0 or run.log_steps.height > 0
+    return Section(TITLE, shown, columns(per_step),
+                   note=_note(found, failed, run.steps.height, per_step))
 
 
 def _nothing(run: Run) -> str:
@@ -84,16 +92,23 @@ def _label(noun: str, spans: str) -> str:
     return f"{noun}{'s' if many else ''} {spans}"
 
 
-def _note(found: pl.DataFrame, failed: list[str], steps: int) -> str:
+def _note(found: pl.DataFrame, failed: list[str], steps: int, per_step: bool = True) -> str:
+    """How the list is ranked and what a saving is of. ``per_step`` False: the run has no step
+    at all (no trace step, no log step), so a saving is over the trace's whole window and the
+    note speaks of no step."""
     estimated = found.filter(pl.col("saving_ns").is_not_null()).height
+    ranked = f"{plural(found.height, 'finding')}, ranked by the estimated saving"
+    bound = ("each finding's basis says which bound it comes from (docs/analyses.md, Findings). "
+             "Savings overlap and do not add up.")
+    whole = "No steps were found: each saving is a saving (whole trace), over the trace's " \
+            "whole window, and Saving % is a share of that window"
+    if not per_step:
+        text = f"{ranked} ({estimated} with an estimate; the rest by severity). {whole}; {bound}"
+        return "; ".join([text, *failed])
     text = (
-        f"{plural(found.height, 'finding')}, ranked by the estimated saving per step "
-        f"({estimated} with an estimate; the rest by severity). Saving % is of the mean step "
-        "of the trace or log it is measured on; each finding's basis "
-        "says which bound it comes from (docs/analyses.md, Findings). Savings overlap and do "
-        "not add up."
+        f"{ranked} per step ({estimated} with an estimate; the rest by severity). Saving % is of "
+        f"the mean step of the trace or log it is measured on; {bound}"
     )
     if steps == 0 and found.filter(pl.col("saving_basis").str.starts_with(WHOLE)).height:
-        text += " No steps were found: each saving is a saving (whole trace), over the trace's " \
-                "whole window, and Saving % is a share of that window."
+        text += f" {whole}."
     return "; ".join([text, *failed])
