@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS
 from lxml import etree
 from report_truth import RUNS, cli, load_truth, synthetic, synthetic_run, union_ns
 
@@ -348,3 +349,20 @@ def test_weight_sync_budget_on_a_sample_run(tmp_path: Path):
         done = cli("audit", str(run), "--budget", str(path), "--quiet")
         assert done.returncode == status, done.stdout
         assert f"overview.weight_sync_share = {100 * share:.1f}%" in done.stdout
+
+
+def test_a_null_value_says_what_the_report_says_it_needs(tmp_path: Path):
+    """HTA's inference trace has device work and no step range: the audit line said only "none
+    with a number", where the report itself says what the value needs."""
+    trace = CORPUS / "HolisticTraceAnalysis" / "inference_rank_1.json.gz"
+    report = tmp_path / "report.json"
+    done = cli("analyze", str(trace), "--format", "json", "-o", str(report), "--quiet")
+    assert done.returncode == 0, done.stderr
+    row = next(r for r in json.loads(report.read_text())["overview"]
+               if r["metric"] == "idle_fraction")
+    assert row["value"] is None and row["text"].startswith("– needs ")
+    value, why = audit.resolve(json.loads(report.read_text()),
+                               audit.parse_path("overview.idle_fraction", "budget.toml"))
+    assert value is None
+    assert why == ("no value for overview.idle_fraction in the report (1 matching row, none with "
+                   f"a number): {row['text'].removeprefix('– ')}")

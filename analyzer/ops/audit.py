@@ -166,7 +166,7 @@ def resolve(document: dict[str, Any], path: MetricPath) -> tuple[float | None, s
         return (
             None,
             f"no value for {path.text} in the report "
-            f"({plural(len(rows), 'matching row')}, none with a number)",
+            f"({plural(len(rows), 'matching row')}, none with a number){_why_null(rows)}",
         )
     if path.agg is None:
         if len(numbers) > 1:
@@ -180,6 +180,18 @@ def resolve(document: dict[str, Any], path: MetricPath) -> tuple[float | None, s
         "max": max, "min": min, "sum": sum, "mean": lambda v: sum(v) / len(v),
     }
     return float(reducers[path.agg](numbers)), ""
+
+
+def _why_null(rows: list[dict[str, Any]]) -> str:
+    """What the report says its null values need (an overview row's text ``– needs step ranges
+    …``), once per distinct reason: the audit line then says why, as the report does."""
+    said = dict.fromkeys(
+        text.removeprefix("–").strip()
+        for r in rows
+        if r.get("value") is None and isinstance(text := r.get("text"), str)
+        and text.startswith("–") and text.removeprefix("–").strip()
+    )
+    return f": {'; '.join(said)}" if said else ""
 
 
 def _keep(row: dict[str, Any], condition: tuple[str, str, str]) -> bool:
