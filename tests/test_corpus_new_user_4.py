@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
 INFERENCE = CORPUS / "TraceLens" / "inference"
 SGLANG_CAPTURE = INFERENCE / "sglang_decode__capture_traces__bs_32_rank0.json.gz"
+TPU_LOG = CORPUS / "logs" / "verl-tpu" / "chrisytz-verl_ppo_xla-tpu_verl_demo.log"
 NSYS_1S = CORPUS / "nsys-ai" / "h100_2gpu_1s.sqlite"
 
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="the shared corpus is not here")
@@ -48,3 +49,16 @@ def test_a_run_without_steps_speaks_of_no_step_and_no_critical_path() -> None:
     text = " ".join([found.note or "", *found.frame["title"].to_list()])
     assert "per step" not in text and "critical path" not in text
     assert "ranked by the estimated saving (1 with an estimate" in text
+
+
+def test_a_tpu_log_names_its_placement_and_its_devices_as_the_guidelines_do() -> None:
+    """verl on TPU, stopped before step 1: the run section read placement '–' while G8 judged
+    the colocated engine memory (20% kept through training), and G17 said '1 GPUs'."""
+    run = analyzer.load([TPU_LOG])
+    facts = _facts(run)
+    assert facts["placement"] == "colocated (config)"
+    found = {r["id"]: r for r in run.violations.iter_rows(named=True)}
+    assert found["G8"]["value"] == pytest.approx(0.2)
+    assert found["G8"]["evidence"].endswith("colocated placement from the config)")
+    g17 = found["G17"]["evidence"]
+    assert "1 TPU per node, 1 TPU, ranks laid out TP-first" in g17 and "GPU" not in g17

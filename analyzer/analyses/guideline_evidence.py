@@ -179,6 +179,12 @@ class Evidence:
         return str(stated).strip().lower() or None if stated is not None else None
 
     @cached_property
+    def device_noun(self) -> str:
+        """What the evidence calls a device: ``GPU`` on CUDA and in a run stating no device (as
+        :attr:`device` is read elsewhere), else the stated kind (``TPU``, ``NPU``)."""
+        return "GPU" if self.device in (None, "cuda") else self.device.upper()
+
+    @cached_property
     def windows(self) -> pl.DataFrame | None:
         """Trace step windows: step, start_ns, end_ns, wall_ns."""
         steps = self.frame("steps")

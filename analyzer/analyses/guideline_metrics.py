@@ -18,6 +18,7 @@ from taxonomy.vocab import FORWARD_STAGES, TRAIN_STAGES
 
 from ..model import intervals
 from ..model.scalars import as_int
+from ..model.units import plural
 from .guideline_evidence import (
     LOG_STAGES,
     LOG_STEPS,
@@ -289,7 +290,9 @@ def engine_memory_share(ev: Evidence, check: Check) -> Result:
     """Colocated only: the engine's memory share kept through training, from its settings."""
     placement = ev.placement[0]
     if placement == "disaggregated":
-        return Inapplicable("the rollout engine has GPUs of its own (disaggregated placement)")
+        return Inapplicable(
+            f"the rollout engine has {ev.device_noun}s of its own (disaggregated placement)"
+        )
     if placement is None:
         return Missing("the placement (colocated or not) and the engine's memory settings")
     freed, eager = config_flag(ev, "free_cache_engine"), config_flag(ev, "enforce_eager")
@@ -538,7 +541,8 @@ def tp_cross_node(ev: Evidence, check: Check) -> Result:
     shown = ", ".join(f"{k} = {v}" for k, v in sizes.items())
     return Measured(
         per_step(pl.DataFrame({"value": [float(crossing)]})),
-        f"config: {shown}, {per_node} GPUs per node, {world} GPUs, ranks laid out TP-first",
+        f"config: {shown}, {plural(per_node, ev.device_noun)} per node, "
+        f"{plural(world, ev.device_noun)}, ranks laid out TP-first",
     )
 
 

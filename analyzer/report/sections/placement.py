@@ -3,6 +3,8 @@ clock alignment)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from ...analyses.sync import of_ranks
@@ -30,6 +32,20 @@ def _hosts(hosts: list[str]) -> str:
     return f"on {plural(len(hosts), 'host')}: {', '.join(hosts[:4])}{more}"
 
 
+def _placement(facts: dict[str, Any], run: Run) -> tuple[str, str]:
+    """(value, detail): the trace's placement, else the one a log's config states (verl's
+    hybrid_engine, OpenRLHF's and DeepSpeed-Chat's colocation flags), which the guidelines read
+    too (G8, G18, G25), so the run section and they say the same; ``–`` when neither says."""
+    inferred = "; ".join(facts["evidence"][:1])
+    if facts["placement"]:
+        return facts["placement"], inferred
+    stated = next((s.meta["placement"] for s in run.sources if (s.meta or {}).get("placement")),
+                  None)
+    if stated is None:
+        return "–", inferred
+    return f"{stated} (config)", f"stated by the log's config; {inferred}"
+
+
 def summary(run: Run) -> pl.DataFrame:
     """Facts about the run as (fact, value, detail) rows."""
     rows: list[tuple[str, str, str]] = []
@@ -54,7 +70,7 @@ def summary(run: Run) -> pl.DataFrame:
             ("driver", "yes", "the single controller's timers frame the steps; it is not a device")
         )
     facts = run.placement
-    rows.append(("placement", facts["placement"] or "–", "; ".join(facts["evidence"][:1])))
+    rows.append(("placement", *_placement(facts, run)))
     rows.append(("execution mode", facts["execution"] or "–", "; ".join(facts["evidence"][1:])))
     steps = run.steps
     if steps.height:
