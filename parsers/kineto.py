@@ -65,7 +65,7 @@ from .jsonbound import decode_bounded, decode_each, decode_nested
 from .kineto_export import OWN_CATEGORIES, processes, single, with_processes
 from .limits import DECOMPRESSED_BYTES, EVENTS, STRING_BYTES
 from .nccl import canonical_coll, canonical_ranks, dtype_bytes, kernel_coll_expr
-from .reading import GZIP_ERRORS, gunzip
+from .reading import GZIP_ERRORS, GzipCut, gunzip
 from .source import RANK_IN_NAME, ParsedSource
 
 FORMAT = "kineto"
@@ -354,19 +354,41 @@ def _read(path: Path, out: ParsedSource) -> bytes:
         return raw
     try:
         return gunzip(raw)
+    except GzipCut as cut:
+        data = cut.data
     except GZIP_ERRORS:
-        pass
-    decomp = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        data = decomp.decompress(raw, DECOMPRESSED_BYTES.value + 1)
-    except zlib.error as exc:
-        raise InputError(path, f"corrupt gzip data ({exc})") from None
+        data = _members_before_damage(path, raw)
     DECOMPRESSED_BYTES.check(path, len(data))
     if not data.strip():
         raise InputError(path, "gzip stream ends early (truncated file?) before any content")
     out.meta["truncated_gzip"] = True
     out.meta[_GZIP_READ] = len(raw)
     return data
+
+
+def _members_before_damage(path: Path, raw: bytes) -> bytes:
+    """What the gzip members hold up to the first damage: every whole member, then what the
+    damaged one gives before it (a later member's damage keeps the members before it, which a
+    single decompressor, stopping at the first member's end, lost). Damage in the first member
+    before any output is one :class:`InputError`."""
+    limit = DECOMPRESSED_BYTES.value
+    parts: list[bytes] = []
+    total = 0
+    rest = raw
+    while rest[:2] == b"\x1f\x8b" and total <= limit:
+        decomp = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            part = decomp.decompress(rest, limit - total + 1)
+        except zlib.error as exc:
+            if not parts:
+                raise InputError(path, f"corrupt gzip data ({exc})") from None
+            break
+        parts.append(part)
+        total += len(part)
+        if not decomp.eof:
+            break
+        rest = decomp.unused_data
+    return b"".join(parts)
 
 
 _GZIP_READ = "_gzip_bytes_read"

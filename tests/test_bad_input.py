@@ -193,3 +193,22 @@ def test_cut_plain_json_states_the_bytes_lost(tmp_path: Path):
         "rank1.json: JSON cut short (writer killed?): salvaged 2,195 complete events; the last "
         "191 bytes (0.0%) and every event the writer never wrote are lost"
     ]
+
+
+def test_a_cut_in_a_later_gzip_member_keeps_the_members_before_it(tmp_path: Path):
+    """A trace written as two gzip members (a writer that appends, or ``cat a.gz b.gz``), cut in
+    the second: the salvage read only the first member and lost the whole members' worth that
+    came before the cut."""
+    json_bytes = gzip.decompress(SAMPLED.read_bytes())
+    half = len(json_bytes) // 2
+    second = gzip.compress(json_bytes[half:], mtime=0)
+    path = tmp_path / "rank1.json.gz"
+    path.write_bytes(gzip.compress(json_bytes[:half], mtime=0) + second[: len(second) // 2])
+    parsed = parsers.parse_file(path)
+    read = parsed.meta["salvaged"]["json_bytes_read"]
+    assert half + 400_000 < read < len(json_bytes)  # here 1,273,067 of 1,690,403
+    alone = tmp_path / "first.json.gz"
+    alone.write_bytes(gzip.compress(json_bytes[:half], mtime=0))
+    first_only = parsers.parse_file(alone).events.height
+    assert first_only == 2757
+    assert first_only + 800 < parsed.events.height < 4675  # here 3,747
