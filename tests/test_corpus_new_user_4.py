@@ -62,3 +62,13 @@ def test_a_tpu_log_names_its_placement_and_its_devices_as_the_guidelines_do() ->
     assert found["G8"]["evidence"].endswith("colocated placement from the config)")
     g17 = found["G17"]["evidence"]
     assert "1 TPU per node, 1 TPU, ranks laid out TP-first" in g17 and "GPU" not in g17
+
+
+def test_a_log_without_steps_speaks_of_neither_a_step_nor_a_trace() -> None:
+    """verl-tpu stopped before step 1 and has no trace: its one finding (G8, no saving) read
+    'ranked by the estimated saving per step' and 'the mean step'."""
+    found = next(s for s in sections(analyzer.load([TPU_LOG])) if s.title == "Findings")
+    assert found.frame is not None and found.frame["saving_ns"].null_count() == 1
+    assert {c.title for c in found.columns} >= {"Saving", "Saving %"}
+    assert found.note.startswith("1 finding, ranked by the estimated saving (0 with an estimate")
+    assert "step" not in found.note and "whole trace" not in found.note

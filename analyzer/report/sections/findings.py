@@ -17,16 +17,17 @@ COPY_KINDS = {"memcpy": "memory copies", "memset": "memsets"}
 """Device work that is not a kernel, as the empty list names it."""
 WHY = ("no step record", "kernels may be missing", "no GPU", "no kernel", "no events")
 """Parts of warnings that say why the inputs hold nothing to analyse (quoted in the note)."""
-SAVING = {True: "Saving/step", False: "Saving (whole trace)"}
-"""The saving column's name: per step, or, where the run has no step at all, over the trace."""
+SAVING = {"step": "Saving/step", "whole": "Saving (whole trace)", "none": "Saving"}
+"""The saving column's name: per step; where the run has no step at all, over the trace's whole
+window (a trace), or plain (a log without steps: it estimates no saving)."""
 
 
-def columns(per_step: bool = True) -> list[Column]:
+def columns(saving: str = "step") -> list[Column]:
     return [
         Column("position", "#", "number"),
         Column("title", "Finding"),
         Column("where", "Where"),
-        Column("saving_ns", SAVING[per_step], "duration"),
+        Column("saving_ns", SAVING[saving], "duration"),
         Column("saving_fraction", "Saving %", "percent"),
         Column("severity", "Severity"),
         Column("confidence", "Confidence"),
@@ -44,9 +45,10 @@ def section(run: Run) -> Section:
     shown = found.with_columns(
         pl.Series("where", [_where(r) for r in found.iter_rows(named=True)], dtype=pl.String)
     )
-    per_step = run.steps.height > 0 or run.log_steps.height > 0
-    return Section(TITLE, shown, columns(per_step),
-                   note=_note(found, failed, run.steps.height, per_step))
+    whole = run.steps.height == 0 and _whole(found)
+    saving = "step" if run.steps.height or run.log_steps.height else "whole" if whole else "none"
+    return Section(TITLE, shown, columns(saving),
+                   note=_note(found, failed, run.steps.height, saving == "step"))
 
 
 def _nothing(run: Run) -> str:
@@ -92,23 +94,29 @@ def _label(noun: str, spans: str) -> str:
     return f"{noun}{'s' if many else ''} {spans}"
 
 
+def _whole(found: pl.DataFrame) -> bool:
+    """Whether some saving is over a trace's whole window (a trace without steps)."""
+    return found.filter(pl.col("saving_basis").str.starts_with(WHOLE)).height > 0
+
+
 def _note(found: pl.DataFrame, failed: list[str], steps: int, per_step: bool = True) -> str:
     """How the list is ranked and what a saving is of. ``per_step`` False: the run has no step
-    at all (no trace step, no log step), so a saving is over the trace's whole window and the
-    note speaks of no step."""
+    at all (no trace step, no log step), and the note speaks of no step."""
     estimated = found.filter(pl.col("saving_ns").is_not_null()).height
     ranked = f"{plural(found.height, 'finding')}, ranked by the estimated saving"
-    bound = ("each finding's basis says which bound it comes from (docs/analyses.md, Findings). "
+    bound = ("basis says which bound it comes from (docs/analyses.md, Findings). "
              "Savings overlap and do not add up.")
     whole = "No steps were found: each saving is a saving (whole trace), over the trace's " \
             "whole window, and Saving % is a share of that window"
     if not per_step:
-        text = f"{ranked} ({estimated} with an estimate; the rest by severity). {whole}; {bound}"
+        said = f"{whole}; each" if steps == 0 and _whole(found) else "Each"
+        text = f"{ranked} ({estimated} with an estimate; the rest by severity). {said} finding's " \
+               f"{bound}"
         return "; ".join([text, *failed])
     text = (
         f"{ranked} per step ({estimated} with an estimate; the rest by severity). Saving % is of "
-        f"the mean step of the trace or log it is measured on; {bound}"
+        f"the mean step of the trace or log it is measured on; each finding's {bound}"
     )
-    if steps == 0 and found.filter(pl.col("saving_basis").str.starts_with(WHOLE)).height:
+    if steps == 0 and _whole(found):
         text += f" {whole}."
     return "; ".join([text, *failed])
