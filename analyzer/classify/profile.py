@@ -26,12 +26,13 @@ def detect_profile(
     events: pl.DataFrame, sources: list[SourceInfo], options: Options
 ) -> dict[str, Any]:
     """The profile of the run: ``--framework`` if given, else a parser's ``framework``, else the
-    one whose detection patterns match the most names."""
-    names = (
+    one whose detection patterns match the most names (annotations, log timers and the titles
+    the processes gave themselves)."""
+    names = pl.concat([
         events.filter(pl.col("kind").is_in(["annotation", "gpu_annotation", "log_stage"]))["name"]
-        .cast(pl.String)
-        .unique()
-    )
+        .cast(pl.String),
+        pl.Series(_process_names(sources), dtype=pl.String),
+    ]).unique()
     framework = options.framework
     profiles = tp.load_profiles(options.rules)
     if framework and not any(
@@ -57,14 +58,22 @@ def detect_profile(
 
 
 ENGINE_NAME_KINDS = ("annotation", "gpu_annotation", "python", "cpu_op")
-"""Where an engine's names are: its few annotations, its Python stack and its custom operators."""
+"""Where an engine's names are: its few annotations, its Python stack and its custom operators
+(beside the titles its processes gave themselves, :func:`_process_names`)."""
+
+
+def _process_names(sources: list[SourceInfo]) -> list[str]:
+    """The names the sources' processes call themselves (Kineto ``process_name`` rows:
+    ``VLLM::Worker_TP0``, ``ray::WorkerDict.actor_rollout_compute_log_prob``): an engine's
+    worker that recorded no engine op of its own still names its engine there."""
+    return sorted({str(n) for s in sources for n in s.meta.get("process_names") or [] if n})
 
 
 def _engine_detection(
     found: tp.Detection, events: pl.DataFrame, names: pl.Series, profiles: dict[str, tp.Profile]
 ) -> tp.Detection:
-    """The engine profile whose patterns match the most annotation, Python and operator names,
-    when no RL framework's annotations decided (the generic fallback or an engine won); else
+    """The engine profile whose patterns match the most annotation, process, Python and operator
+    names, when no RL framework's names decided (the generic fallback or an engine won); else
     ``found``. Scores stay those of the annotation pass, engines' replaced by this pass's."""
     if found.profile.name != tp.GENERIC and not found.profile.engine:
         return found
