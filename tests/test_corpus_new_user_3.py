@@ -132,7 +132,8 @@ def test_two_of_three_sharing_the_best_are_named_not_a_tie(three) -> None:
     assert [exposed[k] for k in (sync, mi250)] == [0.0, 0.0] and exposed[nccl] > 0
     assert exposed["winner"] == f"{sync}, {mi250}"
     errors = _row(three, "overview.guideline_errors")
-    assert [errors[k] for k in three.labels] == [0.0, 0.0, 0.0] and errors["winner"] == "tie"
+    # event_sync_trace has no RL stage: no guideline is evaluated, so it has no count to win with
+    assert [errors[k] for k in three.labels] == [None, 0.0, 0.0] and errors["winner"] == "tie"
     step = _row(three, "overview.step_time_ns")
     assert [step[k] for k in three.labels] == [3_154_000, 4_668_682, 222_442_191]
     assert step["winner"] == sync
@@ -218,3 +219,20 @@ def test_ingesting_logs_says_a_log_has_no_rank(capsys, tmp_path: Path) -> None:
                             "-o", str(tmp_path / "two"))
     assert status == 0, err
     assert "source (logs only: a log has no rank)" in err.splitlines()[-1]
+
+
+def test_a_run_no_guideline_judges_has_no_violation_count(three, capsys) -> None:
+    """HTA's event_sync_trace: 26 guidelines, none evaluated (no RL stage). Its "0 violations"
+    won compare against runs that were judged, as alpa's report2 did; now the count is "–"."""
+    run = analyzer.load([THREE[0]])
+    assert run.violations["status"].unique().to_list() == ["not_evaluated"]
+    assert run.violations.height == 26
+    rows = run.overview.filter(run.overview["metric"].str.starts_with("guideline_"))
+    assert rows["value"].to_list() == [None, None]
+    warnings = _row(three, "overview.guideline_warnings")
+    assert [warnings[k] for k in three.labels] == [None, 0.0, 1.0]
+    assert warnings["winner"] == three.labels[1]
+    status, text, _ = rlperf(capsys, "analyze", str(THREE[0]), "--format", "md", "--quiet")
+    assert status == 0
+    assert ("| guideline violations: error | – needs a guideline evaluated (RL stage times from a "
+            "trace or a log) |") in text

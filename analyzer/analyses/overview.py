@@ -100,14 +100,14 @@ METRICS: tuple[Metric, ...] = (
         "guideline_errors",
         "guideline violations: error",
         "count",
-        "step and stage times from a trace or a log",
+        "a guideline evaluated (RL stage times from a trace or a log)",
         "lower",
     ),
     Metric(
         "guideline_warnings",
         "guideline violations: warn",
         "count",
-        "step and stage times from a trace or a log",
+        "a guideline evaluated (RL stage times from a trace or a log)",
         "lower",
     ),
 )
@@ -303,8 +303,8 @@ def _workdepth(products: Mapping[str, Any]) -> dict[str, Any]:
 
 def _guidelines(products: Mapping[str, Any]) -> dict[str, Any]:
     found = _in(products, "violations", "status", "severity")
-    if found is None:
-        return {}
+    if found is None or not found.filter(pl.col("status") != "not_evaluated").height:
+        return {}  # nothing evaluated: 0 violations would read as a clean run (alpa's reports)
     violated = found.filter(pl.col("status") == "violated")
     return {
         "guideline_errors": violated.filter(pl.col("severity") == "error").height,
