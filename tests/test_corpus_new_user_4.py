@@ -6,11 +6,13 @@ that is not an RL run. Each test holds one of them to the numbers the files give
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 import analyzer
+from analyzer.report import json as json_report
 from analyzer.report.sections import sections
 from analyzer.report.sections.placement import summary
 
@@ -19,6 +21,7 @@ CORPUS = ROOT.parent / "shared" / "corpus"
 INFERENCE = CORPUS / "TraceLens" / "inference"
 SGLANG_CAPTURE = INFERENCE / "sglang_decode__capture_traces__bs_32_rank0.json.gz"
 TPU_LOG = CORPUS / "logs" / "verl-tpu" / "chrisytz-verl_ppo_xla-tpu_verl_demo.log"
+ALPA = CORPUS / "alpa" / "report1.nsys-rep"
 NSYS_1S = CORPUS / "nsys-ai" / "h100_2gpu_1s.sqlite"
 
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="the shared corpus is not here")
@@ -72,3 +75,21 @@ def test_a_log_without_steps_speaks_of_neither_a_step_nor_a_trace() -> None:
     assert {c.title for c in found.columns} >= {"Saving", "Saving %"}
     assert found.note.startswith("1 finding, ranked by the estimated saving (0 with an estimate")
     assert "step" not in found.note and "whole trace" not in found.note
+
+
+def test_guidelines_not_evaluated_are_one_line_of_the_note_and_all_in_the_json() -> None:
+    """alpa's report1 (not an RL run): 26 guidelines, none evaluated, were 26 records of
+    'not evaluated' (~100 lines); now one note naming each id by what it needs."""
+    run = analyzer.load([ALPA])
+    section = next(s for s in sections(run) if s.title == "Guidelines")
+    assert section.frame is not None and section.frame.height == 0
+    ids = [f"G{n}" for n in range(1, 27)]
+    named = re.findall(r"\bG\d+\b", section.note.split(" * heuristic")[0])
+    assert sorted(named, key=lambda g: int(g[1:])) == ids
+    rl = [*map(str, range(1, 13)), "18", "19", "20", "21", "22", "24", "25", "26"]
+    assert "26 not evaluated: " + ", ".join(f"G{n}" for n in rl) + " (does not apply: no RL " \
+        in section.note
+    assert "; G13 (needs the pipeline degree and micro-batch count" in section.note
+    document = json_report.summary(run)["guidelines"]
+    assert sorted((g["id"] for g in document), key=lambda g: int(g[1:])) == ids
+    assert {g["status"] for g in document} == {"not_evaluated"}

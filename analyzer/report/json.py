@@ -23,7 +23,8 @@ def summary(run: Run) -> dict[str, Any]:
     document: dict[str, Any] = {}
     for part in arranged(sections(run)):
         if isinstance(part, Section):
-            document[part.key] = part.frame.to_dicts() if part.frame is not None else []
+            frame = part.frame if part.everything is None else part.everything
+            document[part.key] = frame.to_dicts() if frame is not None else []
             for name, frame in part.details.items():
                 document[name] = frame.to_dicts()
         elif part == SOURCES:

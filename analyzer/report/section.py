@@ -34,6 +34,9 @@ class Section:
     their own keys."""
     name: str = ""
     """Its place in the layout (``analyzer/report/sections``), set when it is built."""
+    everything: pl.DataFrame | None = None
+    """What the JSON report writes where the table shows only part of it (the guidelines: the
+    not-evaluated ones are one line of the note); None: the table's own frame."""
 
     def shown_columns(self) -> list[Column]:
         """The declared columns, else every column of the frame as text."""

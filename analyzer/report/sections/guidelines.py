@@ -31,11 +31,12 @@ def section(run: Run) -> Section | None:
     severities = dict(
         violations.filter(pl.col("status") == "violated").group_by("severity").len().iter_rows()
     )
+    skipped = shown.filter(pl.col("result") == NOT_EVALUATED)
     note = (
         f"{counts.get('violated', 0)} violated "
         f"({', '.join(f'{severities.get(s, 0)} {s}' for s in reversed(SEVERITIES))}), "
-        f"{counts.get('passed', 0)} passed, {counts.get('not_evaluated', 0)} not evaluated. "
-        "* heuristic threshold (docs/guidelines.md)."
+        f"{counts.get('passed', 0)} passed, {counts.get('not_evaluated', 0)} not evaluated"
+        f"{_not_evaluated(skipped)}. * heuristic threshold (docs/guidelines.md)."
     )
     columns = [
         Column("id", "ID"),
@@ -45,14 +46,31 @@ def section(run: Run) -> Section | None:
         Column("evidence", "Evidence"),
         Column("advice", "Recommendation"),
     ]
-    return Section("Guidelines", shown, columns, note=note)
+    evaluated = shown.filter(pl.col("result") != NOT_EVALUATED)
+    return Section("Guidelines", evaluated, columns, note=note, everything=shown)
+
+
+def _not_evaluated(skipped: pl.DataFrame) -> str:
+    """``: G1, G2 (does not apply: …); G13 (needs …)``: the guidelines not evaluated, each id
+    named, grouped by what they need, in one line instead of a row each (a trace that is not
+    an RL run had ~100 lines of them); a failed one keeps its row."""
+    if skipped.height == 0:
+        return ""
+    groups = skipped.group_by("evidence", maintain_order=True).agg(pl.col("id"))
+    return ": " + "; ".join(
+        f"{', '.join(ids)} ({evidence})" for evidence, ids in groups.iter_rows()
+    )
+
+
+NOT_EVALUATED = "not evaluated"
+"""The result of a guideline the run could not judge (a failed one reads ``failed``)."""
 
 
 def _result(row: dict[str, Any]) -> str:
     """``warn: 69.6% > 20%*``, ``passed: 33.6% < 60%``, ``passed (does not apply)``,
     ``not evaluated``."""
     if row["status"] == "not_evaluated":
-        return "failed" if row["evidence"].startswith("failed: ") else "not evaluated"
+        return "failed" if row["evidence"].startswith("failed: ") else NOT_EVALUATED
     if row["value"] is None:
         return "passed (does not apply)"
     value, threshold = row["value"], row["threshold"]
