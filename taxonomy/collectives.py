@@ -483,6 +483,17 @@ def _family_rule(where: str, raw: Any) -> FamilyRule:
     return FamilyRule(str(match), coll)
 
 
+def host_kind_keeps_kernel(path: Path = FAMILIES_PATH) -> tuple[str, ...]:
+    """Host collective kinds that do not decide the kind of a kernel launched inside them
+    (``[host_kind] keeps_kernel`` of ``comm_families.toml``): every other kind does."""
+    raw = _read(path).get("host_kind", {})
+    kept = tuple(str(k) for k in raw.get("keeps_kernel", []))
+    bad = sorted(set(kept) - set(COLLECTIVES))
+    if bad:
+        raise CollectiveRulesError(f"{path}: [host_kind]: unknown collective kind(s) {bad}")
+    return kept
+
+
 FAMILY_SCHEMA: dict[str, pl.DataType] = {
     "name": pl.String(),
     "family": pl.String(),

@@ -24,6 +24,7 @@ from ..model.options import Options
 from ..model.products import provides
 from ..model.run import SourceInfo
 from . import p2p
+from .clock import SYMMETRIC
 
 CALL_COLUMNS = ["rank", "source", "name", "kind", "coll", "pg", "pg_desc", "pg_ranks", "group_size",
                 "bytes", "seq", "start_ns", "end_ns", "group", "instance", "group_recorded"]
@@ -81,6 +82,10 @@ def mark_communication(
     row's name (on a run of a million kernels, 200 MB for a column of 4 MB of codes)."""
     if events.height == 0 or "name" not in events.columns:
         return events
+    return host_kinds(_by_family(events, families))
+
+
+def _by_family(events: pl.DataFrame, families: tuple[tc.Family, ...] | None) -> pl.DataFrame:
     distinct = events.select(pl.col("name").unique().drop_nulls())["name"]
     found = tc.family_frame(distinct, tc.load_families() if families is None else families)
     if found.height == 0:
@@ -97,6 +102,56 @@ def mark_communication(
             by_name = key.replace_strict(mapping, default=None, return_dtype=pl.String)
             fill = pl.when(pl.col("kind") == kind).then(by_name).otherwise(fill)
     return events.with_columns(pl.coalesce(pl.col("coll"), fill.cast(COLL)).alias("coll"))
+
+
+HOST_KINDS = ("annotation", "cpu_op")
+"""Event kinds of host collective ranges (``nccl:all_to_all``, ``record_param_comms``)."""
+
+
+def host_kinds(events: pl.DataFrame) -> pl.DataFrame:
+    """``events`` with each communication kernel's ``coll`` taken from the host collective
+    range its launch lies in: the outermost one on the launching thread that encloses the
+    runtime call with the kernel's correlation id (on its source; where correlation ids repeat
+    across processes, the one of the kernel's pid). PyTorch runs all_to_all as grouped
+    send/recv: the kernel is ``ncclKernel_SendRecv_…``, the call ``nccl:all_to_all``. The
+    kernel name decides where there is no such range, or where its kind is one that
+    ``[host_kind] keeps_kernel`` (comm_families.toml) names."""
+    needed = {"kind", "coll", "corr", "source", "pid", "tid", "start_ns", "end_ns"}
+    if not needed <= set(events.columns):
+        return events
+    kernels = events.with_row_index("_row").filter(
+        (pl.col("kind") == "kernel") & pl.col("coll").is_not_null() & pl.col("corr").is_not_null()
+    ).select("_row", "source", "pid", "corr")
+    if kernels.height == 0:
+        return events
+    kept = list(tc.host_kind_keeps_kernel())
+    ranges = events.filter(
+        pl.col("kind").is_in(list(HOST_KINDS)) & pl.col("coll").is_not_null()
+        & ~pl.col("coll").cast(pl.String).is_in(kept)
+    ).select(pl.col("rank").fill_null(-1), "source", "pid", "tid", "start_ns", "end_ns",
+             pl.col("coll").alias("_host"))
+    if ranges.height == 0:
+        return events
+    launches = events.filter(
+        (pl.col("kind") == "runtime") & pl.col("corr").is_in(kernels["corr"].unique().implode())
+    ).select("source", "corr", pl.col("pid").alias("_lp"), "tid", "start_ns", "end_ns")
+    linked = kernels.join(launches, on=["source", "corr"]).filter(
+        (pl.len().over("_row") == 1) | (pl.col("pid") == pl.col("_lp"))
+    ).filter(pl.len().over("_row") == 1)
+    if linked.height == 0:
+        return events
+    outer = _outermost(ranges).select(
+        "source", pl.col("pid").alias("_lp"), "tid", pl.col("start_ns").alias("_hs"),
+        pl.col("end_ns").alias("_he"), "_host",
+    ).sort("_hs")
+    inside = linked.sort("start_ns").join_asof(
+        outer, left_on="start_ns", right_on="_hs", by=["source", "_lp", "tid"],
+        strategy="backward", check_sortedness=False,
+    ).filter(pl.col("_he") >= pl.col("end_ns"))
+    if inside.height == 0:
+        return events
+    coll = events["coll"].scatter(inside["_row"], inside["_host"].cast(events.schema["coll"]))
+    return events.with_columns(coll)
 
 
 def _outermost(rows: pl.DataFrame) -> pl.DataFrame:
@@ -226,13 +281,53 @@ def _instances(calls: pl.DataFrame) -> pl.DataFrame:
         else pl.lit(False)
     )
     marked = calls.with_columns(is_p2p.alias("_p2p"))
-    collective = _ordered_instances(marked.filter(~pl.col("_p2p")).drop("_p2p"))
-    pointwise = marked.filter(pl.col("_p2p")).drop("_p2p")
+    ordered = _ordered_instances(marked.filter(~pl.col("_p2p")).drop("_p2p"))
+    timed = pl.col("group").is_in(_out_of_order(ordered).implode()).fill_null(False)
+    collective = ordered.filter(~timed)
+    pointwise = pl.concat([
+        marked.filter(pl.col("_p2p")).drop("_p2p"),
+        ordered.filter(timed).drop("instance").select(marked.drop("_p2p").columns),
+    ])
     if pointwise.height:
         first = collective.select(pl.col("instance").max().fill_null(-1) + 1).item()
         pointwise = p2p.match(pointwise, collective, first)
         collective = pl.concat([collective, pointwise.select(collective.columns)])
     return collective.sort("rank", "start_ns")
+
+
+ORDER_OFF_SHARE = 0.25
+"""A group's calls matched by order are taken only when at most this share of its members'
+calls end apart from their instance's (see :func:`_out_of_order`)."""
+
+
+def _out_of_order(ordered: pl.DataFrame) -> pl.Series:
+    """Groups of symmetric collectives matched by order (no ``seq``) whose instances do not end
+    together: the trace lacks some of the group's calls on some rank (HTA's sampled pair is
+    event-sampled: of its ranks' 4 all_to_all each, rank 0's k-th is never rank 1's k-th),
+    so the k-th call of one rank is not the k-th of another and they are matched by time (the
+    ends rule of :mod:`.p2p`). Members leave a symmetric collective together: per instance,
+    each member's end minus its lowest member's, less the rank's median of those (its clock
+    offset), lies within the ends rule's tolerance for the calls of a complete trace."""
+    by_seq = pl.col("seq").is_not_null().all().over("group")
+    rows = ordered.filter(
+        ~by_seq & (pl.col("instance") >= 0)
+        & pl.col("coll").cast(pl.String).is_in(list(SYMMETRIC)).fill_null(False)
+    )
+    if rows.height == 0:
+        return pl.Series("group", [], pl.String)
+    first = pl.col("rank") == pl.col("rank").min().over("instance")
+    ref = rows.filter(first).select(
+        "instance", pl.col("end_ns").alias("_re"), (pl.col("end_ns") - pl.col("start_ns"))
+        .alias("_rd")
+    ).unique("instance")
+    diffs = rows.filter(~first).join(ref, on="instance").with_columns(
+        (pl.col("end_ns") - pl.col("_re")).alias("_d"),
+        pl.min_horizontal(pl.col("end_ns") - pl.col("start_ns"), "_rd").alias("_short"),
+    )
+    tol = (pl.col("_short") * p2p.END_SHARE).clip(p2p.END_FLOOR_NS, p2p.END_CAP_NS)
+    off = (pl.col("_d") - pl.col("_d").median().over("group", "rank")).abs() > tol
+    share = diffs.group_by("group").agg(off.mean().alias("_off"))
+    return share.filter(pl.col("_off") > ORDER_OFF_SHARE)["group"]
 
 
 def _ordered_instances(calls: pl.DataFrame) -> pl.DataFrame:
