@@ -87,10 +87,18 @@ def test_export_of_a_log_only_run_is_bad_input_naming_the_file(capsys) -> None:
     assert "internal error" not in err and "Traceback" not in err
 
 
-def test_run_listing_gives_a_microsecond_window_in_microseconds(capsys) -> None:
-    """The two rollout headers hold one 1.987 µs ``aten::lift_fresh`` each; the run listing
-    said 'for 1.99e-06 s'."""
-    status, _out, err = rlperf(capsys, "analyze", str(RL_INSIGHT))
+def test_run_listing_gives_a_microsecond_window_in_microseconds(capsys, tmp_path: Path) -> None:
+    """The rollout headers hold one 1.987 µs ``aten::lift_fresh`` each; the run listing said
+    'for 1.99e-06 s'. Without its profiler's span and instants (a run's window counts them:
+    10.08 s), the header and its copy a day later are two runs of that one operator."""
+    with gzip.open(RL_INSIGHT / ("agent_loop_rollout_replica_0__huawei_372640."
+                                 "1771730291744166997.pt.trace.json.gz")) as f:
+        doc = json.load(f)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"]
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    doc["baseTimeNanoseconds"] += 86_400 * 10**9
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    status, _out, err = rlperf(capsys, "analyze", str(tmp_path))
     assert status == 2
     run1 = next(line for line in err.splitlines() if line.strip().startswith("run 1:"))
     assert run1.endswith("2026-02-22 03:18:02 UTC for 1.99 µs"), run1

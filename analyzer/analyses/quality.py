@@ -39,7 +39,7 @@ from parsers.source import CORRELATION_PER_PROCESS
 from taxonomy import profiles as tp
 from taxonomy.pipeline_phases import phase_of
 
-from ..assemble.runs import folder_role, role_place
+from ..assemble.runs import folder_role, profiler_window_ns, role_place
 from ..classify.steps import exclusion, name_classes, trace_ends
 from ..model import frames
 from ..model.products import provides
@@ -300,22 +300,6 @@ def outside_window(events: pl.DataFrame, sources: list[Any]) -> pl.DataFrame:
         frame, on="source"
     ).filter((pl.col("start_ns") < pl.col("_lo")) | (pl.col("end_ns") > pl.col("_hi")))
     return _found(rows)
-
-
-def profiler_window_ns(meta: dict[str, Any]) -> tuple[int, int] | None:
-    """The recorded window on the event table's clock, where the source states one in a time
-    base whose offset is known."""
-    window = meta.get("profiler_window_us")
-    base = {"baseTimeNanoseconds": meta.get("base_time_ns"), "epoch microseconds": 0}.get(
-        meta.get("time_base", "")
-    )
-    if not window or base is None:
-        return None
-    try:
-        lo, hi = (round(float(w) * 1000) + int(base) for w in window)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return lo, hi
 
 
 # --- run-level checks
