@@ -130,6 +130,8 @@ def truth_overview(truth: dict) -> dict[str, float]:
         "step_time_ns": statistics.median(windows),
         "step_time_max_ns": max(windows),
         "gpu_busy_ns": sum(d["busy_ns"] for d in devices),
+        "gpu_step_idle_fraction": 1 - sum(d["busy_ns"] for d in devices)
+        / sum(d["window_ns"] for d in devices),
         "idle_fraction": idle({"train", "rollout", "shared"}),
         "trainer_idle_fraction": idle({"train", "shared"}),
         "rollout_idle_fraction": idle({"rollout", "shared"}),

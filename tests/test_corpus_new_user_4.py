@@ -93,3 +93,36 @@ def test_guidelines_not_evaluated_are_one_line_of_the_note_and_all_in_the_json()
     document = json_report.summary(run)["guidelines"]
     assert sorted((g["id"] for g in document), key=lambda g: int(g[1:])) == ids
     assert {g["status"] for g in document} == {"not_evaluated"}
+
+
+@pytest.mark.parametrize(("name", "hta", "steps", "busy_ns", "window_ns"), [
+    ("sglang_decode__capture_traces__bs_32_rank0.json.gz", 9.08e-5, 0.99967, 11_015, 33_716_806),
+    ("vllm_prefilldecode_piecewise__graph_execution.json.gz", 0.00243, 0.49273, 156_085_793,
+     307_697_688),
+])
+def test_gpu_idle_says_its_window_and_over_the_steps_agrees_with_idle(
+    name: str, hta: float, steps: float, busy_ns: int, window_ns: int
+) -> None:
+    """'GPU idle (HTA sense)' read 0.0% and 0.2% beside 'idle, all devices' 100% and 49.3%: it
+    is HTA's idle over the first to last GPU activity, now titled so, and the same busy time
+    over the step windows is its own row, equal to the idle here (no sync wait to tell them
+    apart)."""
+    run = analyzer.load([INFERENCE / name])
+    rows = {r["metric"]: r for r in run.overview.iter_rows(named=True)}
+    assert rows["gpu_idle_fraction"]["title"] == "GPU idle, first to last GPU activity (HTA)"
+    assert rows["gpu_idle_fraction"]["value"] == pytest.approx(hta, abs=1e-5)
+    assert rows["gpu_step_idle_fraction"]["title"] == "GPU idle, step windows"
+    assert rows["gpu_step_idle_fraction"]["value"] == pytest.approx(1 - busy_ns / window_ns)
+    assert rows["gpu_step_idle_fraction"]["value"] == pytest.approx(steps, abs=1e-5)
+    assert rows["gpu_step_idle_fraction"]["value"] <= rows["idle_fraction"]["value"] + 1e-12
+
+
+def test_without_steps_only_the_hta_gpu_idle_has_a_value() -> None:
+    """nsys-ai's stepless window: HTA's idle 0.7% stays; the step-window one says it needs
+    steps."""
+    run = analyzer.load([NSYS_1S])
+    headline = next(s for s in sections(run) if s.title == "Headline numbers").frame
+    assert headline is not None
+    rows = {r["metric"]: r for r in headline.iter_rows(named=True)}
+    assert rows["gpu_idle_fraction"]["value"] == pytest.approx(0.0071, abs=5e-4)
+    assert rows["gpu_step_idle_fraction"]["text"].startswith("– needs step ranges in the trace")

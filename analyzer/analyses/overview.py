@@ -6,6 +6,12 @@ budgets and comparisons (docs/reports.md). Each number is read from the product 
 (``steps``, ``gpu_time``, ``bubbles``, ``pools``, ``weight_sync`` or ``log_weight_sync``,
 ``collectives_by_dim``, ``workdepth``, ``violations``); when that product is not provided or has
 nothing to say, the row keeps a null value and its text says what it needs.
+
+Two GPU idle numbers, over two windows: ``gpu_idle_fraction`` is HTA's temporal breakdown (idle
+over each rank's first to last GPU activity, ``gpu_time``), ``gpu_step_idle_fraction`` the
+same no-activity time over the step windows that ``idle_fraction`` divides by (``bubbles``), so
+it is never above that one. A capture whose GPU ran two kernels back to back in a 33.7 ms step
+(TraceLens' SGLang capture trace) reads 0.0% in HTA's window and 99.97% in the step's.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import polars as pl
 
 from ..model.products import provides
 from ..model.scalars import number
+from .bubbles import host_only
 from .sync import of_ranks
 
 OVERVIEW: dict[str, pl.DataType] = {
@@ -52,7 +59,18 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric("gpu_busy_ns", "GPU busy (sum over ranks)", "ns", "GPU activity in a trace"),
     Metric(
-        "gpu_idle_fraction", "GPU idle (HTA sense)", "fraction", "GPU activity in a trace", "lower"
+        "gpu_idle_fraction",
+        "GPU idle, first to last GPU activity (HTA)",
+        "fraction",
+        "GPU activity in a trace",
+        "lower",
+    ),
+    Metric(
+        "gpu_step_idle_fraction",
+        "GPU idle, step windows",
+        "fraction",
+        "step ranges and GPU activity in a trace",
+        "lower",
     ),
     Metric(
         "idle_fraction",
@@ -228,6 +246,24 @@ def _gpu(products: Mapping[str, Any]) -> dict[str, Any]:
     return {"gpu_busy_ns": busy, "gpu_idle_fraction": (window - busy) / window}
 
 
+def _gpu_steps(products: Mapping[str, Any]) -> dict[str, Any]:
+    """GPU idle over the step windows: Σ (window − busy) ÷ Σ window over the device-steps of
+    ranks with GPU activity (a host-only rank's busy is its host work standing in)."""
+    bubbles = _in(products, "bubbles", "step", "rank", "window_ns", "busy_ns")
+    activity = products.get("activity")
+    if bubbles is None or not isinstance(activity, pl.DataFrame) or activity.height == 0:
+        return {}
+    per_device = (
+        bubbles.filter(~pl.col("rank").is_in(host_only(activity)))
+        .group_by("step", "rank")
+        .agg(pl.col("window_ns", "busy_ns").first())
+    )
+    window = number(per_device["window_ns"].sum())
+    if not window:
+        return {}
+    return {"gpu_step_idle_fraction": (window - number(per_device["busy_ns"].sum())) / window}
+
+
 def _without_activity(products: Mapping[str, Any]) -> bool:
     """True when the trace records no device work at all (an NVTX-only capture): every window
     would then read as 100% idle and W/D as 0, numbers about the capture, not the run."""
@@ -313,7 +349,7 @@ def _guidelines(products: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _COLLECTORS: tuple[Callable[[Mapping[str, Any]], dict[str, Any]], ...] = (
-    _ranks, _steps, _gpu, _idle, _weight_sync, _collectives, _workdepth, _guidelines,
+    _ranks, _steps, _gpu, _gpu_steps, _idle, _weight_sync, _collectives, _workdepth, _guidelines,
 )
 
 

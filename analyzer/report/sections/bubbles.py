@@ -50,7 +50,8 @@ def section(run: Run) -> Section | None:
     largest = of_ranks(run.largest_bubbles, run.selected_ranks).head(3)
     note = (
         "Idle = step window − productive busy (busy minus "
-        "sync wait); GPU idle % is window − busy (HTA sense)."
+        "sync wait); GPU idle % is step window − busy (no device activity at all; HTA's idle, "
+        "in GPU time per rank, is over the first to last GPU activity instead)."
     )
     hosted = host_only(run.activity.filter(pl.col("rank").is_in(frame["rank"].implode())))
     if hosted:

@@ -35,7 +35,10 @@ def warmup_note(run: Run) -> str:
     return f"Median step time without warm-up step {named} (see Slow steps). "
 
 
-PER_STEP = ("idle_fraction", "trainer_idle_fraction", "rollout_idle_fraction", "parallelism")
+PER_STEP = (
+    "gpu_step_idle_fraction", "idle_fraction", "trainer_idle_fraction", "rollout_idle_fraction",
+    "parallelism",
+)
 """Shares of the step windows: device work alone does not give them."""
 NO_STEP = "step ranges in the trace: it has device work but no step window"
 
