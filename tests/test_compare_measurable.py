@@ -70,3 +70,26 @@ def test_kernels_that_may_be_missing_do_not_win_exposed_communication() -> None:
     assert total["alpa"] is None and total["trl"] == pytest.approx(94_713_263)
     assert total["winner"] is None
     assert not [m for m, r in found.items() if m.startswith("exposed.") and r["alpa"] is not None]
+
+
+def test_a_number_summed_over_ranks_is_not_won_by_having_fewer_ranks(hta) -> None:
+    """Rank 0 alone has 336 ms of exposed communication, the pair 636 ms (rank 0's plus rank
+    1's): fewer ranks is not less exposure. Between 2 and 1 ranks every rank-summed number is
+    'not comparable' and counts in no run's wins; per-rank shares still compare."""
+    exposed = hta["overview.exposed_comm_ns"]
+    assert (exposed["pair"], exposed["single"]) == pytest.approx((635.528e6, 336.033e6), rel=1e-5)
+    assert exposed["winner"] == "not comparable (2 vs 1 ranks)"
+    summed = {m: r["winner"] for m, r in hta.items()
+              if m.startswith("exposed.") and r["winner"] is not None}
+    assert summed == {"exposed.ep": "not comparable (2 vs 1 ranks)"}
+    result = compare([analyzer.load(PAIR), analyzer.load(PAIR[:1])], ["pair", "single"])
+    won = {t for titles in result.wins().values() for t in titles}
+    assert not won & {"exposed communication", "exposed comm (EP group)"}
+    assert hta["idle.host_bound"]["winner"] == "pair"
+
+
+def test_runs_of_one_rank_count_still_have_a_winner_for_summed_numbers() -> None:
+    """Rank 1's 299 ms against rank 0's 336 ms: one rank each, so the lower sum wins."""
+    same = rows([analyzer.load(PAIR[:1]), analyzer.load(PAIR[1:])], ["rank0", "rank1"])
+    assert same["overview.exposed_comm_ns"]["rank1"] == pytest.approx(299.495e6, rel=1e-5)
+    assert same["overview.exposed_comm_ns"]["winner"] == "rank1"

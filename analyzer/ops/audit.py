@@ -44,6 +44,7 @@ from ..analyses.overview import METRICS
 from ..model.units import cell, plural, unit_format
 from ..report.fit import wrap
 from ..report.json import SCHEMA as REPORT_SCHEMA
+from .compare import RANK_SUMMED
 
 DEFAULT_REGRESSION = 0.10
 """With ``--baseline`` alone: the largest allowed change for the worse, as a fraction of the
@@ -52,9 +53,6 @@ AGGREGATES = ("max", "min", "sum", "mean", "count")
 LIMITS = ("max", "min", "max_increase", "max_decrease")
 CHECK_KEYS = frozenset({"metric", "name", "missing", *LIMITS})
 RELATIVE = ("max_increase", "max_decrease")
-RANK_SUMMED = ("overview.exposed_comm_ns", "overview.gpu_busy_ns")
-"""Run-summary numbers summed over ranks: against a baseline of other ranks they are not
-comparable (HTA's sampled rank 1 alone has 52.9% less exposed time than the pair it is one of)."""
 
 NO_BASELINE = "no baseline: not checked"
 """The note of a relative limit when the audit has no baseline (the first run has none yet)."""

@@ -29,7 +29,9 @@ NOTE = (
     "Each run after the first shows its change against the first in parentheses: percentage "
     "points (pp) for shares, relative change otherwise. stage time: per step, on the ranks that "
     "run the stage; idle: share of all devices' step windows; exposed comm: collective time no "
-    f"computation hides, summed over ranks. {MISSING} The JSON format gives every metric's "
+    "computation hides, summed over ranks, so between runs of different rank counts it and "
+    f"GPU busy time are not comparable and win nothing. {MISSING} The JSON format gives every "
+    "metric's "
     "path, delta and change (docs/reports.md)."
 )
 """The footnote under every comparison table: how to read it and what its metrics measure."""
