@@ -1,7 +1,9 @@
-"""Point-to-point calls (send, recv, send/recv) matched into instances by time (docs/assembly.md).
+"""Point-to-point calls (send, recv, send/recv) matched into instances by time (docs/assembly.md);
+so are the calls of a collective group whose order fails (the trace lacks some of its calls:
+HTA's event-sampled pair, :func:`analyzer.assemble.collectives._out_of_order`).
 
 Order and ``seq`` both fail for them: a rank's calls go to different peers, some outside the
-trace (HTA's sampled pair holds 2 of 128 ranks), and PyTorch stamps a send or recv with the
+trace (a pipeline traced in part), and PyTorch stamps a send or recv with the
 group's *collective* counter + 1, the same on every point-to-point call between two collectives.
 What does hold is time: the transfer ends both kernels of a pair, so they overlap and end
 together. Calls are put on the clock the collectives give (:func:`provisional_offsets`) and
