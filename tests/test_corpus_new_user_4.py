@@ -126,3 +126,11 @@ def test_without_steps_only_the_hta_gpu_idle_has_a_value() -> None:
     rows = {r["metric"]: r for r in headline.iter_rows(named=True)}
     assert rows["gpu_idle_fraction"]["value"] == pytest.approx(0.0071, abs=5e-4)
     assert rows["gpu_step_idle_fraction"]["text"].startswith("– needs step ranges in the trace")
+
+
+def test_guideline_evidence_counts_one_rank_in_the_singular() -> None:
+    """HTA's test trace: G16's evidence read 'update-stage activity of 1 ranks'."""
+    run = analyzer.load([CORPUS / "HolisticTraceAnalysis" / "test.json.gz"])
+    g16 = run.violations.filter(run.violations["id"] == "G16").row(0, named=True)
+    assert g16["value"] == pytest.approx(0.109, abs=5e-4)
+    assert "(update-stage activity of 1 rank in the trace)" in g16["evidence"]

@@ -208,7 +208,8 @@ def tail_share(ev: Evidence, check: Check) -> Result:
     )
     return Measured(
         per_step(frame),
-        f"rollout ends of {as_int(ends['ranks'].max())} ranks in the trace, {in_steps(frame)}",
+        f"rollout ends of {plural(as_int(ends['ranks'].max()), 'rank')} in the trace, "
+        f"{in_steps(frame)}",
     )
 
 
@@ -505,7 +506,8 @@ def exposed_update_comm(ev: Evidence, check: Check) -> Result:
     note = "" if comm.height else "; no collectives inside the updates"
     return Measured(
         per_step(frame),
-        f"update-stage activity of {per_rank['rank'].n_unique()} ranks in the trace{note}",
+        f"update-stage activity of {plural(per_rank['rank'].n_unique(), 'rank')} in the "
+        f"trace{note}",
     )
 
 
@@ -527,7 +529,8 @@ def tp_cross_node(ev: Evidence, check: Check) -> Result:
             shown = f": {', '.join(bad['group'].head(3).to_list())}" if bad.height else ""
             return Measured(
                 per_step(frame),
-                f"{spans.height} TP groups against the hosts of their ranks in the trace{shown}",
+                f"{plural(spans.height, 'TP group')} against the hosts of their ranks in the "
+                f"trace{shown}",
             )
     per_node, world = config_count(ev, "gpus_per_node"), config_count(ev, "world_size")
     counted = {name: config_count(ev, name) for name in ("rollout_tp", "tensor_parallel")}
@@ -728,7 +731,7 @@ def dispatch_gap_share(ev: Evidence, check: Check) -> Result:
         frame = ev.in_windows(ratio(windows, gaps))
         return Measured(
             per_step(frame),
-            f"stage_gap idle over {bubbles['rank'].n_unique()} devices in the trace, "
+            f"stage_gap idle over {plural(bubbles['rank'].n_unique(), 'device')} in the trace, "
             f"{in_steps(frame)}",
         )
     stages, steps = ev.frame(LOG_STAGES), ev.frame(LOG_STEPS)
