@@ -158,7 +158,7 @@ def test_a_role_folder_is_read_as_well_as_a_prefix(tmp_path: Path) -> None:
 
 
 def test_copies_in_another_role_folder_say_both_roles() -> None:
-    run = analyzer.load([RL_INSIGHT], run="2")
+    run = analyzer.load([RL_INSIGHT])
     copies = sorted(w for w in run.warnings if "a copy of" in w)
     assert len(copies) == 2
     assert all("its file-name prefix names actor_update (actor_update) and the other's "

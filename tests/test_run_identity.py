@@ -67,27 +67,25 @@ def test_a_deepspeed_chat_log_and_a_verl_log_are_two_runs() -> None:
     assert [r.number for r in error.runs] == [1, 2, 3]
 
 
-def test_rl_insight_holds_two_profiler_sessions_and_a_copy() -> None:
+def test_rl_insight_holds_one_jobs_role_windows_and_a_copy() -> None:
     """PROVENANCE.md: the ``actor_update__*`` files hold exactly the JSON of the
     ``actor_compute_log_prob__*`` ones (same trace id, pid, events and times): one capture saved
-    twice, read once with a warning. What remains is two profiler sessions of different
-    processes — the vLLM replica's ``VLLM::Worker_TP0`` (ranks 0-1 of its world of 2, events at
-    03:18:02) and the actor's ``ray::WorkerDict`` (ranks 0-1 of its world of 2, from 03:18:47):
-    each its own rank 0, 45 s apart. Merged, two processes shared rank 0 and the gap counted as
-    idle (90%)."""
+    twice, read once with a warning. What remains is two roles' profiling windows of one verl
+    job — the vLLM replica's ``VLLM::Worker_TP0`` (ranks 0-1 of its world of 2, 03:17:59 for
+    10.08 s) and the actor's ``ray::WorkerDict`` (ranks 0-1 of its world of 2, from 03:18:47),
+    38 s apart: verl's role folders of one profiler folder (``<role>__`` prefixes), one run
+    whose ranks each role uses in turn (they were refused as two runs)."""
     found = runs_of(RL_INSIGHT)
     assert found == [
         [
+            "actor_compute_log_prob__prof_rank-0_031847.json.gz",
+            "actor_compute_log_prob__prof_rank-1_031847.json.gz",
             "agent_loop_rollout_replica_0__huawei_372640.1771730291744166997.pt.trace.json.gz",
             "agent_loop_rollout_replica_0__huawei_372640.1771730370159969000.pt.trace.json.gz",
         ],
-        [
-            "actor_compute_log_prob__prof_rank-0_031847.json.gz",
-            "actor_compute_log_prob__prof_rank-1_031847.json.gz",
-        ],
     ]
-    run = analyzer.load([RL_INSIGHT], run="2")
-    assert run.ranks == [0, 1] and len(run.sources) == 2
+    run = analyzer.load([RL_INSIGHT])
+    assert run.ranks == [0, 1] and len(run.sources) == 4
     copies = [w for w in run.warnings if "a copy of" in w]
     assert sorted(copies) == [
         f"actor_update__prof_rank-{r}_031904.json.gz: a copy of "

@@ -8,7 +8,9 @@ sources are grouped by what they state before assembly (docs/assembly.md, "Run i
 * **Copies** of one capture (same format, ranks, window, event and metric rows and stated facts)
   are read once, with a warning.
 * **Traces** join a run when their absolute time window overlaps it (within
-  :data:`WINDOW_SLACK_NS`) and no member states the same rank or another world size. A trace
+  :data:`WINDOW_SLACK_NS`) and no member states the same rank or another world size. Per-role
+  profiling windows of one job (verl's ``<role>/`` profiler folders, or their ``<role>__``
+  file-name prefixes) join each other without overlapping (:func:`_other_role`). A trace
   without a wall clock has no window to overlap: it joins a run only when its file name is
   another member's with the rank changed (one job's rank files), else it is a run of its own.
 * **Logs** join each other unless their frameworks, world sizes, settings (:data:`RUN_CONFIG`)
@@ -54,6 +56,9 @@ RUN_CONFIG = (
 )
 """Settings a log states (its meta) that every log of one run states alike: two logs that
 disagree on one are two runs, even when neither has a wall clock to tell them apart."""
+ROLE_GAP_NS = 3_600_000_000_000
+"""Per-role profiling windows of one job lie closer than this: verl profiles each role of a
+step in its own window, one after another (rl-insight's rollout and actor windows: 38 s)."""
 LISTED_FILES = 3
 """Files named per run in the refusal; the rest are counted."""
 
@@ -83,6 +88,16 @@ class Group:
     members: list[Facts] = field(default_factory=list)
     untimed: list[tuple[str, str]] = field(default_factory=list)
     """Members without a wall clock that joined it, with what tied them (file name, why)."""
+
+    @property
+    def roles(self) -> dict[str, list[Facts]]:
+        """Its traces in per-role profiler folders by their role's stage, where it holds more
+        than one role (profiling windows of one job, :func:`_other_role`); else empty."""
+        found: dict[str, list[Facts]] = {}
+        for m in self.members:
+            if (role := _role_window(m)) is not None:
+                found.setdefault(role[1], []).append(m)
+        return found if len(found) > 1 else {}
 
     @property
     def window(self) -> tuple[int, int] | None:
@@ -301,16 +316,56 @@ def _overlap(a: tuple[int, int], b: tuple[int, int], slack: int) -> bool:
 
 
 def _trace_conflict(f: Facts, group: Group) -> str | None:
-    """Why ``f`` is not of ``group``'s run, or None."""
+    """Why ``f`` is not of ``group``'s run, or None. Another role's profiling window of the
+    same job (:func:`_other_role`) need not overlap the run: within :data:`ROLE_GAP_NS` of it
+    is enough; its ranks are its own role's world's, so they may repeat a member's of another
+    role (one device used by each role in turn), though not at the same time, and its world
+    size may differ."""
     window = group.window
-    if f.window and window and not _overlap(f.window, window, WINDOW_SLACK_NS):
+    if (
+        f.window
+        and window
+        and not _overlap(f.window, window, WINDOW_SLACK_NS)
+        and not (
+            _overlap(f.window, window, ROLE_GAP_NS)
+            and any(_other_role(f, m) for m in group.members)
+        )
+    ):
         return "time windows that do not overlap"
     for m in group.members:
+        if _other_role(f, m):
+            if f.ranks & m.ranks and f.window and m.window and _overlap(f.window, m.window, 0):
+                return f"rank {min(f.ranks & m.ranks)} in two roles' captures at once"
+            continue
         if f.ranks & m.ranks:
             return f"rank {min(f.ranks & m.ranks)} in more than one capture"
         if f.world and m.world and f.world != m.world:
             return "world sizes that disagree"
     return None
+
+
+def _role_window(f: Facts) -> tuple[str, str, int] | None:
+    """(profiler folder, role's stage, Kineto base time) of a Kineto trace in a per-role
+    profiler folder (``<folder>/<role>/<file>``, or ``<folder>/<role>__<file>`` flattened) whose
+    role a framework profile knows (:func:`role_stage`); else None."""
+    meta = f.source.meta
+    base = meta.get("base_time_ns")
+    if f.source.format != "kineto" or meta.get("time_base") != "baseTimeNanoseconds":
+        return None
+    stage = role_stage(folder_role(f.source.path))
+    if stage is None or not isinstance(base, int):
+        return None
+    path = f.source.path
+    return _norm(path.parent if "__" in path.name else path.parent.parent), stage, base
+
+
+def _other_role(f: Facts, m: Facts) -> bool:
+    """``f`` and ``m`` are profiling windows of two roles of one job: each in its role's folder
+    of one profiler folder, of different stages, with the same Kineto ``baseTimeNanoseconds``.
+    That base is Kineto's start of the quarter (every trace of those three months shares it),
+    so it only rules out traces of another quarter; the folder is what ties them."""
+    a, b = _role_window(f), _role_window(m)
+    return a is not None and b is not None and a[0] == b[0] and a[2] == b[2] and a[1] != b[1]
 
 
 def _log_conflict(f: Facts, group: Group) -> str | None:
@@ -480,7 +535,43 @@ def choose(
                 f"of {len(runs)} separate runs in the input "
                 f"(--run {choice}); the others are not analysed"
             )
+    notes += _roles_note(picked)
     return [_reindexed(parsed[i], k) for k, i in enumerate(picked.indexes)], notes
+
+
+def _roles_note(g: Group) -> list[str]:
+    """What joined the profiling windows of several roles into one run, and what their ranks
+    are, where their windows lie apart (they joined by their roles, not by overlapping)."""
+    roles = g.roles
+    gap = _unrecorded_ns([m.window for m in g.members if m.window])
+    if not roles or gap <= WINDOW_SLACK_NS:
+        return []
+    each = "; ".join(
+        f"{folder_role(ms[0].source.path)} ({stage}, ranks {spans(sorted(_ranks_of(ms)))})"
+        for stage, ms in roles.items()
+    )
+    return [
+        f"one run of {len(roles)} roles' profiling windows: {each}. Tied by their role "
+        "folders in one profiler folder and one Kineto time base (a quarter's: on its own no "
+        "evidence), within 1 h; a rank is the number each role's world gives it, taken as one "
+        f"device that each role uses in turn. {_duration(gap / 1e9)} between the windows was "
+        "recorded by no profiler: a figure over the run's whole window counts it"
+    ]
+
+
+def _unrecorded_ns(windows: list[tuple[int, int]]) -> int:
+    """The time between ``windows`` that none of them covers, from the first start to the last
+    end."""
+    gap, reach = 0, None
+    for start, end in sorted(windows):
+        if reach is not None and start > reach:
+            gap += start - reach
+        reach = end if reach is None else max(reach, end)
+    return gap
+
+
+def _ranks_of(members: list[Facts]) -> set[int]:
+    return {r for m in members for r in m.ranks}
 
 
 def _pick(choice: str, listed: list[FoundRun]) -> int:
@@ -539,7 +630,9 @@ def _summary(g: Group, paths: list[Path], inputs: list[Path]) -> str:
     files = ", ".join(shown) + (
         f" (+{len(paths) - LISTED_FILES} more)" if len(paths) > LISTED_FILES else ""
     )
-    facts_ = [_formats(g), _ranks(g), _frameworks(g), _when(g), _ties(g)]
+    roles = ", ".join(g.roles) if _roles_note(g) else ""
+    facts_ = [_formats(g), _ranks(g), _frameworks(g), _when(g), _ties(g),
+              f"profiling windows of roles {roles}" if roles else ""]
     return f"{files}: " + "; ".join(f for f in facts_ if f)
 
 

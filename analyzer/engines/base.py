@@ -41,7 +41,7 @@ class Written:
 
 
 Wrote = tuple[int, Written | InputError]
-RUN_META = ("rank", "world_size", "framework", "time_base")
+RUN_META = ("rank", "world_size", "framework", "time_base", "base_time_ns")
 
 
 class OutputError(InputError):
