@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from datetime import datetime, timezone
 from itertools import compress
 from operator import attrgetter, not_
 from pathlib import Path
@@ -702,10 +701,18 @@ def _time_base_ns(
     return 0
 
 
+KINETO_BASE_PERIOD_S = 7_889_238
+"""What libkineto floors its base time to: ``std::chrono::floor`` to three of C++'s average
+months (2,629,746 s each), counted from the epoch, not calendar quarters (rl-insight's traces
+state 1,767,189,312 s = 224 periods, 2025-12-31 13:55:12 UTC)."""
+
+
 def _quarter_start_ns(epoch_ms: int) -> int:
-    when = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
-    start = datetime(when.year, 3 * ((when.month - 1) // 3) + 1, 1, tzinfo=timezone.utc)
-    return int(start.timestamp()) * 1_000_000_000
+    """The base time libkineto wrote for a trace saved at ``epoch_ms`` (the TensorBoard file
+    name's stamp): the last multiple of :data:`KINETO_BASE_PERIOD_S` before it. A calendar
+    quarter's start put rl-insight's rollout trace 10.08 h late."""
+    period_ms = KINETO_BASE_PERIOD_S * 1000
+    return epoch_ms // period_ms * period_ms * 1_000_000
 
 
 # --- events ------------------------------------------------------------------------------------

@@ -104,10 +104,10 @@ def test_a_session_relative_time_base_gives_no_window(tmp_path: Path) -> None:
     assert _window(source) is None
 
 
-def test_the_quarter_start_is_utc_whatever_the_local_zone(monkeypatch, tmp_path: Path) -> None:
-    """1696125600000 ms is 2023-10-01 02:00 UTC, whose quarter starts 2023-10-01 00:00 UTC =
-    1696118400 s; in New York (UTC-4 then) it is still 30 September, a local reading would take
-    the quarter of July."""
+def test_the_kineto_base_is_utc_whatever_the_local_zone(monkeypatch, tmp_path: Path) -> None:
+    """1696125600000 ms is 2023-10-01 02:00 UTC, 4 h into New York's 30 September: libkineto's
+    base before it is 214 periods of 7,889,238 s = 1688296932 s, counted from the epoch, which no
+    local zone moves (a calendar-quarter reading would take 1 October's or, locally, July's)."""
     monkeypatch.setenv("TZ", "America/New_York")
     time.tzset()
     try:
@@ -115,7 +115,7 @@ def test_the_quarter_start_is_utc_whatever_the_local_zone(monkeypatch, tmp_path:
         event = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10,
                  "dur": 5}
         path.write_text(json.dumps({"traceEvents": [event]}))
-        assert kineto.parse(path).events["start_ns"].to_list() == [1_696_118_400 * 10**9 + 10_000]
+        assert kineto.parse(path).events["start_ns"].to_list() == [1_688_296_932 * 10**9 + 10_000]
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
