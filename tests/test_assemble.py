@@ -323,7 +323,7 @@ def test_analyze_options_reach_the_run_and_bad_ones_are_one_line() -> None:
     assert done.exit_code == 0
     doc = json.loads(done.output)
     facts = {row["fact"]: row["value"] for row in doc["placement"]}
-    assert facts["steps"] == "3 (1)" and facts["ranks"] == "2" and facts["framework"] == "verl"
+    assert facts["steps"] == "3 (1 step)" and facts["ranks"] == "2" and facts["framework"] == "verl"
     for args, what in (
         (["--steps", "x"], "--steps"),
         (["--ranks", "1..b"], "--ranks"),
