@@ -262,13 +262,12 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
     ]
     table = table.with_columns(pl.Series("winner", winners, dtype=pl.String))
     ranks = table.filter(pl.col("metric") == "overview.ranks").select(labels)
-    counts = {v for v in ranks.row(0) if v is not None} if ranks.height else set()
-    if len(counts) > 1:
-        shown = " vs ".join(f"{v:,.0f}" for v in ranks.row(0) if v is not None)
+    if ranks.height:
         table = table.with_columns(
-            pl.when(_rank_summed() & pl.col("winner").is_not_null())
-            .then(pl.lit(f"{NOT_COMPARABLE} ({shown} ranks)"))
-            .otherwise("winner").alias("winner")
+            pl.Series("winner", [
+                _unless_ranks_differ(row, labels, ranks.row(0, named=True))
+                for row in table.select("metric", "winner", *labels).iter_rows(named=True)
+            ], dtype=pl.String)
         )
     return Comparison(
         labels=labels,
@@ -296,8 +295,19 @@ NOT_COMPARABLE = "not comparable"
 """The winner of a rank-summed metric between runs of different rank counts."""
 
 
-def _rank_summed() -> pl.Expr:
-    return pl.col("metric").is_in(RANK_SUMMED) | pl.col("metric").str.starts_with("exposed.")
+def _unless_ranks_differ(row: dict[str, object], labels: list[str],
+                         ranks: dict[str, object]) -> str | None:
+    """A rank-summed metric's winner, or :data:`NOT_COMPARABLE` when the runs that have a value
+    for it differ in rank count (a logs-only run, 0 ranks and no such value, takes no part)."""
+    metric, winner = str(row["metric"]), row["winner"]
+    summed = metric in RANK_SUMMED or metric.startswith("exposed.")
+    if not summed or winner is None:
+        return None if winner is None else str(winner)
+    counts = [number(ranks[label]) for label in labels
+              if row[label] is not None and ranks[label] is not None]
+    if len(set(counts)) < 2:
+        return str(winner)
+    return f"{NOT_COMPARABLE} ({' vs '.join(f'{c:,.0f}' for c in counts)} ranks)"
 
 
 FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
