@@ -308,6 +308,8 @@ def _out_of_order(ordered: pl.DataFrame) -> pl.Series:
     ends rule of :mod:`.p2p`). Members leave a symmetric collective together: per instance,
     each member's end minus its lowest member's, less the rank's median of those (its clock
     offset), lies within the ends rule's tolerance for the calls of a complete trace."""
+    if not {"coll", "end_ns"} <= set(ordered.columns):
+        return pl.Series("group", [], pl.String)  # no kind or end to judge the order by
     by_seq = pl.col("seq").is_not_null().all().over("group")
     rows = ordered.filter(
         ~by_seq & (pl.col("instance") >= 0)
