@@ -93,4 +93,4 @@ def test_text_report_has_the_log_section(tmp_path: Path):
     result = rlperf("analyze", str(VERL_LOG), cache=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "From the framework log" in result.stdout
-    assert "101–435 (335)" in result.stdout
+    assert "101–435 (335 steps)" in result.stdout
