@@ -72,11 +72,36 @@ def test_the_idle_headline_is_idle_over_the_devices_windows() -> None:
         {
             "bubbles": bubbles((1, 0, 100, 30), (1, 0, 100, 10), (1, 1, 50, 5)),
             "pools": pl.DataFrame({"rank": [0, 1], "pool": ["rollout", "train"]}),
+            "stage_ranges": pl.DataFrame({"rank": [0, 1], "stage": ["rollout", "actor_update"]}),
         }
     )
     assert metric(found, "idle_fraction") == pytest.approx(45 / 150)
     assert metric(found, "rollout_idle_fraction") == pytest.approx(40 / 100)
     assert metric(found, "trainer_idle_fraction") == pytest.approx(5 / 50)
+
+
+def test_a_pool_no_rank_runs_the_stages_of_has_no_idle_share() -> None:
+    """Ranks with no stage range are the shared pool, which counted in both pools: HTA's
+    event_sync_trace (no stage, no placement) read 98.4% idle in a train and a rollout pool.
+    A pool's share needs its stages on its ranks; a colocated rank running both has both."""
+    windows = bubbles((1, 0, 100, 30), (1, 1, 100, 50))
+    shared = pl.DataFrame({"rank": [0, 1], "pool": ["shared", "shared"]})
+    bare = overview.compute({"bubbles": windows, "pools": shared})
+    assert metric(bare, "idle_fraction") == pytest.approx(0.4)
+    assert metric(bare, "rollout_idle_fraction") is None
+    assert metric(bare, "trainer_idle_fraction") is None
+    colocated = overview.compute({
+        "bubbles": windows, "pools": shared,
+        "stage_ranges": pl.DataFrame({"rank": [0, 1], "stage": ["rollout", "actor_update"]}),
+    })
+    assert metric(colocated, "rollout_idle_fraction") == pytest.approx(0.4)
+    assert metric(colocated, "trainer_idle_fraction") == pytest.approx(0.4)
+    only_rollout = overview.compute({
+        "bubbles": windows, "pools": shared,
+        "stage_ranges": pl.DataFrame({"rank": [0], "stage": ["rollout"]}),
+    })
+    assert metric(only_rollout, "rollout_idle_fraction") == pytest.approx(0.4)
+    assert metric(only_rollout, "trainer_idle_fraction") is None
 
 
 def test_the_weight_sync_headline_is_its_share_of_the_steps() -> None:

@@ -22,6 +22,8 @@ from typing import Any
 
 import polars as pl
 
+from taxonomy.vocab import TRAINER_STAGES
+
 from ..model.products import provides
 from ..model.scalars import number
 from .bubbles import host_only
@@ -83,14 +85,14 @@ METRICS: tuple[Metric, ...] = (
         "trainer_idle_fraction",
         "idle, train pool",
         "fraction",
-        "device work on both pools' ranks",
+        "a training or reference stage on a pool's ranks, in a trace",
         "lower",
     ),
     Metric(
         "rollout_idle_fraction",
         "idle, rollout pool",
         "fraction",
-        "device work on both pools' ranks",
+        "a rollout stage on a pool's ranks, in a trace",
         "lower",
     ),
     Metric(
@@ -138,6 +140,7 @@ READS = (
     "gpu_time",
     "bubbles",
     "pools",
+    "stage_ranges",
     "weight_sync",
     "log_weight_sync",
     "collectives_by_dim",
@@ -154,7 +157,8 @@ def overview(selected_ranks: list[int], steps: pl.DataFrame, gpu_time: pl.DataFr
              bubbles: pl.DataFrame, pools: pl.DataFrame, weight_sync: pl.DataFrame,
              log_weight_sync: pl.DataFrame, collectives_by_dim: pl.DataFrame,
              exposed_comm: pl.DataFrame, workdepth: pl.DataFrame, violations: pl.DataFrame,
-             step_outliers: pl.DataFrame, activity: pl.DataFrame) -> pl.DataFrame:
+             step_outliers: pl.DataFrame, activity: pl.DataFrame,
+             stage_ranges: pl.DataFrame) -> pl.DataFrame:
     """The selected ranks' numbers: the per-rank frames narrowed to them (``gpu_time`` and
     ``collectives_by_dim`` already are); the per-step ones are the run's."""
     return compute(
@@ -166,6 +170,7 @@ def overview(selected_ranks: list[int], steps: pl.DataFrame, gpu_time: pl.DataFr
             gpu_time=gpu_time,
             bubbles=of_ranks(bubbles, selected_ranks),
             pools=pools,
+            stage_ranges=stage_ranges,
             weight_sync=weight_sync,
             log_weight_sync=log_weight_sync,
             collectives_by_dim=collectives_by_dim,
@@ -284,11 +289,26 @@ def _idle(products: Mapping[str, Any]) -> dict[str, Any]:
         tagged = per_device.join(
             pools.select("rank", pl.col("pool").cast(pl.String)), on="rank", how="left"
         )
+        staged = _in(products, "stage_ranges", "rank", "stage")
         for pool, key in (("train", "trainer_idle_fraction"), ("rollout", "rollout_idle_fraction")):
             mine = tagged.filter(pl.col("pool").is_in([pool, "shared"]))
-            if mine.height:
+            if mine.height and _runs(staged, mine["rank"], POOL_STAGES[pool]):
                 out[key] = _ratio(mine)
     return out
+
+
+POOL_STAGES: dict[str, tuple[str, ...]] = {"train": TRAINER_STAGES, "rollout": ("rollout",)}
+"""What makes a pool's idle share a pool's: some of its ranks run these stages. A rank with no
+stage range is put in the shared pool, which counted in both: HTA's event_sync_trace, no stage
+and no placement, read 98.4% idle in a train and in a rollout pool it does not have."""
+
+
+def _runs(staged: pl.DataFrame | None, ranks: pl.Series, stages: tuple[str, ...]) -> bool:
+    if staged is None:
+        return False
+    return staged.filter(
+        pl.col("rank").is_in(ranks.implode()) & pl.col("stage").cast(pl.String).is_in(stages)
+    ).height > 0
 
 
 def _ratio(per_device: pl.DataFrame) -> float | None:
