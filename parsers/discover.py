@@ -176,6 +176,8 @@ def _classify(file: Path, found: Discovery) -> None:
         found.skipped.append((file, exc.problem))
         return
     if _is_own_output(head):
+        if file.resolve() in found.named:
+            raise InputError(file, NAMED_OWN_OUTPUT)
         found.notes.append(
             f"{file}: rlperf's own output (ground truth or report), not an input; skipped"
         )
@@ -186,6 +188,12 @@ def _classify(file: Path, found: Discovery) -> None:
     else:
         found.sources.append((file, fmt))
 
+
+NAMED_OWN_OUTPUT = (
+    "rlperf's own output (a report or ground truth), not a trace: `rlperf audit --baseline` reads "
+    "a JSON report; give analyze and compare the traces it was made from"
+)
+"""A report named as an input: it once met "no trace … rlperf can read was found"."""
 
 SKIPPED_SHOWN = 3
 """How many skipped files the one line about them names."""

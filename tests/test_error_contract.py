@@ -463,3 +463,20 @@ def test_an_empty_selection_is_one_line_and_exit_2(option: str, asked: str):
         f"(use e.g. 2-4,7, or leave {option} out for all {noun})"
     ]
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["analyze", "compare"])
+def test_a_report_named_as_input_says_what_it_is(tmp_path: Path, command: str):
+    """analyze and compare once answered an rlperf JSON report with "no trace, Nsight Systems
+    export or framework log rlperf can read was found"; audit --baseline is what reads it."""
+    report = tmp_path / "report.json"
+    made = rlperf("analyze", str(RUN), "--format", "json", "-o", str(report), "--quiet")
+    assert made.returncode == 0, made.stderr
+    args = [str(report)] if command == "analyze" else [str(RUN), str(report)]
+    done = rlperf(command, *args, "--quiet")
+    assert done.returncode == 2 and done.stdout == ""
+    assert stderr_lines(done) == [
+        f"rlperf: error: {report}: rlperf's own output (a report or ground truth), not a trace: "
+        "`rlperf audit --baseline` reads a JSON report; give analyze and compare the traces it "
+        "was made from"
+    ]
