@@ -236,3 +236,17 @@ def test_a_run_no_guideline_judges_has_no_violation_count(three, capsys) -> None
     assert status == 0
     assert ("| guideline violations: error | – needs a guideline evaluated (RL stage times from a "
             "trace or a log) |") in text
+
+
+def test_parallelism_says_it_needs_stages_where_the_trace_has_device_work(capsys) -> None:
+    """TraceLens' Qwen1.5 trace: 45.6 ms of GPU busy, one ProfilerStep, no stage range. W/D read
+    "– needs device work in a trace", which it has; what it lacks is a critical path through
+    stages."""
+    trace = THREE[0].parents[1] / "TraceLens" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    run = analyzer.load([trace])
+    busy = run.overview.filter(run.overview["metric"] == "gpu_busy_ns")["value"].item()
+    assert round(busy / 1e6, 1) == 45.6
+    status, text, _ = rlperf(capsys, "analyze", str(trace), "--format", "md", "--quiet")
+    assert status == 0
+    assert ("| parallelism W/D (mean) | – needs stage ranges and device work in a trace (D is the "
+            "critical path through the stages) |") in text

@@ -113,7 +113,7 @@ METRICS: tuple[Metric, ...] = (
         "parallelism",
         "parallelism W/D (mean)",
         "ratio",
-        "device work in a trace",
+        "stage ranges and device work in a trace (D is the critical path through the stages)",
         "higher",
     ),
     Metric(
