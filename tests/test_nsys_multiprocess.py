@@ -239,3 +239,14 @@ def test_the_capture_gives_every_stage_time_within_a_millisecond(capture) -> Non
     off = {k: got[k] - want[k] for k in want if abs(got[k] - want[k]) >= MS}
     assert off == {}
     assert min(got.values()) >= 0
+
+
+def test_a_helper_process_with_no_device_work_is_not_a_rank() -> None:
+    """nvFuser's report1.sqlite: one H200 (device 0) used by pid 50556; pid 50922 made 2 CUDA
+    runtime calls (cuModuleGetLoadingMode, cudaGetDeviceProperties) and nothing else. It was
+    'numbered 1 by input order' and the run read 2 ranks."""
+    run = analyzer.load([ROOT.parent / "shared" / "corpus" / "nvFuser" / "report1.sqlite"])
+    assert run.ranks == [0]
+    helper = run.events.filter(pl.col("pid") == 50922)
+    assert helper.height == 2 and helper["rank"].to_list() == [-1, -1]
+    assert any("pid 50922: no device work" in n for n in run.notes)

@@ -63,6 +63,10 @@ def assign_ranks(
             )
             notes.append(f"{where}: the single controller ({why}); role driver, not a device")
             continue
+        if u.get("helper"):
+            notes.append(f"{where}: no device work and no range beside processes with device "
+                         "work: a helper process (a compiler or loader), not a rank")
+            continue
         if by_file and int(by_file.group(1)) not in taken:
             rank = int(by_file.group(1))
             notes.append(f"{where}: rank {rank} from the file name")
@@ -148,6 +152,7 @@ def _units(
             )
             .sort("pid", nulls_last=True)
         )
+        with_gpu = bool(stats["gpu"].any()) if split else False
         for row in stats.iter_rows(named=True):
             own = set(row["names"] or [])
             n_driver, n_other = len(own & driver_names), len(own & other_names)
@@ -167,6 +172,7 @@ def _units(
                     and n_driver > 0
                     and n_driver >= n_other,
                     "declared": row["pid"] is not None and row["pid"] in declared,
+                    "helper": with_gpu and not row["gpu"] and not row["coll"] and not own,
                     "role": WORKER,
                 }
             )
