@@ -118,17 +118,6 @@ def kernel_coll_expr(name: pl.Expr) -> pl.Expr:
     )
 
 
-HOST_COLL = r"^(?:(?:nccl|gloo|ucc|mpi|xccl):|c10d::)(\w+)"
-"""A host collective range's name (``nccl:all_to_all``, ``nccl:all_to_all, op_id = 7`` as
-PyTorch's NVTX writes it, ``c10d::allreduce_``): its kind is the word after the prefix."""
-
-
-def op_coll_expr(name: pl.Expr) -> pl.Expr:
-    """The kind a host collective range's name states (null for other names)."""
-    word = name.str.extract(HOST_COLL, 1)
-    return word.map_elements(canonical_coll, return_dtype=pl.String, skip_nulls=True)
-
-
 def dtype_bytes(dtype: str | None) -> int | None:
     if not dtype:
         return None

@@ -25,7 +25,7 @@ import polars as pl
 
 from .errors import InputError
 from .events import GPU_ACTIVITY_KINDS, conform
-from .nccl import kernel_coll_expr, op_coll_expr
+from .nccl import kernel_coll_expr
 from .nsys_db import SQLITE_MAGIC, Db, is_nsys, sqlite_problem
 from .nsys_nvtx import read_nvtx
 from .nsys_procs import (
@@ -136,11 +136,6 @@ def _parse(db: Db, path: Path, source: int) -> ParsedSource:
     frame = pl.concat([gpu, cpu], how="diagonal_relaxed").with_columns(
         pid=pid_of(pl.col("g")), vm=vm_of(pl.col("g"))
     )
-    if "coll" in frame.columns:  # NVTX ranges PyTorch opens around its collectives
-        frame = frame.with_columns(
-            pl.when(pl.col("kind") == "annotation").then(op_coll_expr(pl.col("name").cast(
-                pl.String))).otherwise(pl.col("coll").cast(pl.String)).alias("coll")
-        )
     frame = _rows_that_fit(frame, base, out)
 
     hosts = hosts_by_vm(db)
