@@ -326,8 +326,8 @@ def _out_of_order(ordered: pl.DataFrame) -> pl.Series:
         (pl.col("end_ns") - pl.col("_re")).alias("_d"),
         pl.min_horizontal(pl.col("end_ns") - pl.col("start_ns"), "_rd").alias("_short"),
     )
-    tol = (pl.col("_short") * p2p.END_SHARE).clip(p2p.END_FLOOR_NS, p2p.END_CAP_NS)
-    off = (pl.col("_d") - pl.col("_d").median().over("group", "rank")).abs() > tol
+    off = (pl.col("_d") - pl.col("_d").median().over("group", "rank")).abs() > p2p.end_tolerance(
+        pl.col("_short"))
     share = diffs.group_by("group").agg(off.mean().alias("_off"))
     return share.filter(pl.col("_off") > ORDER_OFF_SHARE)["group"]
 

@@ -48,6 +48,13 @@ END_CAP_NS = 5_000_000
 lengthens both kernels of a pair, not the gap between their ends (HTA's sampled pair: 332 µs
 at most, in calls of 8–63 ms)."""
 
+
+def end_tolerance(shorter: pl.Expr) -> pl.Expr:
+    """How far apart two calls' ends may lie and still coincide, from the shorter call's
+    length (:data:`END_SHARE`, clipped to :data:`END_FLOOR_NS` … :data:`END_CAP_NS`)."""
+    return (shorter * END_SHARE).clip(END_FLOOR_NS, END_CAP_NS)
+
+
 SKEW_WINDOW_NS = 10_000_000
 """Two ranks' clocks may differ by up to this much: the ends of a pair of ranks' calls are
 compared within it to find the offset at which they coincide (:func:`_by_couple`)."""
@@ -266,7 +273,7 @@ def _mutual_nearest(rows: pl.DataFrame) -> pl.DataFrame:
     overlap = pl.min_horizontal("_e", "_prev_e") - pl.max_horizontal("_s", "_prev_s")
     gap = pl.col("_e") - pl.col("_prev_e")
     shorter = pl.min_horizontal(pl.col("_e") - pl.col("_s"), pl.col("_prev_e") - pl.col("_prev_s"))
-    coincide = gap <= (shorter * END_SHARE).clip(END_FLOOR_NS, END_CAP_NS)
+    coincide = gap <= end_tolerance(shorter)
     cand = ordered.filter(pl.col("_prev_id").is_not_null() & (overlap > 0) & coincide).select(
         pl.col("_id").alias("a"),
         pl.col("_prev_id").alias("b"),
