@@ -48,7 +48,7 @@ def section(run: Run) -> Section:
     whole = run.steps.height == 0 and _whole(found)
     saving = "step" if run.steps.height or run.log_steps.height else "whole" if whole else "none"
     return Section(TITLE, shown, columns(saving),
-                   note=_note(found, failed, run.steps.height, saving == "step"))
+                   note=_note(found, failed, whole, saving == "step"))
 
 
 def _nothing(run: Run) -> str:
@@ -99,17 +99,18 @@ def _whole(found: pl.DataFrame) -> bool:
     return found.filter(pl.col("saving_basis").str.starts_with(WHOLE)).height > 0
 
 
-def _note(found: pl.DataFrame, failed: list[str], steps: int, per_step: bool = True) -> str:
-    """How the list is ranked and what a saving is of. ``per_step`` False: the run has no step
-    at all (no trace step, no log step), and the note speaks of no step."""
+def _note(found: pl.DataFrame, failed: list[str], whole: bool, per_step: bool = True) -> str:
+    """How the list is ranked and what a saving is of. ``whole``: the trace has no step and some
+    saving is over its whole window; ``per_step`` False: the run has no step at all (no trace
+    step, no log step), and the note speaks of no step."""
     estimated = found.filter(pl.col("saving_ns").is_not_null()).height
     ranked = f"{plural(found.height, 'finding')}, ranked by the estimated saving"
     bound = ("basis says which bound it comes from (docs/analyses.md, Findings). "
              "Savings overlap and do not add up.")
-    whole = "No steps were found: each saving is a saving (whole trace), over the trace's " \
-            "whole window, and Saving % is a share of that window"
+    over_window = "No steps were found: each saving is a saving (whole trace), over the " \
+                  "trace's whole window, and Saving % is a share of that window"
     if not per_step:
-        said = f"{whole}; each" if steps == 0 and _whole(found) else "Each"
+        said = f"{over_window}; each" if whole else "Each"
         text = f"{ranked} ({estimated} with an estimate; the rest by severity). {said} finding's " \
                f"{bound}"
         return "; ".join([text, *failed])
@@ -117,6 +118,6 @@ def _note(found: pl.DataFrame, failed: list[str], steps: int, per_step: bool = T
         f"{ranked} per step ({estimated} with an estimate; the rest by severity). Saving % is of "
         f"the mean step of the trace or log it is measured on; each finding's {bound}"
     )
-    if steps == 0 and _whole(found):
-        text += f" {whole}."
+    if whole:
+        text += f" {over_window}."
     return "; ".join([text, *failed])
