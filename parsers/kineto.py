@@ -689,7 +689,7 @@ def _time_base_ns(
         meta["time_base"] = "epoch microseconds"
         return 0
     if meta.get("tb_epoch_ms"):
-        base = _quarter_start_ns(meta["tb_epoch_ms"])
+        base = _kineto_base_ns(meta["tb_epoch_ms"])
         meta["time_base"] = "quarter start from the file name's epoch ms"
         out.warn(
             "baseTimeNanoseconds missing (file cut?): time base taken from the file name's "
@@ -707,7 +707,7 @@ months (2,629,746 s each), counted from the epoch, not calendar quarters (rl-ins
 state 1,767,189,312 s = 224 periods, 2025-12-31 13:55:12 UTC)."""
 
 
-def _quarter_start_ns(epoch_ms: int) -> int:
+def _kineto_base_ns(epoch_ms: int) -> int:
     """The base time libkineto wrote for a trace saved at ``epoch_ms`` (the TensorBoard file
     name's stamp): the last multiple of :data:`KINETO_BASE_PERIOD_S` before it. A calendar
     quarter's start put rl-insight's rollout trace 10.08 h late."""

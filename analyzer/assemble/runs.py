@@ -362,8 +362,9 @@ def _role_window(f: Facts) -> tuple[str, str, int] | None:
 def _other_role(f: Facts, m: Facts) -> bool:
     """``f`` and ``m`` are profiling windows of two roles of one job: each in its role's folder
     of one profiler folder, of different stages, with the same Kineto ``baseTimeNanoseconds``.
-    That base is Kineto's start of the quarter (every trace of those three months shares it),
-    so it only rules out traces of another quarter; the folder is what ties them."""
+    That base is libkineto's clock floored to 7,889,238 s (every trace of those three average
+    months shares it), so it only rules out traces of another period; the folder is what ties
+    them."""
     a, b = _role_window(f), _role_window(m)
     return a is not None and b is not None and a[0] == b[0] and a[2] == b[2] and a[1] != b[1]
 
