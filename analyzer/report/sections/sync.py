@@ -6,7 +6,7 @@ import polars as pl
 
 from ...analyses.overview import METRIC_BY_NAME
 from ...model.run import Run
-from ...model.units import spans
+from ...model.units import plural, spans
 from ..section import Column, Section, gated
 
 HEADLINE = f"{METRIC_BY_NAME['weight_sync_share'].title} (headline)"
@@ -20,7 +20,7 @@ def section(run: Run) -> Section | None:
     table = gated(run, title, "collectives_by_dim", "no collectives in these sources")
     if isinstance(table, Section):
         return table
-    notes = weight_sync_notes(run)
+    notes = [*outside_steps(run), *weight_sync_notes(run)]
     top = run.stragglers.head(3)
     if top.height:
         notes.append(
@@ -46,6 +46,19 @@ def section(run: Run) -> Section | None:
         ],
         note="; ".join(notes),
     )
+
+
+def outside_steps(run: Run) -> list[str]:
+    """The calls the table leaves out because they lie outside every step window
+    (``analyses.sync.in_steps``), so a table of fewer calls than the trace holds says why."""
+    counted, every = run.collective_waits.height, run.collectives.height
+    if counted == every:
+        return []
+    return [
+        f"calls inside the step windows only: {every - counted:,} of the trace's "
+        f"{plural(every, 'collective call')} lie outside every step, counted neither here nor "
+        "in the headline"
+    ]
 
 
 def weight_sync_notes(run: Run) -> list[str]:
