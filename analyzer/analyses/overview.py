@@ -59,7 +59,9 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "step_time_max_ns", "step time (max)", "ns", STEPS_NEED, "lower"
     ),
-    Metric("gpu_busy_ns", "GPU busy (sum over ranks)", "ns", "GPU activity in a trace"),
+    Metric(
+        "gpu_busy_ns", "GPU busy, whole trace (sum over ranks)", "ns", "GPU activity in a trace"
+    ),
     Metric(
         "gpu_idle_fraction",
         "GPU idle, first to last GPU activity (HTA)",
