@@ -176,7 +176,22 @@ def top_kernels(kernels: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
          .over("scope")).fill_null(0.0).alias("comm_share"),
         _family(pl.col("name")).alias("family"),
         (pl.col("max_ns") / pl.col("mean_ns")).alias("ratio"),
+    ).with_columns(
+        pl.len().over("scope", "family").alias("variants"),
+        pl.col("share").sum().over("scope", "family").alias("family_share"),
     ).sort("scope", "place")
+
+
+def _share_said(r: dict[str, Any]) -> str:
+    """A listed kernel's share, and, when it is listed by a short name other kernels of the
+    scope share (template instantiations: nsys-ai's mfu_2gpu_before has 8
+    ``elementwise_kernel``s, 4.9% the largest and 16.2% together), how many there are and
+    their share together."""
+    said = percent(r["share"])
+    if r["variants"] > 1 and r["label"] == r["family"]:
+        said += (f" (1 of {r['variants']} {r['family']} variants, "
+                 f"{percent(r['family_share'])} together)")
+    return said
 
 
 def small_kernels(kernels: pl.DataFrame, launches: pl.DataFrame, wall: pl.DataFrame,
@@ -614,9 +629,7 @@ def _top_kernel(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, capture: bo
             continue
         if capture or top["_scope_ns"] < rule["warn_min_ns"]:
             severity = "info"
-        listed = "; ".join(
-            f"{r['label']} {percent(r['share'])}" for r in compute.iter_rows(named=True)
-        )
+        listed = "; ".join(f"{r['label']} {_share_said(r)}" for r in compute.iter_rows(named=True))
         evidence = (
             f"{top['label']}: {duration(top['total_ns'])} in {plural(top['count'], 'launch')} "
             f"(mean {duration(top['mean_ns'])}) = {percent(top['share'])} of all kernel time"
