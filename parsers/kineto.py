@@ -63,7 +63,7 @@ from .json_stream import SKELETON_ARRAY, ArrayStream, NotStreamed
 from .jsonbound import decode_bounded, decode_each, decode_nested
 from .kineto_export import OWN_CATEGORIES, processes, single, with_processes
 from .limits import DECOMPRESSED_BYTES, EVENTS, STRING_BYTES
-from .nccl import canonical_coll, canonical_ranks, dtype_bytes, kernel_coll_expr
+from .nccl import canonical_coll, canonical_ranks, dtype_bytes, kernel_coll_expr, op_coll_expr
 from .reading import GZIP_ERRORS, GzipCut, gunzip
 from .source import RANK_IN_NAME, ParsedSource
 
@@ -1211,13 +1211,9 @@ def _name_facts(names: pl.Series) -> dict[str, pl.Expr]:
     tables applied to the column, so nothing per row is materialised.
     """
     name = pl.col("name")
-    op = pl.coalesce(
-        name.str.extract(r"^(?:nccl|gloo|ucc|mpi|xccl):(\w+)", 1),
-        name.str.extract(r"^c10d::(\w+)", 1),
-    )
     facts = pl.DataFrame({"name": names.unique().cast(pl.String)}).with_columns(
         kernel_coll=kernel_coll_expr(name),
-        op_coll=op.map_elements(canonical_coll, return_dtype=pl.String, skip_nulls=True),
+        op_coll=op_coll_expr(name),
         step=name.str.extract(r"^ProfilerStep#(\d+)$", 1).cast(pl.Int32, strict=False),
     )
     lookups = {}

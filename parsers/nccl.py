@@ -118,6 +118,44 @@ def kernel_coll_expr(name: pl.Expr) -> pl.Expr:
     )
 
 
+HOST_COLL = r"^(?:(?:nccl|gloo|ucc|mpi|xccl):|c10d::)(\w+)"
+"""A host collective range's name (``nccl:all_to_all``, ``nccl:all_to_all, op_id = 7`` as
+PyTorch's NVTX writes it, ``c10d::allreduce_``): its kind is the word after the prefix."""
+
+
+def op_coll_expr(name: pl.Expr) -> pl.Expr:
+    """The kind a host collective range's name states (null for other names)."""
+    word = name.str.extract(HOST_COLL, 1)
+    return word.map_elements(canonical_coll, return_dtype=pl.String, skip_nulls=True)
+
+
+def with_range_kinds(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with each ``annotation`` row's ``coll`` the kind its name states, where it has
+    none. The one rule for every Nsight Systems path (the SQLite export, which a ``.nsys-rep``
+    is read through, and ``nsys stats`` CSV), so they cannot drift apart: PyTorch's NVTX names
+    its ranges ``nccl:all_to_all, op_id = N``, and the analyzer's ``host_kinds`` gives the
+    kernels launched inside one its kind (all_to_all runs as ``ncclDevKernel_SendRecv``).
+    Worked out once per distinct name (each op_id makes a name of its own, but only the names
+    with a collective prefix reach Python)."""
+    if "kind" not in frame.columns or "name" not in frame.columns:
+        return frame
+    ranges = pl.col("kind").cast(pl.String) == "annotation"
+    names = frame.filter(ranges).select(pl.col("name").cast(pl.String).unique())
+    stated = names.with_columns(coll=op_coll_expr(pl.col("name"))).drop_nulls("coll")
+    if stated.height == 0:
+        return frame
+    mapping = dict(zip(stated["name"].to_list(), stated["coll"].to_list(), strict=True))
+    by_name = pl.col("name").cast(pl.String).replace_strict(
+        mapping, default=None, return_dtype=pl.String
+    )
+    current = (
+        pl.col("coll").cast(pl.String) if "coll" in frame.columns else pl.lit(None, pl.String)
+    )
+    return frame.with_columns(
+        pl.when(ranges).then(pl.coalesce(current, by_name)).otherwise(current).alias("coll")
+    )
+
+
 def dtype_bytes(dtype: str | None) -> int | None:
     if not dtype:
         return None

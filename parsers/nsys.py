@@ -25,7 +25,7 @@ import polars as pl
 
 from .errors import InputError
 from .events import GPU_ACTIVITY_KINDS, conform
-from .nccl import kernel_coll_expr
+from .nccl import kernel_coll_expr, with_range_kinds
 from .nsys_db import SQLITE_MAGIC, Db, is_nsys, sqlite_problem
 from .nsys_nvtx import read_nvtx
 from .nsys_procs import (
@@ -136,7 +136,7 @@ def _parse(db: Db, path: Path, source: int) -> ParsedSource:
     frame = pl.concat([gpu, cpu], how="diagonal_relaxed").with_columns(
         pid=pid_of(pl.col("g")), vm=vm_of(pl.col("g"))
     )
-    frame = _rows_that_fit(frame, base, out)
+    frame = _rows_that_fit(with_range_kinds(frame), base, out)
 
     hosts = hosts_by_vm(db)
     pids = sorted(int(p) for p in frame["pid"].unique())

@@ -28,7 +28,7 @@ import polars as pl
 
 from .errors import InputError
 from .events import GPU_ACTIVITY_KINDS, conform, nesting_depth
-from .nccl import kernel_coll_expr
+from .nccl import kernel_coll_expr, with_range_kinds
 from .reading import open_bytes
 from .source import CORRELATION_PER_PROCESS, SESSION_CLOCK, ParsedSource
 
@@ -175,9 +175,8 @@ def parse(path: Path, source: int = 0) -> ParsedSource:
                 path, f"{block.report or kind} table has values rlperf cannot read ({first})"
             ) from None
     if frames:
-        out.events = conform(
-            pl.concat(frames, how="diagonal_relaxed").sort("start_ns"), source=source
-        )
+        events = with_range_kinds(pl.concat(frames, how="diagonal_relaxed").sort("start_ns"))
+        out.events = conform(events, source=source)
         out.warn(
             "nsys stats CSV has no time base: times are ns "
             "since the capture's session start, not epoch"

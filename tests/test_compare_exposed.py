@@ -5,8 +5,8 @@ the same in every format.
 
 The runs: verl_grpo_colocated (sample run; its gloo collectives are DP and weight-sync), trl_grpo
 (sample run; 2 ranks of pure DP, all its collectives over all ranks), nsys-ai's
-mfu_2gpu_before.sqlite (NCCL send/recv whose group is unknown) and VERL-Maze's verl_demo.log (a
-log: no trace to search).
+mfu_2gpu_before.sqlite (NCCL all_to_all, EP, and 2 send/recv kernels whose group is unknown)
+and VERL-Maze's verl_demo.log (a log: no trace to search).
 """
 
 from __future__ import annotations
@@ -78,12 +78,20 @@ def test_a_group_the_run_has_no_collectives_in_is_null(outputs) -> None:
 
 
 def test_a_group_the_run_cannot_tell_is_null(outputs) -> None:
-    """mfu's 25.4 ms of exposed send/recv are of unknown group, so no named group can be read
-    from it; the log has nothing to search."""
+    """mfu's 25.4 ms of exposed communication: 25,179,513 ns of all_to_all (EP; its 64 SendRecv
+    kernels are launched inside PyTorch's ``nccl:all_to_all`` NVTX ranges) and 222,239 ns of the
+    2 SendRecv kernels with no launch in the capture, whose group is unknown (both recomputed
+    with SQL on the export: each kernel's time no other kernel of its device covers). Before
+    the NVTX ranges gave their kind, all 25.4 ms read unknown. No other group can be read from
+    it (DP, weight sync –); the log has nothing to search, and only mfu has EP, so no winner."""
     total = values(outputs, "overview.exposed_comm_ns")
-    unknown = values(outputs, "exposed.unknown")
-    assert total and unknown
-    assert unknown["mfu"] == total["mfu"] > 25e6 and unknown["log"] is None
+    unknown, ep = values(outputs, "exposed.unknown"), values(outputs, "exposed.ep")
+    assert total and unknown and ep
+    assert (ep["mfu"], unknown["mfu"]) == (25_179_513, 222_239)
+    assert ep["mfu"] + unknown["mfu"] == total["mfu"] and unknown["log"] is None
+    assert (ep["colocated"], ep["trl"], ep["log"]) == (None, None, None)
+    [ep_row] = [m for m in json.loads(outputs["json"])["metrics"] if m["metric"] == "exposed.ep"]
+    assert ep_row["winner"] is None
     for dim in ("dp", "weight_sync"):
         got = values(outputs, f"exposed.{dim}")
         assert got is not None and (got["mfu"], got["log"]) == (None, None), dim
