@@ -122,7 +122,8 @@ def test_depth_is_never_less_than_the_busiest_devices_own_work() -> None:
 def test_one_gpu_whose_graphs_run_long_after_their_launch_has_a_parallelism_of_one() -> None:
     """TraceLens' vLLM piecewise-graph trace (one MI300X): the engine's 26.4 ms step annotation
     ends while its 156 ms of GPU work is still queued (kernels start 146-282 ms after their
-    launches). One device cannot hold a parallelism of 5.92."""
+    launches). One device cannot hold a parallelism of 5.92, and the stage table's note, which
+    read "critical path 26.4 ms" beside a depth of 156 ms, says which path is which."""
     from pathlib import Path
 
     import analyzer
@@ -134,3 +135,12 @@ def test_one_gpu_whose_graphs_run_long_after_their_launch_has_a_parallelism_of_o
     assert path[1] - path[0] == 26_353_441
     row = run.workdepth.row(0, named=True)
     assert (row["work_ns"], row["depth_ns"], row["parallelism"]) == (156_085_793, 156_085_793, 1.0)
+    from analyzer.report.sections import breakdown
+
+    shown = breakdown.section(run)
+    assert shown is not None
+    assert shown.note == (
+        "step 1: critical path through the stage ranges 26.4 ms, set by rank 0 in rollout; a "
+        "device's own work in the step is longer, 156 ms (queued after its range closed), and is "
+        "the work-depth section's depth D"
+    )

@@ -9,6 +9,21 @@ from ...model.run import Run
 from ..section import Column, Section, gated
 
 
+def _chain_note(chain: dict, depth_ns: int | None) -> str:
+    """The step's critical path; where a device's own work outlasts the chain through the stage
+    ranges (work queued after its range closed: TraceLens' vLLM piecewise-graph step, a
+    26.4 ms range and 156 ms of GPU work), the note says that the depth D of the work-depth
+    section is that work, rather than leave two critical paths side by side."""
+    said = f"{chain['depth_ns'] / 1e6:.3g} ms, set by rank {chain['rank']} in {chain['stage']}"
+    if depth_ns is None or depth_ns <= chain["depth_ns"]:
+        return f"step {chain['step']}: critical path {said}"
+    return (
+        f"step {chain['step']}: critical path through the stage ranges {said}; a device's own "
+        f"work in the step is longer, {depth_ns / 1e6:.3g} ms (queued after its range closed), "
+        "and is the work-depth section's depth D"
+    )
+
+
 def section(run: Run) -> Section | None:
     title = "Stage time per step"
     table = gated(
@@ -46,11 +61,8 @@ def section(run: Run) -> Section | None:
         .join(controller, on=["step", "stage"], how="full", coalesce=True)
         .sort(["step", "stage"])
     )
-    notes = [
-        f"step {r['step']}: critical path {r['depth_ns'] / 1e6:.3g} "
-        f"ms, set by rank {r['rank']} in {r['stage']}"
-        for r in chain.iter_rows(named=True)
-    ]
+    depth = dict(run.workdepth.select("step", "depth_ns").iter_rows())
+    notes = [_chain_note(r, depth.get(r["step"])) for r in chain.iter_rows(named=True)]
     return Section(
         title,
         frame,
