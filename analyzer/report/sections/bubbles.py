@@ -6,9 +6,12 @@ import polars as pl
 
 from taxonomy.vocab import IDLE_CAUSES
 
+from ...analyses import queued
 from ...analyses.bubbles import RULES, host_only, without_devices
+from ...analyses.findings import rules as finding_rules
 from ...analyses.sync import of_ranks
 from ...model.run import Run
+from ...model.units import duration
 from ..section import Column, Section, gated
 from .overview import NO_STEP, why_not
 
@@ -62,6 +65,7 @@ def section(run: Run) -> Section | None:
         )
     if skipped:
         note += f" Not shown, needs GPU activity: {_no_device(skipped)}."
+    note += _queued(run, frame["rank"].to_list())
     if largest.height:
         note += " Largest: " + "; ".join(
             f"rank {r['rank']} step {r['step']} {r['cause']} "
@@ -80,6 +84,26 @@ def section(run: Run) -> Section | None:
             Column("gpu_idle_fraction", "GPU idle %", "percent"),
         ],
         note=note,
+    )
+
+
+def _queued(run: Run, shown: list[int]) -> str:
+    """How much of the host-bound column had launched work waiting to start (``queued``): the
+    column holds every gap inside a stage range, and a GPU that idles with work queued waited
+    for something other than the host (TraceLens' SGLang prefill-decode step: 493 ms of its
+    495 ms, behind a stream wait event), which the findings say and the column alone did not."""
+    gpu = [r for r in shown if r not in host_only(run.activity)]
+    runs = run.device_states.filter(
+        (pl.col("cause").cast(pl.String) == "host_bound") & pl.col("rank").is_in(gpu)
+    )
+    wait = queued.split(runs, run.events, finding_rules().queue_lag_ns)
+    if wait.queued_ns == 0:
+        return ""
+    total = wait.queued_ns + wait.waited_ns
+    return (
+        f" Of the {duration(total)} host bound, {duration(wait.queued_ns)} had launched work "
+        "queued, not yet started: the GPU waited for something other than the host (a stream or "
+        "event, or work from before the trace), as the findings say."
     )
 
 
