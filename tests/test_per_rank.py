@@ -277,6 +277,56 @@ def test_jobs_bounds_the_ray_tasks_in_flight(window: int | None, seen: list[int]
     assert task.submitted == calls
 
 
+class DrainingRay:
+    """What ``in_flight`` and ``quiet_shutdown`` use of ray: cancels and waits recorded; the
+    shutdown writes to file descriptor 2 as Ray's core does while dropping a task."""
+
+    def __init__(self) -> None:
+        self.cancelled: list[tuple[int, ...]] = []
+        self.waited: list[tuple[list[tuple[int, ...]], int, float]] = []
+
+    def cancel(self, ref: tuple[int, ...]) -> None:
+        self.cancelled.append(ref)
+
+    def wait(self, refs: list, *, num_returns: int, timeout: float) -> None:
+        self.waited.append((refs, num_returns, timeout))
+        os.write(2, b"[2026-12-02 22:54:56,990 W 17871 17892] core_worker.cc:301: Task "
+                    b"cancelled\n")
+
+    def shutdown(self) -> None:
+        os.write(2, b"[2026-12-02 22:54:56,991 E 17871 17892] task_manager.cc:1545: Failed to "
+                    b"push error to driver for task 4482c0d3e15a41a8ffffffffffffffffffffffff\n")
+        os.write(2, b"a line of the user's own\n")
+
+
+def test_a_run_stopped_early_cancels_its_ray_tasks_and_waits_for_them(capfd) -> None:
+    """The first source fails, the driver stops reading: the 2 tasks still out (window 3) are
+    cancelled and waited for, all at once and boundedly, before the driver disconnects, and
+    the core's lines about them are not passed on; a run read to its end cancels nothing."""
+    from analyzer.engines.on_ray import DRAIN_S, in_flight
+
+    ray, calls = DrainingRay(), [(i,) for i in range(5)]
+    flight = in_flight(RecordingTask(), calls, 3, ray)
+    assert next(flight) == ((0,), (0,))
+    flight.close()
+    assert ray.cancelled == [(1,), (2,)]
+    assert ray.waited == [([(1,), (2,)], 2, DRAIN_S)]
+    assert capfd.readouterr().err == ""
+    whole = DrainingRay()
+    assert len(list(in_flight(RecordingTask(), calls, 3, whole))) == 5
+    assert whole.cancelled == [] and whole.waited == []
+
+
+def test_ray_core_lines_written_while_disconnecting_are_not_passed_on(capfd) -> None:
+    """CI saw ``rlperf: error: …`` preceded by Ray core's ``task_manager.cc:1545: Failed to
+    push error to driver`` line; the core's lines written during shutdown are dropped, any
+    other line passes."""
+    from analyzer.engines.on_ray import quiet_shutdown
+
+    quiet_shutdown(DrainingRay())  # type: ignore[arg-type]
+    assert capfd.readouterr().err == "a line of the user's own\n"
+
+
 @pytest.mark.parametrize("jobs", [3, None])
 def test_jobs_reaches_the_dataset_shards(capsys, tmp_path, jobs: int | None) -> None:
     """``analyzer.load(..., jobs=)`` (``--jobs``) is what the Ray engine's per-rank calls get

@@ -13,6 +13,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
@@ -43,6 +44,9 @@ LOCAL_START_FACTOR = 3
 """Starting a Ray for the run may take this many times as long (half a minute on a busy
 2-core machine)."""
 PROBE_TIMEOUT_S = 10.0
+"""How long a HOST:PORT address may take to accept a TCP connection at all."""
+DRAIN_S = 10.0
+"""How long a run that stopped early waits for the tasks it cancelled."""
 REFUSED_TOKEN = "InvalidAuthToken"
 """What Ray's core logs while a cluster rejects the driver's token (absent or another one)."""
 REFUSED = (
@@ -50,7 +54,6 @@ REFUSED = (
     "(`ray get-auth-token` on its head node prints it)"
 )
 STARTING_LOCAL = "rlperf: starting a local Ray cluster (about a minute)…"
-"""How long a HOST:PORT address may take to accept a TCP connection at all."""
 
 
 def ray_module() -> ModuleType:
@@ -92,7 +95,7 @@ class RayEngine:
             return
         with self.session(workers) as ray:
             task = ray.remote(num_cpus=1)(work)
-            for call, ref in in_flight(task, calls, workers):
+            for call, ref in in_flight(task, calls, workers, ray):
                 yield got(ray, ref, call[0])
 
     def tasks(
@@ -104,7 +107,7 @@ class RayEngine:
             task = ray.remote(num_cpus=1)(work)
             cwd, digest = os.getcwd(), parsers_digest()
             calls = [(job, *args, cwd, digest) for job in jobs]
-            for call, ref in in_flight(task, calls, workers):
+            for call, ref in in_flight(task, calls, workers, ray):
                 job = call[0]
                 result = fetched(ray, job, ref)
                 if progress:
@@ -160,7 +163,28 @@ def connected(
     try:
         yield
     finally:
+        quiet_shutdown(ray)
+
+
+CORE_LOG = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+ [DIWEF] \d+ \d+\] \S+\.(cc|h):\d+:")
+"""A line of Ray's C++ core log (``[2026-12-02 22:54:56,991 E 17871 17892] task_manager.cc:…``)."""
+
+
+def quiet_shutdown(ray: ModuleType) -> None:
+    """Disconnected, without the core's own log lines about the tasks it drops on the way."""
+    with without_core_log():
         ray.shutdown()
+
+
+@contextmanager
+def without_core_log() -> Iterator[None]:
+    """The block's writes to fd 2 passed on but for Ray's core log lines (``Failed to push
+    error to driver`` for a task still running when the run stopped on an error): they would
+    stand beside the one line that says why."""
+    with held_stderr() as held:
+        yield
+    kept = [line for line in held.text.splitlines(keepends=True) if not CORE_LOG.match(line)]
+    sys.stderr.write("".join(kept))
 
 
 @contextmanager
@@ -249,18 +273,36 @@ def held_stderr() -> Iterator[Held]:
 
 
 def in_flight(
-    task: Any, calls: list[tuple[Any, ...]], window: int | None
+    task: Any, calls: list[tuple[Any, ...]], window: int | None, ray: Any = None
 ) -> Iterator[tuple[tuple[Any, ...], Any]]:
     """Each call with the reference of its Ray task, in the order of ``calls``; a task is
     submitted only while fewer than ``window`` (None: all) of those handed out are unread, so
-    ``--jobs`` bounds what the run takes of a shared cluster."""
+    ``--jobs`` bounds what the run takes of a shared cluster. A run that stops early (an error
+    in one source) cancels the tasks still out and waits a moment for them, so none is left
+    running on the user's cluster or failing after the driver has gone."""
     todo = deque(calls)
     running: deque[tuple[tuple[Any, ...], Any]] = deque()
-    while todo or running:
-        while todo and len(running) < (window or len(calls)):
-            call = todo.popleft()
-            running.append((call, task.remote(*call)))
-        yield running.popleft()
+    try:
+        while todo or running:
+            while todo and len(running) < (window or len(calls)):
+                call = todo.popleft()
+                running.append((call, task.remote(*call)))
+            yield running.popleft()
+    finally:
+        if running and ray is not None:
+            drained(ray, [ref for _, ref in running])
+
+
+def drained(ray: Any, refs: list[Any]) -> None:
+    """``refs`` cancelled and waited for (at most ``DRAIN_S``); a cancel or wait Ray refuses
+    changes nothing for the run, which is stopping anyway."""
+    with without_core_log():
+        try:
+            for ref in refs:
+                ray.cancel(ref)
+            ray.wait(refs, num_returns=len(refs), timeout=DRAIN_S)
+        except Exception:
+            pass
 
 
 def first_line(exc: BaseException) -> str:
