@@ -821,3 +821,26 @@ def test_a_kernel_in_an_anonymous_namespace_is_told_by_its_own_name() -> None:
     short = pl.DataFrame({"name": names}).select(gf._family(pl.col("name"))).to_series()
     assert short.to_list() == ["CatArrayBatchedCopy_aligned16_contig",
                                "elementwise_kernel_with_index", "vectorized_elementwise_kernel"]
+
+
+def test_a_copy_with_no_size_recorded_is_named_so(tmp_path: Path) -> None:
+    """The fuzzer blanked the ``Bytes (MB)`` cell of the longest HtoD copy of an nsys stats CSV
+    and the finding failed (``None / int``): the copies' time counts all of them, their bytes
+    only those with a size, and the longest is named without a rate."""
+    rows = [
+        "Start (ns),Duration (ns),CorrId,Bytes (MB),SrcMemKd,DstMemKd,Device,Ctx,Strm,Name",
+        '1000000,2000000,1,,,,NVIDIA A100 (0),1,7,"saxpy(double *, double *)"',
+        "10000000,18000000,2,262.144,Pageable,Device,NVIDIA A100 (0),1,7,"
+        "[CUDA memcpy Host-to-Device]",
+        "30000000,19000000,3,,Pageable,Device,NVIDIA A100 (0),1,7,[CUDA memcpy Host-to-Device]",
+        "50000000,1000000,4,1.5,Pageable,Device,NVIDIA A100 (0),1,7,[CUDA memcpy Host-to-Device]",
+    ]
+    path = tmp_path / "saxpy_cuda_gpu_trace.csv"
+    path.write_text("\n".join(rows) + "\n")
+    run = analyzer.load([path], use_cache=False)
+    assert run.failures == {}
+    (finding,) = run.gpu_findings.filter(pl.col("id") == "gpu.copies.HtoD").to_dicts()
+    assert finding["evidence"].startswith(
+        "3 HtoD copies, 38 ms, 251 MiB in the 2 with a size recorded (1 of ≥ 9.54 MiB; longest "
+        "19 ms, its size not recorded); "
+    )

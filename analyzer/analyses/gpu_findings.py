@@ -430,7 +430,7 @@ def copies(gpu: pl.DataFrame, busy: Busy, win: pl.DataFrame, names: dict[str, An
     copy = _scoped(copy)
     by_rank = copy.group_by("scope", "direction", "rank").agg(
         pl.len().alias("count"), pl.col("bytes").sum().alias("bytes"),
-        _dur().sum().alias("time_ns"),
+        pl.col("bytes").null_count().alias("unsized"), _dur().sum().alias("time_ns"),
         (pl.col("bytes") >= rule["large_bytes"]).sum().alias("large"),
         pl.col("exposed_ns").sum().alias("exposed_ns"),
         pl.col("bytes").sort_by(_dur()).last().alias("longest_bytes"),
@@ -811,8 +811,8 @@ def _copies(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, host_device: li
             ) -> list[dict[str, Any]]:
     keep = (pl.col("large") > 0) | (pl.col("share") >= rule["share_info"])
     agg = m.filter(keep).group_by("scope", "direction").agg(
-        pl.col("count").sum(), pl.col("bytes").sum(), pl.col("time_ns").sum(),
-        pl.col("large").sum(), pl.col("exposed_ns").sum(),
+        pl.col("count").sum(), pl.col("bytes").sum(), pl.col("unsized").sum(),
+        pl.col("time_ns").sum(), pl.col("large").sum(), pl.col("exposed_ns").sum(),
         pl.col("exposed_ns").max().alias("worst_exposed_ns"),
         pl.col("exposed_share").max(), pl.col("share").max(),
         pl.col("longest_bytes").sort_by("longest_ns").last(), pl.col("longest_ns").max(),
@@ -821,11 +821,19 @@ def _copies(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, host_device: li
     out = []
     for r in agg.iter_rows(named=True):
         severity = "warn" if r["exposed_share"] >= rule["exposed_warn"] else "info"
-        gbps = r["longest_bytes"] / r["longest_ns"] if r["longest_ns"] else None
+        sized = r["longest_bytes"] is not None and r["longest_ns"]
+        gbps = r["longest_bytes"] / r["longest_ns"] if sized else None
+        moved = (
+            f"{size(r['bytes'])} in {duration(r['time_ns'])}" if not r["unsized"]
+            else f"{duration(r['time_ns'])}, {size(r['bytes'])} in the "
+            f"{r['count'] - r['unsized']} with a size recorded"
+        )
+        longest = (f"{size(r['longest_bytes'])} in {duration(r['longest_ns'])}"
+                   if r["longest_bytes"] is not None
+                   else f"{duration(r['longest_ns'])}, its size not recorded")
         evidence = (
-            f"{r['count']} {r['direction']} copies, {size(r['bytes'])} in "
-            f"{duration(r['time_ns'])} ({r['large']} of ≥ {size(rule['large_bytes'])}; longest "
-            f"{size(r['longest_bytes'])} in {duration(r['longest_ns'])}"
+            f"{r['count']} {r['direction']} copies, {moved} ({r['large']} of ≥ "
+            f"{size(rule['large_bytes'])}; longest {longest}"
             + (f" = {gbps:.1f} GB/s" if gbps else "") + "); "
             f"up to {percent(r['share'])} of a rank's GPU window; "
             f"{duration(r['exposed_ns'])} with no kernel running "
