@@ -1,6 +1,6 @@
 """The seeded mutation fuzzer over the real corpus, at CI size (tests/fuzz/, docs/testing.md).
 
-Over 20,000 damaged inputs cut from the corpus and the bundled samples go through every parser
+Over 12,000 damaged inputs cut from the corpus and the bundled samples go through every parser
 in two worker processes (3 GB address space each, a time limit per case); a sample of those
 that parse is analysed and rendered as the JSON report. Every case must end as a result or as
 the contract's one-line refusal: no other exception, no hang, no memory exhaustion, no broken
@@ -22,7 +22,9 @@ import parsers
 from analyzer.report import json as json_report
 from analyzer.report import sections as sections_module
 
-CI_CASES = 20_400
+CI_CASES = 12_240
+"""A third of ``make test``'s time at 20,400 (330 s of one test process on 2 cores, where
+the whole suite has about 10 minutes); ``make fuzz`` runs the long campaign."""
 SEED = int(os.environ.get("RLPERF_FUZZ_SEED", "0"))
 TRL_LOGS = seeds.SAMPLES / "runs" / "trl_grpo" / "logs"
 
@@ -35,10 +37,10 @@ def bank(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_fuzz_corpus_mutations_end_in_a_result_or_one_refusal(
     bank: Path, request: pytest.FixtureRequest
 ) -> None:
-    settings = runner.Settings(seed=SEED, workers=2, case_timeout_s=20.0, analyze_every=250)
+    settings = runner.Settings(seed=SEED, workers=2, case_timeout_s=20.0, analyze_every=150)
     summary = runner.run(long_run.plan(CI_CASES), settings, bank)
     _report(request, f"fuzz, seed {SEED}:\n{summary.table()}")
-    assert summary.total() >= 20_000
+    assert summary.total() >= 12_000
     assert set(summary.counts) == set(long_run.WEIGHTS)
     assert all(summary.counts[f]["ok"] > 0 for f in summary.counts), summary.table()
     assert summary.analysed >= 50
