@@ -88,3 +88,28 @@ def test_mixed_kinds_are_bytes_weighted() -> None:
     kernels = [(0, 0, 10, True), (0, 20, 40, True)]
     got = compute_by_dim(compute_waits(collectives(calls), activity(kernels))).row(0, named=True)
     assert got["busbw_gbps"] == pytest.approx(207.8125, rel=1e-12)
+
+
+def test_a_size_no_call_recorded_is_null_not_zero() -> None:
+    """HTA's test trace and the harness' gloo runs record no collective sizes, and their rows
+    read 0 B, a size never measured; a row of sized and unsized calls sums the sizes it has."""
+    calls = [
+        (-1, 0, "all_gather", "dp", 8, None, 0, 10, None),
+        (-1, 0, "all_gather", "dp", 8, None, 20, 40, None),
+        (-1, 0, "all_reduce", "tp", 2, 3000, 50, 60, None),
+        (-1, 0, "all_reduce", "tp", 2, None, 70, 80, None),
+    ]
+    kernels = [(0, 0, 10, True), (0, 20, 40, True), (0, 50, 60, True), (0, 70, 80, True)]
+    waits = compute_waits(collectives(calls), activity(kernels))
+    got = compute_by_dim(waits)
+    assert sorted(got.select("coll", "count", "bytes").rows()) == [
+        ("all_gather", 2, None), ("all_reduce", 2, 3000)
+    ]
+    from types import SimpleNamespace
+
+    from analyzer.report.sections.sync import unsized
+
+    assert unsized(SimpleNamespace(collective_waits=waits)) == [  # type: ignore[arg-type]
+        "bytes –: the trace records no size for those calls",
+        "tp all_reduce bytes are of 1 of its 2 calls (the others have no size)",
+    ]

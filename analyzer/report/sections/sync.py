@@ -20,7 +20,7 @@ def section(run: Run) -> Section | None:
     table = gated(run, title, "collectives_by_dim", "no collectives in these sources")
     if isinstance(table, Section):
         return table
-    notes = [*outside_steps(run), *weight_sync_notes(run)]
+    notes = [*outside_steps(run), *unsized(run), *weight_sync_notes(run)]
     top = run.stragglers.head(3)
     if top.height:
         notes.append(
@@ -59,6 +59,25 @@ def outside_steps(run: Run) -> list[str]:
         f"{plural(every, 'collective call')} lie outside every step, counted neither here nor "
         "in the headline"
     ]
+
+
+def unsized(run: Run) -> list[str]:
+    """Which rows' bytes are of some of their calls only, and that a dash is no size known."""
+    waits = run.collective_waits
+    if waits.height == 0 or waits["bytes"].null_count() == 0:
+        return []
+    per = waits.group_by("dim", "coll").agg(
+        pl.len().alias("n"), pl.col("bytes").null_count().alias("none")
+    ).filter(pl.col("none") > 0).sort("dim", "coll")
+    some = per.filter(pl.col("none") < pl.col("n"))
+    none = per.height > some.height
+    said = ["bytes –: the trace records no size for those calls"] if none else []
+    said += [
+        f"{r['dim']} {r['coll']} bytes are of {r['n'] - r['none']:,} of its {r['n']:,} calls "
+        "(the others have no size)"
+        for r in some.iter_rows(named=True)
+    ]
+    return said
 
 
 def weight_sync_notes(run: Run) -> list[str]:
