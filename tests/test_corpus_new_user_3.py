@@ -136,9 +136,10 @@ def test_two_of_three_sharing_the_best_are_named_not_a_tie(three) -> None:
     assert [errors[k] for k in three.labels] == [None, 0.0, 0.0] and errors["winner"] == "tie"
     step = _row(three, "overview.step_time_ns")
     assert [step[k] for k in three.labels] == [3_154_000, 4_668_682, 222_442_191]
-    assert step["winner"] == sync
+    # three unrelated traces: their work per step is 352× apart, so no step time wins
+    assert step["winner"] == "not comparable (work per step 352.2× apart)"
     wins = three.wins()
-    assert "step time (median)" in wins[sync]
+    assert all("step time (median)" not in titles for titles in wins.values())
     assert all("exposed communication" not in titles for titles in wins.values())
 
 

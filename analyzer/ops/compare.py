@@ -39,6 +39,19 @@ is no tie beside 346 ms) share the best; a best of 0 is shared only by other zer
 (unit ``fraction``) is a part of a whole, so its tolerance is this fraction of the whole: 0.5
 points (a stage gap of 0.002% does not beat one of 0.004%, both 0.0%)."""
 
+WORK_APART = 2.0
+"""Runs whose device work per step (work-depth W, mean over steps) differs by more than this
+factor did different work: TraceLens' vLLM decode-only step (W 10.7 ms) "won" step time
+against a prefill-plus-decode step (W 156 ms, 14.6×) by having less to do. A kernel change
+that halves the work is still judged; past that the time metrics win nothing."""
+
+WORK = "work.per_step_ns"
+"""The comparison's own metric: device work per step, which no direction makes better."""
+
+TIME_OF_WORK = ("overview.step_time_ns", "overview.step_time_max_ns")
+"""Metrics (with every ``stage.*``) that measure how long the work took, so that runs of
+different work cannot be ranked by them."""
+
 KERNELS_MISSING = ("kernels may be missing",)
 """Parts of a parser warning that say the trace may lack device work: such a run's exposed
 communication is not measured (no collective found may be one the trace lost)."""
@@ -96,6 +109,7 @@ def metrics(run) -> pl.DataFrame:
     ]
     parts = [
         pl.DataFrame(rows, schema=METRICS_SCHEMA, orient="row"),
+        _work(run),
         _stages(run),
         _idle(run),
         _exposed(run),
@@ -117,6 +131,18 @@ def scoped(title: str) -> str:
         if found and "(" not in title:
             return f"{head} ({scope})"
     return title
+
+
+def _work(run) -> pl.DataFrame | None:
+    """Device work per step (work-depth W, mean over the steps that have one)."""
+    wd = frame_of(run, "workdepth", "work_ns")
+    if wd is None or wd["work_ns"].drop_nulls().len() == 0:
+        return None
+    value = float(wd["work_ns"].drop_nulls().mean())  # type: ignore[arg-type]
+    return pl.DataFrame(
+        [(WORK, "device work W (mean per step)", "ns", "", value)],
+        schema=METRICS_SCHEMA, orient="row",
+    )
 
 
 def _stages(run) -> pl.DataFrame | None:
@@ -269,6 +295,15 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
                 for row in table.select("metric", "winner", *labels).iter_rows(named=True)
             ], dtype=pl.String)
         )
+    apart = _work_apart(table, labels)
+    if apart is not None:
+        timed = pl.col("metric").is_in(TIME_OF_WORK) | pl.col("metric").str.starts_with("stage.")
+        table = table.with_columns(
+            pl.when(timed & pl.col("winner").is_not_null())
+            .then(pl.lit(f"{NOT_COMPARABLE} (work per step {apart:.1f}× apart)"))
+            .otherwise(pl.col("winner"))
+            .alias("winner")
+        )
     return Comparison(
         labels=labels,
         table=table.select(
@@ -282,6 +317,17 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
             "winner",
         ),
     )
+
+
+def _work_apart(table: pl.DataFrame, labels: list[str]) -> float | None:
+    """max ÷ min of the runs' device work per step, when above :data:`WORK_APART`."""
+    row = table.filter(pl.col("metric") == WORK)
+    if row.height == 0:
+        return None
+    work = [v for v in row.select(labels).row(0) if v is not None and v > 0]
+    if len(work) < 2 or max(work) <= WORK_APART * min(work):
+        return None
+    return max(work) / min(work)
 
 
 RANK_SUMMED = ("overview.exposed_comm_ns", "overview.gpu_busy_ns")
@@ -312,6 +358,7 @@ def _unless_ranks_differ(row: dict[str, object], labels: list[str],
 
 FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("overview.", tuple(METRIC_BY_NAME)),
+    ("work.", ("per_step_ns",)),
     ("stage.", STAGE_NAMES),
     ("idle.", IDLE_CAUSES),
     ("exposed.", DIMENSIONS),

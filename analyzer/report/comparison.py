@@ -30,7 +30,9 @@ NOTE = (
     "points (pp) for shares, relative change otherwise. stage time: per step, on the ranks that "
     "run the stage; idle: share of all devices' step windows; exposed comm: collective time no "
     "computation hides, summed over ranks, so between runs of different rank counts it and "
-    f"GPU busy time are not comparable and win nothing. {MISSING} The JSON format gives every "
+    "GPU busy time are not comparable and win nothing; runs whose device work per step differs "
+    "more than 2× did different work, and step and stage times win nothing between them. "
+    f"{MISSING} The JSON format gives every "
     "metric's "
     "path, delta and change (docs/reports.md)."
 )
