@@ -161,24 +161,18 @@ def _selected(
     windows, and without it ``--steps 1011`` on HTA's test trace read 122 ms of productive
     device time in a step where the whole run reads 160 ms (work launched in step 1010 runs
     in 1011's window)."""
-    kept = select_steps(out, options, incomplete_steps)
-    if kept.height == out.height:
-        return kept
+    indexed = out.with_row_index("_row")
+    kept = select_steps(indexed, options, incomplete_steps)
     windows = steps.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null())
+    if kept.height == out.height or windows.height == 0:
+        return kept.drop("_row")
     device = pl.col("kind").is_in(list(GPU_ACTIVITY_KINDS)) & (pl.col("rank") >= 0)
-    chosen = select_steps(out.select("step", "kind").with_row_index("_row"), options,
-                          incomplete_steps)["_row"]
-    rest = out.with_row_index("_row").filter(~pl.col("_row").is_in(chosen.implode()) & device)
-    if windows.height == 0 or rest.height == 0:
-        return kept
+    rest = indexed.filter(device & ~pl.col("_row").is_in(kept["_row"].implode()))
     inside = rest.filter(intervals.overlap_each(rest, windows.select("start_ns", "end_ns")) > 0)
     if inside.height == 0:
-        return kept
-    return (
-        out.with_row_index("_row")
-        .filter(pl.col("_row").is_in(pl.concat([chosen, inside["_row"]]).implode()))
-        .drop("_row")
-    )
+        return kept.drop("_row")
+    rows = pl.concat([kept["_row"], inside["_row"]]).implode()
+    return indexed.filter(pl.col("_row").is_in(rows)).drop("_row")
 
 
 @provides("activity", schema=frames.ACTIVITY)
