@@ -11,13 +11,16 @@ time providers are read (:mod:`analyzer.model.pipeline`), ``Run`` and ``Options`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
 from .model.pipeline import declare_with
 
+TYPE_CHECKING = False
+"""``typing.TYPE_CHECKING`` without importing typing, pathlib and collections.abc, a third of
+the start-up of a command answered by a kept report (analyzer/dataset/recall.py)."""
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from pathlib import Path
+    from typing import Any
+
     from .model.options import Options
     from .model.run import Run
 
@@ -56,6 +59,8 @@ def load(
     file as it is parsed. Sources of several runs raise :class:`analyzer.runs.RunsError` listing
     them, unless ``run`` chooses one (its number as listed, or a prefix of its files' paths).
     ``options`` are the user's choices (``Options.checked`` checks them), seen by every step."""
+    from pathlib import Path
+
     from .assemble import build  # deferred: the pipeline imports polars
     from .assemble.ingest import ingest  # deferred: polars
     from .assemble.runs import choose  # deferred: polars

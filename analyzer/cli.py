@@ -22,6 +22,7 @@ from typer.core import TyperArgument, TyperOption
 
 from .commands import analyze, audit, compare, crosscheck, demo, export, ingest, taxonomy
 from .commands.shared import BAD_INPUT, CONTRACT, INTERNAL_ERROR, internal_line, say, say_block
+from .dataset import recall
 
 app = typer.Typer(
     name="rlperf",
@@ -158,7 +159,16 @@ def _shown(exc: typer.TyperException) -> str:
 
 def main() -> None:
     """Console entry point: bad input is one line and exit status 2, an unexpected error one
-    line naming where it happened and exit status 3; ``--debug`` adds the traceback."""
+    line naming where it happened and exit status 3; ``--debug`` adds the traceback. The words
+    of the command are those a report it keeps is found by next time (analyzer/entry.py)."""
+    recall.ARGV = sys.argv[1:]
+    try:
+        _run()
+    finally:
+        recall.ARGV = None
+
+
+def _run() -> None:
     try:
         command = plain_help(typer.main.get_command(app))
         status = command(standalone_mode=False, prog_name="rlperf")

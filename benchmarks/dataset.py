@@ -65,11 +65,12 @@ def command(*args: str) -> float:
 
 
 def process(*args: str) -> tuple[float, float]:
-    """A fresh ``rlperf ARGS``: its wall seconds and its CPU seconds (user + system; on a
-    loaded machine the CPU seconds say what the process cost, the wall what the user waited)."""
+    """A fresh ``rlperf ARGS`` (the console entry point): its wall seconds and its CPU seconds
+    (user + system; on a loaded machine the CPU seconds say what the process cost, the wall
+    what the user waited)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "from analyzer.cli import main; main()", *args, "-q"],
+    subprocess.run([sys.executable, "-c", "from analyzer.entry import main; main()", *args, "-q"],
                    check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

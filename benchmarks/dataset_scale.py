@@ -48,9 +48,9 @@ def checked(argv: list[str]) -> dict[str, float]:
 
 def code_version() -> str:
     """rlperf's code as it is now on disk (not the value cached by this process)."""
-    from analyzer.dataset.products import code_version
+    from analyzer.dataset.recall import code_version
 
-    return code_version.__wrapped__()
+    return code_version(fresh=True)
 
 
 def differing(first: dict, second: dict, ignored: tuple[str, ...] = ()) -> list[str]:

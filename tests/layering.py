@@ -52,6 +52,7 @@ PLACEMENT: dict[str, str] = {
     "analyzer.commands": "analyzer.cli",
     "analyzer.progress": "analyzer.cli",
     "analyzer.samples": "analyzer.cli",
+    "analyzer.entry": "analyzer.cli",
 }
 """Module (or package: every module below it) → layer; the longest matching prefix wins."""
 

@@ -16,7 +16,7 @@ import pytest
 from report_truth import cli
 from test_dataset_damage import copied, edited
 
-from analyzer.dataset import read_manifest, read_sources
+from analyzer.dataset import products, read_manifest, read_sources
 from parsers import InputError
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
@@ -220,7 +220,7 @@ def test_a_kept_report_folder_has_the_umask_permissions(work, mask):
     finally:
         os.umask(old)
     assert done.returncode == 0, done.stderr
-    (kept,) = (work / "ds" / "products").iterdir()
+    (kept,) = products.reports(work / "ds")
     assert kept.stat().st_mode & 0o777 == 0o777 & ~mask
     assert (kept / "report").stat().st_mode & 0o777 == 0o666 & ~mask
     assert (kept / "report").read_bytes() == (work / "out.json").read_bytes()

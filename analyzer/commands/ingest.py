@@ -24,7 +24,7 @@ from parsers.discover import (
 )
 from parsers.errors import InputError, printable
 
-from ..dataset import products
+from ..dataset import products, recall
 from ..model.units import plural, spans
 from ..progress import Steps, files_to_read, shown
 from ..report.files import emit_text, write_bytes
@@ -326,6 +326,9 @@ class Reuse:
     fmt: str = ""
     kept: tuple[bytes, list[str]] | None = None
     """The kept report and the warnings its run had, when there is one to write."""
+    by_words: bool = False
+    """The report may also be found by the command's words (:mod:`analyzer.dataset.recall`):
+    no option names a file, whose content the key holds and the words do not."""
 
     @classmethod
     def of(
@@ -339,12 +342,14 @@ class Reuse:
         fmt = _plain(params.get("fmt"))
         if fmt not in REUSED_FORMATS or not is_dataset_folder(root):
             return cls()
-        options = {k: _plain(v) for k, v in sorted(params.items()) if k not in NOT_SHAPING}
+        shaping = {k: v for k, v in sorted(params.items()) if k not in NOT_SHAPING}
+        options = {k: _plain(v) for k, v in shaping.items()}
         options["COLUMNS"] = os.environ.get("COLUMNS")  # the width of a text report in a file
         try:
             reuse = cls(root, products.key(root, options), output, str(fmt))
         except OSError:
             return cls()  # reading the dataset says what is wrong with it
+        reuse.by_words = not any(isinstance(v, Path) for v in shaping.values())
         reuse.kept = products.stored(root, reuse.name)
         if reuse.kept is not None and _as_ingested(root):
             return reuse
@@ -362,6 +367,7 @@ class Reuse:
             emit_text(data.decode("utf-8"), self.output, steps, f"{self.fmt} report")
         for warning in warnings:
             say(f"rlperf: warning: {warning}")
+        self._remember(len(data), warnings)
         return True
 
     def keep(self, run: Run) -> None:
@@ -373,6 +379,17 @@ class Reuse:
         except OSError:
             return
         products.keep(self.root, self.name, data, list(run.warnings))
+        self._remember(len(data), list(run.warnings))
+
+    def _remember(self, size: int, warnings: list[str]) -> None:
+        """Let the same words read this report back before Typer is imported (not where
+        ``--strict`` must judge the warnings)."""
+        if self.root is None or not self.by_words or (CONTRACT.strict and warnings):
+            return
+        sources = _ingested(self.root)
+        if sources is not None:
+            lines = [printable(f"rlperf: warning: {w}") for w in warnings]
+            recall.remember(str(self.root), self.name, self.fmt, size, sources, lines)
 
 
 def _fresh(root: Path) -> bool:
@@ -385,17 +402,23 @@ def _fresh(root: Path) -> bool:
         return False  # reading the dataset says what is wrong with it
 
 
+def _ingested(root: Path) -> list[tuple[str, int, int]] | None:
+    """Each source's resolved path, size and modification time as the manifest has them."""
+    try:
+        records = json.loads((root / products.MANIFEST).read_bytes())["sources"]
+        return [(str(r["resolved"]), int(r["size"]), int(r["mtime_ns"])) for r in records]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
 def _as_ingested(root: Path) -> bool:
     """Every source the manifest names has the size and modification time it was ingested with
     (or is gone): with a report kept under the key, the dataset is then not stale, which
     :func:`_fresh` would otherwise import every parser to find. The key holds the manifest and
     rlperf's code, so the parser versions are those the report was kept with, when the dataset
     was not stale; an unchanged size and time is the stale test's own "not changed"."""
-    try:
-        sources = json.loads((root / products.MANIFEST).read_bytes())["sources"]
-        return all(_unchanged(Path(r["resolved"]), r["size"], r["mtime_ns"]) for r in sources)
-    except (OSError, ValueError, TypeError, KeyError):
-        return False
+    sources = _ingested(root)
+    return sources is not None and all(_unchanged(Path(p), s, t) for p, s, t in sources)
 
 
 def _unchanged(path: Path, size: int, mtime_ns: int) -> bool:

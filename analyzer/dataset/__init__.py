@@ -10,9 +10,10 @@ source with :func:`write_source` (one call per parsed file, from any worker) and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing's, without importing it (analyzer/dataset/recall.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from .store import (
         FORMAT,
         MANIFEST,

@@ -10,32 +10,16 @@ import json
 import os
 import shutil
 import tempfile
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from parsers.discover import DATASET_MANIFEST as MANIFEST
 
+from .recall import LINES as _LINES
+from .recall import code_version
+
 PRODUCTS = "products"
-CODE_ROOTS = ("parsers", "taxonomy", "analyzer")
-"""The packages whose code and data shape a report."""
-CODE_SUFFIXES = (".py", ".toml", ".json", ".css", ".js", ".html")
-
-
-@cache
-def code_version() -> str:
-    """A hash of every file of rlperf's code and data by name, size and modification time (an
-    edit changes the time; reading them all would cost more than reusing a report saves): a
-    report kept by other code is not reused (the version number does not change while code is
-    edited)."""
-    here = Path(__file__).resolve().parents[2]
-    digest = hashlib.sha1()
-    for root in CODE_ROOTS:
-        for path in sorted((here / root).rglob("*")):
-            if path.suffix in CODE_SUFFIXES and "__pycache__" not in path.parts:
-                st = path.stat()
-                digest.update(f"{path.relative_to(here)}|{st.st_size}|{st.st_mtime_ns}".encode())
-    return digest.hexdigest()
+LINES = _LINES[1]
 
 
 def key(root: Path, options: dict[str, Any]) -> str:
@@ -46,6 +30,15 @@ def key(root: Path, options: dict[str, Any]) -> str:
         "options": options,
     }
     return hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+def reports(root: Path) -> list[Path]:
+    """The folders of the reports dataset ``root`` keeps (``lines/`` holds the words that find
+    them, analyzer/dataset/recall.py)."""
+    folder = root / PRODUCTS
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.name != LINES and not p.name.startswith("."))
 
 
 def stored(root: Path, name: str) -> tuple[bytes, list[str]] | None:

@@ -9,7 +9,9 @@ run can compute any product wherever it was built, while importing ``analyzer`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+TYPE_CHECKING = False  # typing's, without importing it (analyzer/__init__.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 _PENDING: list[Callable[[], object]] = []
 
