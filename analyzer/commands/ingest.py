@@ -18,6 +18,7 @@ import typer
 
 from parsers.discover import (
     DATASET_ENTRIES,
+    DATASET_MANIFEST,
     is_dataset_folder,
     looks_like_dataset,
     refuse_dataset_part,
@@ -292,7 +293,7 @@ def _fresh_folder(output: Path) -> Path:
             output, f"cannot create the folder: {_nearest(output)} is not writable "
             f"({exc.strerror or exc})"
         ) from None
-    tmp.chmod(0o777 & ~products.umask())
+    tmp.chmod(0o777 & ~recall.umask())
     return tmp
 
 
@@ -326,6 +327,8 @@ class Reuse:
     fmt: str = ""
     kept: tuple[bytes, list[str]] | None = None
     """The kept report and the warnings its run had, when there is one to write."""
+    manifest: bytes = b""
+    """The dataset's manifest as read once: the keys hash it, the sources' identities are in it."""
     by_words: bool = False
     """The report may also be found by the command's words (:mod:`analyzer.dataset.recall`):
     no option names a file, whose content the key holds and the words do not."""
@@ -346,12 +349,13 @@ class Reuse:
         options = {k: _plain(v) for k, v in shaping.items()}
         options["COLUMNS"] = os.environ.get("COLUMNS")  # the width of a text report in a file
         try:
-            reuse = cls(root, products.key(root, options), output, str(fmt))
+            manifest = (root / DATASET_MANIFEST).read_bytes()
         except OSError:
             return cls()  # reading the dataset says what is wrong with it
+        reuse = cls(root, products.key(manifest, options), output, str(fmt), manifest=manifest)
         reuse.by_words = not any(isinstance(v, Path) for v in shaping.values())
         reuse.kept = products.stored(root, reuse.name)
-        if reuse.kept is not None and _as_ingested(root):
+        if reuse.kept is not None and _as_ingested(manifest):
             return reuse
         return reuse if _fresh(root) else cls()
 
@@ -386,10 +390,11 @@ class Reuse:
         ``--strict`` must judge the warnings)."""
         if self.root is None or not self.by_words or (CONTRACT.strict and warnings):
             return
-        sources = _ingested(self.root)
+        sources = _ingested(self.manifest)
         if sources is not None:
             lines = [printable(f"rlperf: warning: {w}") for w in warnings]
-            recall.remember(str(self.root), self.name, self.fmt, size, sources, lines)
+            recall.remember(str(self.root), self.manifest, self.name, self.fmt, size, sources,
+                            lines)
 
 
 def _fresh(root: Path) -> bool:
@@ -402,31 +407,23 @@ def _fresh(root: Path) -> bool:
         return False  # reading the dataset says what is wrong with it
 
 
-def _ingested(root: Path) -> list[tuple[str, int, int]] | None:
+def _ingested(manifest: bytes) -> list[tuple[str, int, int]] | None:
     """Each source's resolved path, size and modification time as the manifest has them."""
     try:
-        records = json.loads((root / products.MANIFEST).read_bytes())["sources"]
+        records = json.loads(manifest)["sources"]
         return [(str(r["resolved"]), int(r["size"]), int(r["mtime_ns"])) for r in records]
-    except (OSError, ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError):
         return None
 
 
-def _as_ingested(root: Path) -> bool:
+def _as_ingested(manifest: bytes) -> bool:
     """Every source the manifest names has the size and modification time it was ingested with
     (or is gone): with a report kept under the key, the dataset is then not stale, which
     :func:`_fresh` would otherwise import every parser to find. The key holds the manifest and
     rlperf's code, so the parser versions are those the report was kept with, when the dataset
     was not stale; an unchanged size and time is the stale test's own "not changed"."""
-    sources = _ingested(root)
-    return sources is not None and all(_unchanged(Path(p), s, t) for p, s, t in sources)
-
-
-def _unchanged(path: Path, size: int, mtime_ns: int) -> bool:
-    try:
-        st = path.stat()
-    except OSError:
-        return True  # a dataset outlives its sources
-    return (st.st_size, st.st_mtime_ns) == (size, mtime_ns)
+    sources = _ingested(manifest)
+    return sources is not None and all(recall.unchanged(*source) for source in sources)
 
 
 def _plain(value: Any) -> Any:

@@ -13,19 +13,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from parsers.discover import DATASET_MANIFEST as MANIFEST
-
-from .recall import LINES as _LINES
-from .recall import code_version
-
-PRODUCTS = "products"
-LINES = _LINES[1]
+from .recall import LINES, PRODUCTS, code_version, umask
 
 
-def key(root: Path, options: dict[str, Any]) -> str:
-    """The key of a report of dataset ``root`` made with ``options`` (JSON-able values)."""
+def key(manifest: bytes, options: dict[str, Any]) -> str:
+    """The key of a report of the dataset whose manifest is ``manifest`` made with ``options``
+    (JSON-able values)."""
     ident = {
-        "manifest": hashlib.sha1((root / MANIFEST).read_bytes()).hexdigest(),
+        "manifest": hashlib.sha1(manifest).hexdigest(),
         "code": code_version(),
         "options": options,
     }
@@ -74,10 +69,3 @@ def keep(root: Path, name: str, data: bytes, warnings: list[str]) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError:
         return
-
-
-def umask() -> int:
-    """The process's umask (reading it means setting it: set back at once)."""
-    mask = os.umask(0o077)
-    os.umask(mask)
-    return mask

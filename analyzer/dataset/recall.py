@@ -21,7 +21,10 @@ import stat
 import sys
 
 MANIFEST = "manifest.json"
-LINES = ("products", "lines")
+PRODUCTS = "products"
+"""The folder of a dataset that keeps its reports (analyzer/dataset/products.py)."""
+LINES = "lines"
+"""The folder under it of the words that find them."""
 HEADER = "rlperf-kept-line 1"
 OUTPUT_FLAGS = ("-o", "--output")
 CODE_ROOTS = ("parsers", "taxonomy", "analyzer")
@@ -90,12 +93,13 @@ def _key(manifest: bytes, shown: list[str]) -> str:
 
 
 def remember(
-    root: str, report: str, fmt: str, size: int, sources: list[tuple[str, int, int]],
-    warnings: list[str],
+    root: str, manifest: bytes, report: str, fmt: str, size: int,
+    sources: list[tuple[str, int, int]], warnings: list[str],
 ) -> None:
     """Write the line of the command being run (:data:`ARGV`) for the report ``report`` of
-    dataset ``root`` (``fmt``, ``size`` bytes; the sources' resolved path, size and time at
-    ingest; ``warnings`` as printed). Keeping it is an optimisation, never an error."""
+    dataset ``root`` (its manifest's bytes; ``fmt``, ``size`` bytes; the sources' resolved path,
+    size and time at ingest; ``warnings`` as printed). Keeping it is an optimisation, never an
+    error."""
     found = words(ARGV) if ARGV is not None else None
     if found is None or os.path.abspath(found[0]) != os.path.abspath(root):
         return
@@ -103,10 +107,9 @@ def remember(
     fields += [f"{path}\t{size}\t{mtime}" for path, size, mtime in sources]
     if any("\n" in f or "\r" in f for f in fields) or not all(w.isprintable() for w in warnings):
         return
+    key = _key(manifest, found[2])
     try:
-        with open(os.path.join(root, MANIFEST), "rb") as fh:
-            key = _key(fh.read(), found[2])
-        folder = os.path.join(root, *LINES)
+        folder = os.path.join(root, PRODUCTS, LINES)
         os.makedirs(folder, exist_ok=True)
         tmp = os.path.join(folder, f".{key}.{os.getpid()}.tmp")
         with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as fh:
@@ -127,7 +130,7 @@ def recall(argv: list[str]) -> bool:
     try:
         with open(os.path.join(root, MANIFEST), "rb") as fh:
             key = _key(fh.read(), shown)
-        with open(os.path.join(root, *LINES, key), encoding="utf-8",
+        with open(os.path.join(root, PRODUCTS, LINES, key), encoding="utf-8",
                   errors="surrogateescape") as fh:
             lines = fh.read().split("\n")[:-1]
         header, report, fmt, size, count, *rest = lines
@@ -137,7 +140,7 @@ def recall(argv: list[str]) -> bool:
             return False
         if not _plain_output(output):
             return False
-        with open(os.path.join(root, "products", report, "report"), "rb") as fh:
+        with open(os.path.join(root, PRODUCTS, report, "report"), "rb") as fh:
             data = fh.read()
         if len(data) != int(size):
             return False
@@ -149,15 +152,19 @@ def recall(argv: list[str]) -> bool:
     return True
 
 
-def _unchanged(record: str) -> bool:
-    """The source's size and time are those it was ingested with (or it is gone: a dataset
-    outlives its sources), as :func:`analyzer.commands.ingest._unchanged`."""
-    path, size, mtime = record.split("\t")
+def unchanged(path: str, size: int, mtime_ns: int) -> bool:
+    """The source has the size and modification time it was ingested with, or is gone (a
+    dataset outlives its sources)."""
     try:
         st = os.stat(path)
     except OSError:
         return True
-    return (st.st_size, st.st_mtime_ns) == (int(size), int(mtime))
+    return (st.st_size, st.st_mtime_ns) == (size, mtime_ns)
+
+
+def _unchanged(record: str) -> bool:
+    path, size, mtime = record.split("\t")
+    return unchanged(path, int(size), int(mtime))
 
 
 def _plain_output(output: str) -> bool:
@@ -198,9 +205,7 @@ def _write(output: str, data: bytes) -> None:
     try:
         mode = os.stat(output).st_mode & 0o7777
     except FileNotFoundError:
-        mask = os.umask(0o077)
-        os.umask(mask)
-        mode = 0o666 & ~mask
+        mode = 0o666 & ~umask()
     folder, name = os.path.split(output)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -213,3 +218,10 @@ def _write(output: str, data: bytes) -> None:
         if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
+
+
+def umask() -> int:
+    """The process's umask (reading it means setting it: set back at once)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
