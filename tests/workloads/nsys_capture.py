@@ -68,13 +68,18 @@ def agents_of(pid: int) -> list[int]:
 
 
 def reap_agents(pid: int, grace_s: float = 10.0) -> list[str]:
-    """Wait for the profile's agent daemons to exit; kill those that do not, and name them."""
+    """Wait for the profile's agent daemons to exit, kill those that do not, and name those
+    still alive after the kill. An agent slow to exit on a loaded machine (seen past 10 s
+    while the fuzz test held both cores) is killed and gone: nothing is left running."""
     deadline = time.monotonic() + grace_s
     while (agents := agents_of(pid)) and time.monotonic() < deadline:
         time.sleep(0.2)
     for agent in agents:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(agent, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while (agents := agents_of(pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
     return [f"{a} nsys --start-agent" for a in agents]
 
 
