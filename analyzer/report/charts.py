@@ -305,7 +305,8 @@ def stage_share(run) -> Figure:
     ranks = breakdown.group_by("step").agg(pl.col("rank").n_unique().alias("_ranks"))
     table = (
         breakdown.with_columns(pl.col("stage").cast(pl.String))
-        .group_by("step", "stage")
+        .sort("step", "stage", "rank")
+        .group_by("step", "stage", maintain_order=True)
         .agg(pl.col("share").sum(), pl.col("time_ns").sum())
         .join(ranks, on="step")
         .with_columns(
@@ -355,9 +356,11 @@ STAGE_SHARE_COLORS: dict[str, str] = {**STAGE_COLORS, IDLE: IDLE_COLOR}
 
 def with_idle(shares: pl.DataFrame) -> pl.DataFrame:
     """``shares`` (step, stage, share, time_ns, order) with each step's idle part, what no stage
-    covers (1 − the shares, none where stages overlap past 100%), drawn last."""
+    covers (1 − the shares, none where stages overlap past 100%), drawn last. The shares are
+    summed in stage order: in another order the last digit of a float moves between runs."""
     idle = (
-        shares.group_by("step")
+        shares.sort("step", "order", "stage")
+        .group_by("step", maintain_order=True)
         .agg((1 - pl.col("share").sum()).clip(lower_bound=0).alias("share"))
         .with_columns(
             pl.lit(IDLE).alias("stage"),
