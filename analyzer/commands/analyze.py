@@ -23,7 +23,6 @@ from .shared import (
     Jobs,
     LayoutSpec,
     NoCache,
-    Output,
     Paths,
     Quiet,
     RankSelection,
@@ -45,9 +44,14 @@ class Format(str, Enum):
     png = "png"
 
 
+SUFFIX_FORMATS = {".txt": "text", ".json": "json", ".md": "md", ".html": "html", ".htm": "html",
+                  ".png": "png"}
+"""The report format a file's suffix names, used where ``--format`` is not given."""
+
 EXAMPLES = (
     'rlperf analyze runs/job-42/',
     'rlperf analyze runs/job-42/ --format html -o report.html',
+    'rlperf analyze runs/job-42/ -o report.json -o report.html',
     'rlperf analyze runs/job-42/ --steps 3-5 --ranks 0-7 --format json',
     'rlperf analyze trace.json --framework verl --rules my_rules.toml',
     'COLUMNS=80 rlperf analyze runs/job-42/ --quiet     # a CI log',
@@ -67,6 +71,15 @@ Width = Annotated[
         f"{FILE_WIDTH} in a file).",
     ),
 ]
+Outputs = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Write to this file instead of stdout; repeat it for several reports of one "
+        "analysis, each in the format its suffix names (.txt .json .md .html .png).",
+    ),
+]
 Verbose = Annotated[
     bool,
     typer.Option(
@@ -78,8 +91,13 @@ Verbose = Annotated[
 
 def analyze(
     paths: Paths,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.text,
-    output: Output = None,
+    fmt: Annotated[
+        Format | None,
+        typer.Option(
+            "--format", "-f", help="Report format (default: the suffix of -o FILE, else text)."
+        ),
+    ] = None,
+    output: Outputs = None,
     jobs: Jobs = None,
     no_cache: NoCache = False,
     engine: EngineChoice = EngineName.local,
@@ -111,9 +129,12 @@ def analyze(
     self-contained file (works offline), md a Markdown report for a pull request, png the
     charts as images (-o names the file or folder), json a document usable as an audit baseline.
     """
+    reports = wanted(fmt.value if fmt else None, output or [])
     asked = dict(locals())  # every option as given: the key of a report kept in a dataset
+    del asked["reports"]
+    asked["fmt"] = reports[0][0] if len(reports) == 1 else None  # -o r.json is -f json
     steps = Steps(quiet)
-    reuse = Reuse.of(paths, output, no_cache, asked)
+    reuse = Reuse.of(paths, reports[0][1] if len(reports) == 1 else None, no_cache, asked)
     if reuse.replay(steps):
         return  # kept with these very options, so they were checked then: imports nothing more
     from ..analyses.guidelines import load_catalogue  # deferred: the pipeline imports polars
@@ -132,15 +153,16 @@ def analyze(
         layout=layout,
         guidelines=guidelines,
     )
-    check_format(fmt.value, output)  # -f png without -o: said before any parsing
+    for kind, target in reports:
+        check_format(kind, target)  # -f png without -o: said before any parsing
     run = load(
         paths,
         steps,
         jobs=jobs,
         no_cache=no_cache,
         run=run_choice,
-        writes=[output],
-        folder=fmt.value == "png",
+        writes=[target for _, target in reports],
+        folder=any(kind == "png" for kind, _ in reports),
         options=options,
     )
     check_layout(run)
@@ -148,9 +170,35 @@ def analyze(
     with steps.step("Analyzing"):
         sections(run)  # computes every product once, behind a progress display
     hold_strict([run])
-    emit(run, fmt.value, output, steps, width=width, verbose=verbose)
+    for kind, target in reports:
+        emit(run, kind, target, steps, width=width, verbose=verbose)
     reuse.keep(run)
     conclude([run])
+
+
+def wanted(fmt: str | None, outputs: list[Path]) -> list[tuple[str, Path | None]]:
+    """The reports to write, each ``(format, file or None for stdout)``: ``--format``, else the
+    suffix of the one ``-o`` (:data:`SUFFIX_FORMATS`), else text; several ``-o`` each in the
+    format its suffix names. Checked before anything is read."""
+    if len(outputs) <= 1:
+        target = outputs[0] if outputs else None
+        named = SUFFIX_FORMATS.get(target.suffix.lower()) if target is not None else None
+        return [(fmt or named or "text", target)]
+    if fmt is not None:
+        raise InputError("--format", "with several -o, each report takes the format its file's "
+                         f"suffix names ({' '.join(SUFFIX_FORMATS)}): leave --format out")
+    seen: set[str] = set()
+    out: list[tuple[str, Path | None]] = []
+    for target in outputs:
+        named = SUFFIX_FORMATS.get(target.suffix.lower())
+        if named is None:
+            raise InputError(target, "names no report format: with several -o, each file's "
+                             f"suffix says its format ({' '.join(SUFFIX_FORMATS)})")
+        if os.path.realpath(target) in seen:
+            raise InputError(target, "is named by -o twice: each report needs a file of its own")
+        seen.add(os.path.realpath(target))
+        out.append((named, target))
+    return out
 
 
 def selection_warnings(run) -> list[str]:

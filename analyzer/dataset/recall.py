@@ -80,7 +80,9 @@ def words(argv: list[str]) -> tuple[str, str, list[str]] | None:
         elif word.startswith("--output="):
             outputs.append(word.partition("=")[2])
             shown[i] = "--output=\0output"
-    if len(outputs) != 1:
+    clustered = any(w.startswith("-") and not w.startswith("--") and "o" in w and w != "-o"
+                    for w in argv)  # -oFILE, -qo FILE: an output this count would miss
+    if len(outputs) != 1 or clustered:
         return None
     roots = [w for w in shown[1:] if "\0" not in w and os.path.isfile(os.path.join(w, MANIFEST))]
     return (roots[0], outputs[0], shown) if len(roots) == 1 else None
