@@ -101,6 +101,9 @@ class CollectiveRules:
     layout: Layout
     layout_note: str = ""
     paths: tuple[str, ...] = ()
+    experts: str = ""
+    """Kernel or annotation names that show a run has experts (``[evidence] experts``): without
+    one, a pattern-only ``ep`` all-to-all is ``unknown``."""
 
 
 def load_rules(user: str | Path | None = None, path: Path = RULES_PATH) -> CollectiveRules:
@@ -116,6 +119,7 @@ def load_rules(user: str | Path | None = None, path: Path = RULES_PATH) -> Colle
         layout=extra.layout if extra.layout.given else base.layout,
         layout_note=base.layout_note,
         paths=(*base.paths, *extra.paths),
+        experts=extra.experts or base.experts,
     )
 
 
@@ -144,7 +148,18 @@ def _rules(path: Path, data: dict[str, Any], origin: str) -> CollectiveRules:
     return CollectiveRules(
         descriptions=table("description"), kernels=table("kernel"), patterns=table("pattern"),
         layout=layout, layout_note=str(raw_layout.get("note", "")), paths=(str(path),),
+        experts=_regex(path, "[evidence] experts", data.get("evidence", {}).get("experts", "")),
     )
+
+
+def _regex(path: Path, where: str, text: Any) -> str:
+    """``text`` as a regex polars can run, or an error naming the file and the table."""
+    if not isinstance(text, str):
+        raise CollectiveRulesError(f"{path}: {where}: a regex string, not {text!r}")
+    problem = regex_problem(text) if text else None
+    if problem:
+        raise CollectiveRulesError(f"{path}: {where}: not a regex: {problem}")
+    return text
 
 
 def _rule(path: Path, kind: str, index: int, raw: Any, origin: str) -> DimRule:

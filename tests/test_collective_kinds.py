@@ -56,18 +56,20 @@ def test_the_sampled_pairs_sendrecv_kernels_take_their_host_collectives_kind(sam
 
 
 def test_the_sampled_pair_gets_dimensions_and_a_bus_factor(sampled) -> None:
-    """No group is recorded: all_to_all is expert parallel by the pattern rule, all_reduce and
-    all_gather over every traced rank data parallel by the layout (before: all pp). Kernels
-    carry no sizes here, so no bandwidth is computed, but the kinds now have a bus factor."""
+    """No group is recorded: all_reduce and all_gather over every traced rank are data
+    parallel by the layout (before: all pp); all_to_all matches the pattern rule, but nothing
+    in this recommender's trace shows experts (its all-to-all exchanges embeddings), so its
+    dimension is unknown (before: ep). Kernels carry no sizes here, so no bandwidth is
+    computed, but the kinds now have a bus factor."""
     dims = sampled.product("collectives").group_by("coll", "dim", "dim_by").len().sort("coll")
     assert dims.select(pl.all().cast(pl.String)).rows() == [
         ("all_gather", "dp", "layout", "4"), ("all_reduce", "dp", "layout", "8"),
-        ("all_to_all", "ep", "pattern", "8"),
+        ("all_to_all", "unknown", "pattern", "8"),
     ]
     by_dim = sampled.product("collectives_by_dim").sort("coll")
     assert by_dim.select("dim", "coll", "count", "wait_ns").rows() == [
         ("dp", "all_gather", 4, 1_376_000), ("dp", "all_reduce", 8, 3_907_000),
-        ("ep", "all_to_all", 8, 4_599_000),
+        ("unknown", "all_to_all", 8, 4_599_000),
     ]
 
 
@@ -242,7 +244,9 @@ def test_nsys_nvtx_collective_ranges_give_their_kernels_a_kind() -> None:
     ``nccl:all_to_all, op_id = N``; 64 of the 66 ncclDevKernel_SendRecv kernels are launched
     inside one (checked on the sqlite), the other 2 have no launch in the capture. The Kineto
     parser read the kind from such names, the Nsight Systems one did not: all 66 were
-    send_recv of unknown group."""
+    send_recv of unknown group. The workload (a 2-GPU sequence-parallel run, "sp2" in the name
+    of the report it is cut from) shows no experts: its all-to-alls are of no known dimension
+    (before: ep by the pattern rule)."""
     run = analyzer.load([CORPUS / "nsys-ai" / "mfu_2gpu_before.sqlite"])
     events = run.events
     ranges = events.filter(pl.col("kind") == "annotation")
@@ -255,4 +259,4 @@ def test_nsys_nvtx_collective_ranges_give_their_kernels_a_kind() -> None:
     assert kinds == {"all_to_all": 64, "send_recv": 2}
     by_dim = {(r["dim"], r["coll"]): r["count"]
               for r in run.collectives_by_dim.iter_rows(named=True)}
-    assert by_dim == {("ep", "all_to_all"): 64, ("unknown", "send_recv"): 2}
+    assert by_dim == {("unknown", "all_to_all"): 64, ("unknown", "send_recv"): 2}

@@ -115,12 +115,14 @@ def test_a_colocated_guideline_needs_the_placement():
 def test_ddp_send_recv_is_no_pipeline():
     """HTA's test.json.gz (rank 1 of a 2-rank NCCL job, no process groups recorded): 43
     SendRecv kernels were called pp and G13 measured a pipeline that is not there. 42 of them
-    are launched inside nccl:all_to_all and are all_to_all (ep); the 43rd has no launch record
-    and stays send_recv, of no known dimension."""
+    are launched inside nccl:all_to_all and are all_to_all; the 43rd has no launch record and
+    stays send_recv, of no known dimension. The all-to-alls are a recommender's embedding
+    exchange (``## sparse_data_dist ##``, ``split_embedding_*`` kernels), not experts: nothing in
+    the trace shows experts, so they are of no known dimension either."""
     coll = run_of(DDP_SENDRECV).collectives
     kinds = coll.group_by("coll", "dim").len().sort("coll")
     assert kinds.select(pl.all().cast(pl.String)).rows() == [
-        ("all_reduce", "unknown", "21"), ("all_to_all", "ep", "42"),
+        ("all_reduce", "unknown", "21"), ("all_to_all", "unknown", "42"),
         ("send_recv", "unknown", "1"),
     ]
     assert coll.filter(pl.col("dim") == "pp").height == 0
@@ -128,6 +130,25 @@ def test_ddp_send_recv_is_no_pipeline():
     assert (got["status"], got["value"]) == ("passed", 0.0)
     assert "no pipeline-parallel collectives among 64" in got["evidence"]
     assert not any("pp" in f for f in run_of(DDP_SENDRECV).findings["id"].to_list())
+
+
+def test_a_recommenders_embedding_all_to_all_is_not_expert_parallel():
+    """HTA's sampled pair: a TorchRec trainer (``KJTAllToAll*Awaitable wait()`` ranges,
+    ``split_embedding_*`` kernels) whose 8 all-to-alls were ep, and its exposed time
+    an error-level "EP communication is not hidden" finding. Nothing shows experts: unknown,
+    unless the user says ep in --layout."""
+    pair = [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
+    run = analyzer.load(pair, use_cache=False)
+    a2a = run.collectives.filter(pl.col("coll") == "all_to_all")
+    assert a2a.height == 8
+    assert a2a["dim"].cast(pl.String).unique().to_list() == ["unknown"]
+    ids = run.findings["id"].to_list()
+    assert "comm.exposed.unknown" in ids and "comm.exposed.ep" not in ids
+    said = run.findings.filter(pl.col("id") == "comm.exposed.unknown").row(0, named=True)
+    assert said["recommendation"].startswith("rlperf cannot tell which parallelism")
+    told = analyzer.load(pair, use_cache=False, options=Options(layout="ep=2"))
+    assert told.collectives.filter(pl.col("coll") == "all_to_all")["dim"].cast(
+        pl.String).unique().to_list() == ["ep"]
 
 
 def p2p_rows(pg_desc: str | None = None) -> pl.DataFrame:
@@ -161,6 +182,41 @@ POOLS = pl.DataFrame({"rank": [0, 1], "pool": ["shared", "shared"]})
 def test_send_recv_is_pp_only_with_pipeline_evidence(pg_desc, seen, layout, expected):
     got = dims._dims_for(p2p_rows(pg_desc), Options(layout=layout), POOLS, pipeline_seen=seen)
     assert got["dim"].cast(pl.String).to_list() == expected
+
+
+def a2a_rows(pg_desc: str | None = None) -> pl.DataFrame:
+    return p2p_rows(pg_desc).with_columns(pl.lit("all_to_all").alias("coll"),
+                                          pl.lit("ncclDevKernel_SendRecv").alias("name"))
+
+
+@pytest.mark.parametrize(
+    ("pg_desc", "seen", "layout", "expected"),
+    [
+        (None, False, None, ["unknown", "unknown"]),
+        (None, True, None, ["ep", "ep"]),
+        (None, False, "ep=2", ["ep", "ep"]),
+        ("EXPERT_MODEL_PARALLEL_GROUP", False, None, ["ep", "ep"]),
+    ],
+    ids=["no-evidence", "expert-names", "layout", "ep-group"],
+)
+def test_all_to_all_is_ep_only_with_expert_evidence(pg_desc, seen, layout, expected):
+    got = dims._dims_for(a2a_rows(pg_desc), Options(layout=layout), POOLS, experts_seen=seen)
+    assert got["dim"].cast(pl.String).to_list() == expected
+
+
+def test_moe_kernel_and_annotation_names_are_evidence_python_frames_are_not():
+    def events(*pairs: tuple[str, str]) -> pl.DataFrame:
+        return pl.DataFrame({"kind": [k for k, _ in pairs], "name": [n for _, n in pairs]})
+
+    assert dims.expert_names(events(("kernel", "fused_moe_kernel")), Options())
+    assert dims.expert_names(events(("annotation", "MoELayer.router")), Options())
+    assert dims.expert_names(events(("kernel", "deep_ep::internode::dispatch<8>")), Options())
+    assert not dims.expert_names(events(
+        ("python", "sglang/srt/layers/moe/utils.py(46): is_deepep"),
+        ("kernel", "split_embedding_codegen_forward_unweighted_kernel"),
+        ("annotation", "## KJTAllToAllTensorsAwaitable wait() ##"),
+    ), Options())
+    assert not dims.expert_names(events(), Options())
 
 
 def test_pipeline_schedule_and_chunk_names_are_evidence():

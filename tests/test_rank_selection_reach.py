@@ -167,7 +167,7 @@ def test_a_selected_ranks_figures_are_its_figures_in_the_whole_run(paths: list[P
         assert {k: v for k, v in parts[0].items() if v[0]} == {
             ("dp", "all_gather"): (2, 106_140_000, 106_140_000, 1_376_000, 104_764_000),
             ("dp", "all_reduce"): (4, 107_656_000, 68_430_000, 3_907_000, 103_749_000),
-            ("ep", "all_to_all"): (4, 182_403_000, 161_463_000, 4_599_000, 177_804_000),
+            ("unknown", "all_to_all"): (4, 182_403_000, 161_463_000, 4_599_000, 177_804_000),
         }
         assert both.stragglers.rows() == [(1, 9_882_000, 5)]
 

@@ -10,7 +10,10 @@ The send/recv pattern rule (→ pp) holds only in a run that shows a pipeline: a
 (a description or the rank layout says pp), pp > 1 in ``--layout``, or pipeline-schedule or
 chunk ranges in the trace (``taxonomy/pipeline_phases.toml``). Elsewhere a send/recv is
 ``unknown``: DDP and all-to-all implementations, CP rings and recommender embedding exchanges
-send and receive too.
+send and receive too. So with the all-to-all pattern rule (→ ep): it holds only in a run that
+shows experts (an ep group, family or layout degree, or a kernel or annotation name of
+``[evidence] experts``); elsewhere an all-to-all is ``unknown``, as recommender models exchange
+embeddings and Ulysses sequence parallelism exchanges heads with all-to-all too.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .timeline import stage_at, window_step
 PATTERN_FIRST = (*P2P, "all_to_all")
 """Collective kinds whose pattern rules outrank a rank pattern read without layout degrees."""
 PIPELINE_NAME_KINDS = ("annotation", "gpu_annotation")
+EXPERT_NAME_KINDS = ("kernel", "annotation", "gpu_annotation")
 
 
 def pipeline_ranges(events: pl.DataFrame) -> bool:
@@ -48,12 +52,20 @@ def pipeline_ranges(events: pl.DataFrame) -> bool:
     ).height > 0
 
 
+def expert_names(events: pl.DataFrame, options: Options) -> bool:
+    """Whether a kernel or annotation name of the trace shows experts (``[evidence] experts``
+    in taxonomy/collectives.toml): MoE layers, routers, grouped GEMMs, DeepEP."""
+    pattern = _dim_rules(options).experts
+    names = events.filter(pl.col("kind").is_in(EXPERT_NAME_KINDS))["name"].unique()
+    return bool(pattern) and bool(names.cast(pl.String).str.contains(pattern).any())
+
+
 def _dim_rules(options: Options) -> tc.CollectiveRules:
     rules = tc.load_rules(options.collective_rules)
     if options.layout:
         given = tc.parse_layout(options.layout)
         rules = tc.CollectiveRules(rules.descriptions, rules.kernels, rules.patterns, given,
-                                   rules.layout_note, rules.paths)
+                                   rules.layout_note, rules.paths, rules.experts)
     return rules
 
 
@@ -124,14 +136,16 @@ def _family_dims(names: pl.Series, families: tuple[tc.Family, ...]) -> pl.DataFr
 
 def _dims_for(
     rows: pl.DataFrame, options: Options, pools: pl.DataFrame, *, pipeline_seen: bool = True,
-    families: tuple[tc.Family, ...] | None = None,
+    experts_seen: bool = True, families: tuple[tc.Family, ...] | None = None,
 ) -> pl.DataFrame:
     """``rows`` (group, pg_desc, name, coll, stage, bytes, group_recorded) → dim and
     ``dim_by``. A family's dimension decides only where no process group was recorded (the
     group then is a guess from which ranks make the same calls, which says nothing of the
     dimension). Without ``pipeline_seen`` (pipeline ranges in the trace), a pattern-only pp
-    send/recv is ``unknown`` unless a group or the layout shows a pipeline. ``families``: those
-    the caller read already (each read parses the TOML files again)."""
+    send/recv is ``unknown`` unless a group or the layout shows a pipeline; without
+    ``experts_seen`` (expert names in the trace), a pattern-only ep all-to-all likewise unless
+    a group, a family or the layout shows experts. ``families``: those the caller read already
+    (each read parses the TOML files again)."""
     rules = _dim_rules(options)
     if families is None:
         families = tc.load_families(options.collective_rules)
@@ -172,16 +186,19 @@ def _dims_for(
             pl.lit("pattern"),
         ).alias("dim_by"),
     ).drop("gdim", "by", "_kdim", "_fdim", "_layout", "_weak")
-    return _no_pipeline(out, pipeline_seen or rules.layout.degrees.get("pp", 1) > 1)
+    out = _unshown(out, "pp", P2P, pipeline_seen or rules.layout.degrees.get("pp", 1) > 1)
+    return _unshown(out, "ep", ("all_to_all",),
+                    experts_seen or rules.layout.degrees.get("ep", 1) > 1)
 
 
-def _no_pipeline(out: pl.DataFrame, pipeline_seen: bool) -> pl.DataFrame:
-    """Pattern-only pp send/recv → ``unknown`` when nothing shows a pipeline: no trace ranges
-    (``pipeline_seen``) and no call whose group or layout position is pp."""
-    by_pattern = (pl.col("dim") == "pp") & (pl.col("dim_by") == "pattern")
-    if pipeline_seen or out.filter((pl.col("dim") == "pp") & ~by_pattern).height:
+def _unshown(out: pl.DataFrame, dim: str, colls: tuple[str, ...], seen: bool) -> pl.DataFrame:
+    """Pattern-only ``dim`` calls of ``colls`` → ``unknown`` when nothing shows the dimension:
+    no evidence in the trace or the layout (``seen``) and no call whose group, family or layout
+    position is ``dim`` (a pipeline for pp send/recv, experts for ep all-to-all)."""
+    by_pattern = (pl.col("dim") == dim) & (pl.col("dim_by") == "pattern")
+    if seen or out.filter((pl.col("dim") == dim) & ~by_pattern).height:
         return out
-    guess = by_pattern & pl.col("coll").cast(pl.String).is_in(list(P2P))
+    guess = by_pattern & pl.col("coll").cast(pl.String).is_in(list(colls))
     return out.with_columns(
         pl.when(guess).then(pl.lit("unknown")).otherwise(pl.col("dim").cast(pl.String))
         .cast(DIM).alias("dim")
@@ -212,7 +229,8 @@ def row_dims(
     )
     families = tc.load_families(options.collective_rules)
     filled = fill_groups(calls, pg_config(sources), families)
-    dims = _dims_for(filled, options, pools, pipeline_seen=pipeline_ranges(ev), families=families)
+    dims = _dims_for(filled, options, pools, pipeline_seen=pipeline_ranges(ev),
+                     experts_seen=expert_names(ev, options), families=families)
     return (
         pl.DataFrame({"_row": pl.int_range(ev.height, eager=True).cast(pl.UInt32)})
         .join(dims.select(pl.col("_row").cast(pl.UInt32), "dim"), on="_row", how="left",
@@ -244,7 +262,8 @@ def collectives(
         pl.coalesce(hit["seg_step"], window_step(points, steps)).alias("step"),
         (pl.col("kind") == "kernel").alias("on_device"),
     )
-    calls = _dims_for(calls, options, pools, pipeline_seen=pipeline_ranges(events))
+    calls = _dims_for(calls, options, pools, pipeline_seen=pipeline_ranges(events),
+                      experts_seen=expert_names(events, options))
     out = calls.select(
         "instance",
         "rank",
