@@ -413,9 +413,11 @@ def sync_blocking(events: pl.DataFrame | pl.LazyFrame, gaps: pl.DataFrame,
 
 
 def copies(gpu: pl.DataFrame, busy: Busy, win: pl.DataFrame, names: dict[str, Any],
-           rule: dict[str, Any]) -> pl.DataFrame:
+           rule: dict[str, Any], stage_spans: pl.DataFrame) -> pl.DataFrame:
     """Per scope and copy direction: copies, bytes, time, those of at least ``large_bytes``,
-    the longest copy, the time no kernel overlaps (exposed) and shares of the GPU window."""
+    the longest copy, the time no kernel overlaps (exposed), shares of the GPU window, the
+    rank's kernel time with no copy running (``room_ns``: all that copies moved beside kernels
+    could hide behind) and ``hideable_ns``, the smaller of that and the exposed time."""
     copy = gpu.filter(pl.col("kind") == "memcpy").with_columns(
         pl.col("name").cast(pl.String).str.extract(names["copy_direction"], 1)
         .fill_null("other").alias("direction")
@@ -427,6 +429,7 @@ def copies(gpu: pl.DataFrame, busy: Busy, win: pl.DataFrame, names: dict[str, An
         )
     else:
         copy = copy.with_columns(pl.lit(0, pl.Int64).alias("exposed_ns"))
+    room = _kernels_without_copies(busy.kernels, copy, stage_spans)
     copy = _scoped(copy)
     by_rank = copy.group_by("scope", "direction", "rank").agg(
         pl.len().alias("count"), pl.col("bytes").sum().alias("bytes"),
@@ -436,11 +439,25 @@ def copies(gpu: pl.DataFrame, busy: Busy, win: pl.DataFrame, names: dict[str, An
         pl.col("bytes").sort_by(_dur()).last().alias("longest_bytes"),
         _dur().max().alias("longest_ns"),
     ).join(win, on=["scope", "rank"])
-    by_rank = by_rank.with_columns(
+    by_rank = by_rank.join(room, on=["scope", "rank"], how="left").with_columns(
         (pl.col("time_ns") / pl.col("gpu_window_ns")).alias("share"),
         (pl.col("exposed_ns") / pl.col("gpu_window_ns")).alias("exposed_share"),
-    )
+        pl.col("room_ns").fill_null(0),
+    ).with_columns(pl.min_horizontal("exposed_ns", "room_ns").alias("hideable_ns"))
     return by_rank.sort("scope", "direction", "rank")
+
+
+def _kernels_without_copies(kernels: pl.DataFrame, copy: pl.DataFrame,
+                            stage_spans: pl.DataFrame) -> pl.DataFrame:
+    """Per scope and rank, the kernel time (``kernels``: a union per rank) with no copy
+    running: the most that overlapping the exposed copies with kernels can hide."""
+    pieces = _clip_scoped(kernels.with_row_index("_id"), stage_spans)
+    if pieces.height == 0:
+        return pl.DataFrame(schema={"scope": pl.String, "rank": pieces.schema["rank"],
+                                    "room_ns": pl.Int64})
+    covered = intervals.overlap_each(pieces, copy.select("rank", *SPAN), ["rank"])
+    return pieces.with_columns((_dur() - covered).alias("room_ns")).group_by(
+        "scope", "rank").agg(pl.col("room_ns").sum())
 
 
 def nccl_variability(waits: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
@@ -558,7 +575,7 @@ def measure(classified: pl.DataFrame, stage_timeline: pl.DataFrame,
         "host_bound": host_bound(gpu, gaps, launch, spans_, win, pending),
         "sync_blocking": sync_blocking(ev, gaps, spans_, win, names, distinct, pending),
         "queued": pending.longest,
-        "copies": copies(gpu, busy, win, names, table["copies"]),
+        "copies": copies(gpu, busy, win, names, table["copies"], spans_),
         "nccl_variability": nccl_variability(waits, table["nccl_variability"]),
         "straggler": stragglers(waits, win),
         "exposed_comm": exposed_comm(waits, exposed_intervals, win),
@@ -814,6 +831,8 @@ def _copies(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, host_device: li
         pl.col("count").sum(), pl.col("bytes").sum(), pl.col("unsized").sum(),
         pl.col("time_ns").sum(), pl.col("large").sum(), pl.col("exposed_ns").sum(),
         pl.col("exposed_ns").max().alias("worst_exposed_ns"),
+        pl.col("hideable_ns").max().alias("worst_hideable_ns"),
+        pl.col("room_ns").sort_by("hideable_ns").last().alias("worst_room_ns"),
         pl.col("exposed_share").max(), pl.col("share").max(),
         pl.col("longest_bytes").sort_by("longest_ns").last(), pl.col("longest_ns").max(),
         pl.col("rank").alias("_ranks"),
@@ -821,6 +840,7 @@ def _copies(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, host_device: li
     out = []
     for r in agg.iter_rows(named=True):
         severity = "warn" if r["exposed_share"] >= rule["exposed_warn"] else "info"
+        hidden = r["direction"] in host_device  # what a non-blocking copy could overlap
         sized = r["longest_bytes"] is not None and r["longest_ns"]
         gbps = r["longest_bytes"] / r["longest_ns"] if sized else None
         moved = (
@@ -838,8 +858,11 @@ def _copies(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, host_device: li
             f"up to {percent(r['share'])} of a rank's GPU window; "
             f"{duration(r['exposed_ns'])} with no kernel running "
             f"(up to {percent(r['exposed_share'])} of a rank's GPU window)"
+            + (f"; kernels run {duration(r['worst_room_ns'])} with no copy beside them on the "
+               "rank that could hide most, so overlap hides at most that"
+               if hidden and r["worst_hideable_ns"] < r["worst_exposed_ns"] else "")
         )
-        saving = r["worst_exposed_ns"] // n_steps if r["direction"] in host_device else None
+        saving = r["worst_hideable_ns"] // n_steps if hidden else None
         out.append(_finding("copies", rule, r["scope"], severity, _ranks(r["_ranks"]), evidence,
                             saving, "medium", suffix=r["direction"],
                             title=f"{rule['title']}: {r['direction']}"))
