@@ -307,6 +307,23 @@ def test_rollout_mfu_is_measured_but_not_a_low_mfu_finding():
     assert table().low_mfu_exempt == ("rollout",)
 
 
+@pytest.mark.parametrize("name", [
+    "sglang_decode__capture_traces__bs_32_rank0.json.gz",
+    "vllm_decode_full__capture_traces__graph_capture_rank_0.1773709742341309550.pt.trace.json.gz",
+])
+def test_a_graph_capture_trace_gets_no_flop_rate(name: str):
+    """Captured operators record shapes but do not run: sglang's capture said 14.37 TFLOP/s and
+    an MFU of 1.1% (484 GFLOP, one decode step's, over 33.7 ms of capture) beside GPU work of
+    11 µs. No trace rate is computed from a capture, and the note says why."""
+    run = analyzer.load([CORPUS / "TraceLens" / "inference" / name], use_cache=False)
+    assert run.sources[0].meta.get("graph_capture")
+    assert run.events["flops"].drop_nulls().len() > 0
+    assert run.efficiency_steps.height == 0 and run.efficiency.height == 0
+    (note,) = [n for n in run.efficiency_notes if "graph-capture" in n]
+    assert note.startswith(f"{name}: a graph-capture trace: its operators were captured")
+    assert "no TFLOP/s or MFU" in note
+
+
 def test_an_exempt_role_the_vocabulary_lacks_names_the_file(tmp_path: Path):
     bad = tmp_path / "eff.toml"
     bad.write_text('[thresholds]\nwarmup_ratio = 1.5\nlow_mfu = 0.2\n'

@@ -238,7 +238,7 @@ def trace_steps_frame(aligned: pl.DataFrame, steps: pl.DataFrame, sources: list[
     """Achieved TFLOP/s per GPU and MFU per step from the FLOPs a trace records: per rank, the
     FLOPs of operators that start inside the step ÷ the step's time, summed over ranks and
     divided by the ranks' summed peak (MFU) or their number (TFLOP/s per GPU)."""
-    flops = aligned.filter(pl.col("flops").is_not_null() & (pl.col("flops") > 0))
+    flops = aligned.filter(_executed_flops(sources))
     if flops.height == 0:
         return pl.DataFrame(schema=EFFICIENCY_STEPS)
     devices = trace_devices(aligned, sources, tab)
@@ -281,7 +281,7 @@ def trace_stages_frame(aligned: pl.DataFrame, stage_timeline: pl.DataFrame,
     """Achieved TFLOP/s per GPU and MFU per stage over the run: the FLOPs of operators that
     start inside a rank's stage segments ÷ the segments' time, over ranks as in
     :func:`trace_steps_frame`."""
-    flops = aligned.filter(pl.col("flops").is_not_null() & (pl.col("flops") > 0))
+    flops = aligned.filter(_executed_flops(sources))
     if flops.height == 0 or stage_timeline.height == 0:
         return pl.DataFrame(schema=EFFICIENCY)
     segments = stage_timeline.select(
@@ -376,7 +376,8 @@ def efficiency(lazy: Lazy, efficiency_steps: pl.DataFrame, metrics: pl.DataFrame
 def efficiency_notes(lazy: Lazy, events: pl.DataFrame, sources: list[SourceInfo]) -> list[str]:
     if not _has_flops(events):
         return []
-    return shape_notes(sources) + device_notes(lazy["aligned"], sources, table())
+    return (capture_notes(sources) + shape_notes(sources)
+            + device_notes(lazy["aligned"], sources, table()))
 
 
 def shape_notes(sources: list[SourceInfo]) -> list[str]:
@@ -422,6 +423,22 @@ def efficiency_findings(efficiency: pl.DataFrame) -> pl.DataFrame:
         pl.lit("medium").alias("confidence"),
     )
     return found.cast(FINDING_CANDIDATES)
+
+
+def _executed_flops(sources: list[SourceInfo]) -> pl.Expr:
+    """Rows with FLOPs that ran: not those of a graph-capture trace, whose operators were
+    recorded into a graph, not executed (their FLOPs over the capture's time is no rate)."""
+    captured = [s.index for s in sources if s.meta.get("graph_capture")]
+    return (pl.col("flops").is_not_null() & (pl.col("flops") > 0)
+            & ~pl.col("source").is_in(captured))
+
+
+def capture_notes(sources: list[SourceInfo]) -> list[str]:
+    return [
+        f"{s.path.name}: a graph-capture trace: its operators were captured into a graph, not "
+        "executed, so no TFLOP/s or MFU is computed from their FLOPs"
+        for s in sources if s.meta.get("graph_capture")
+    ]
 
 
 def _has_flops(events: pl.DataFrame) -> bool:
