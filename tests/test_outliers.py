@@ -120,6 +120,14 @@ def test_the_real_logs_slow_steps_are_the_ones_recomputed_from_its_lines() -> No
         grown = max(stage_of, key=lambda k: at[k] - medians[k])
         assert r["stage"] == stage_of[grown], r["step"]
         assert r["stage_excess_ns"] == pytest.approx((at[grown] - medians[grown]) * 1e9, abs=2e6)
+    # each finding holds the slow steps where its stage grew most, and says so: the checkpoint
+    # finding's "34 of 335 steps" read as if the log had 34 slow steps, where the summary says 40
+    checkpoint = [r["step"] for r in found.filter(pl.col("kind") == "slow").iter_rows(named=True)
+                  if r["stage"] == "checkpoint"]
+    (row,) = run.outlier_findings.filter(pl.col("id") == "step.slow.log.checkpoint").to_dicts()
+    assert (f"{len(checkpoint)} of the {len(expected)} slow steps of {wall.height}, those where "
+            "checkpoint grew most, from the log") in row["evidence"]
+    assert 0 < len(checkpoint) < len(expected)
 
 
 def test_a_rules_file_that_cannot_be_used_is_one_line_naming_it(tmp_path: Path) -> None:

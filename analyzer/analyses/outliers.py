@@ -225,7 +225,7 @@ def _duration(ns: float) -> str:
     return f"{s:.3g} s" if abs(s) >= 1 else f"{ns / 1e6:.3g} ms"
 
 
-def _evidence(group: pl.DataFrame) -> str:
+def _evidence(group: pl.DataFrame, slow_steps: int) -> str:
     worst = group.sort("excess_ns", descending=True)
     said = []
     for r in worst.head(SHOWN_STEPS).iter_rows(named=True):
@@ -237,12 +237,17 @@ def _evidence(group: pl.DataFrame) -> str:
             f"(+{_duration(r['stage_excess_ns'])})"
         )
     more = f"; and {group.height - SHOWN_STEPS} more" if group.height > SHOWN_STEPS else ""
-    return "; ".join(said) + more + f" (slow: {STEP_RULES.describe()}; {_of(group)})"
+    return "; ".join(said) + more + f" (slow: {STEP_RULES.describe()}; {_of(group, slow_steps)})"
 
 
-def _of(group: pl.DataFrame) -> str:
-    source = group["source"][0]
-    return f"{group.height} of {group['n_steps'][0]} steps, from the {source}"
+def _of(group: pl.DataFrame, slow_steps: int) -> str:
+    """How many steps the finding holds, of the source's slow steps and of all its steps: the
+    group is the slow steps where one stage grew most, not every slow step."""
+    source, stage, n = group["source"][0], group["stage"][0], group["n_steps"][0]
+    if group.height == slow_steps:
+        return f"{group.height} of {n} steps, from the {source}"
+    return (f"{group.height} of the {slow_steps} slow steps of {n}, those where {stage} grew "
+            f"most, from the {source}")
 
 
 def findings(outliers: pl.DataFrame, rules: StepRules = STEP_RULES) -> pl.DataFrame:
@@ -250,6 +255,8 @@ def findings(outliers: pl.DataFrame, rules: StepRules = STEP_RULES) -> pl.DataFr
     slow = outliers.filter((pl.col("kind") == "slow") & pl.col("stage").is_not_null())
     profiled = outliers.filter(pl.col("kind") == "profiler")
     rows = [_profiler(r) for r in profiled.iter_rows(named=True)]
+    slow_steps = dict(outliers.filter(pl.col("kind") == "slow").group_by("source").agg(
+        pl.col("step").n_unique()).iter_rows())
     for (source, stage), group in slow.group_by("source", "stage", maintain_order=True):
         n_steps = int(group["n_steps"][0])
         saving = round(float(group["excess_ns"].sum()) / n_steps)
@@ -263,7 +270,7 @@ def findings(outliers: pl.DataFrame, rules: StepRules = STEP_RULES) -> pl.DataFr
             "ranks": spans(ranks),
             "steps": spans(group["step"].sort().to_list()),
             "stage": str(stage),
-            "evidence": _evidence(group),
+            "evidence": _evidence(group, slow_steps[source]),
             "saving_ns": saving,
             "saving_basis": (
                 f"the slow steps' excess over the median step (Σ wall − median over the "
