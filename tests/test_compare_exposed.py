@@ -78,20 +78,22 @@ def test_a_group_the_run_has_no_collectives_in_is_null(outputs) -> None:
 
 
 def test_a_group_the_run_cannot_tell_is_null(outputs) -> None:
-    """mfu's 25.4 ms of exposed communication: 25,179,513 ns of all_to_all (EP; its 64 SendRecv
+    """mfu's 25.4 ms of exposed communication: 25,179,513 ns of all_to_all (its 64 SendRecv
     kernels are launched inside PyTorch's ``nccl:all_to_all`` NVTX ranges) and 222,239 ns of the
-    2 SendRecv kernels with no launch in the capture, whose group is unknown (both recomputed
-    with SQL on the export: each kernel's time no other kernel of its device covers). Before
-    the NVTX ranges gave their kind, all 25.4 ms read unknown. No other group can be read from
-    it (DP, weight sync –); the log has nothing to search, and only mfu has EP, so no winner."""
+    2 SendRecv kernels with no launch in the capture (both recomputed with SQL on the export:
+    each kernel's time no other kernel of its device covers). Nothing in that sequence-parallel
+    run shows experts, so its all-to-all is of no known group either (it read EP by the
+    pattern rule): all 25.4 ms are "group unknown", a row only mfu has, so no winner, and no
+    run has an EP row. No other group can be read from it (DP, weight sync –); the log has
+    nothing to search."""
     total = values(outputs, "overview.exposed_comm_ns")
-    unknown, ep = values(outputs, "exposed.unknown"), values(outputs, "exposed.ep")
-    assert total and unknown and ep
-    assert (ep["mfu"], unknown["mfu"]) == (25_179_513, 222_239)
-    assert ep["mfu"] + unknown["mfu"] == total["mfu"] and unknown["log"] is None
-    assert (ep["colocated"], ep["trl"], ep["log"]) == (None, None, None)
-    [ep_row] = [m for m in json.loads(outputs["json"])["metrics"] if m["metric"] == "exposed.ep"]
-    assert ep_row["winner"] is None
+    unknown = values(outputs, "exposed.unknown")
+    assert total and unknown
+    assert unknown["mfu"] == total["mfu"] == 25_179_513 + 222_239
+    assert (unknown["colocated"], unknown["trl"], unknown["log"]) == (None, None, None)
+    assert values(outputs, "exposed.ep") is None
+    [row] = [m for m in json.loads(outputs["json"])["metrics"] if m["metric"] == "exposed.unknown"]
+    assert row["winner"] is None
     for dim in ("dp", "weight_sync"):
         got = values(outputs, f"exposed.{dim}")
         assert got is not None and (got["mfu"], got["log"]) == (None, None), dim

@@ -81,10 +81,10 @@ def test_a_number_summed_over_ranks_is_not_won_by_having_fewer_ranks(hta) -> Non
     assert exposed["winner"] == "not comparable (2 vs 1 ranks)"
     summed = {m: r["winner"] for m, r in hta.items()
               if m.startswith("exposed.") and r["winner"] is not None}
-    assert summed == {"exposed.ep": "not comparable (2 vs 1 ranks)"}
+    assert summed == {"exposed.unknown": "not comparable (2 vs 1 ranks)"}
     result = compare([analyzer.load(PAIR), analyzer.load(PAIR[:1])], ["pair", "single"])
     won = {t for titles in result.wins().values() for t in titles}
-    assert not won & {"exposed communication", "exposed comm (EP group)"}
+    assert not won & {"exposed communication", "exposed comm (group unknown)"}
     assert hta["idle.host_bound"]["winner"] == "pair"
 
 
