@@ -51,6 +51,17 @@ LAYOUT_DIMS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 MEGATRON_ORDER: tuple[str, ...] = LAYOUT_DIMS
 
 
+MODEL_PARALLEL = ("fsdp", "tp", "pp", "sp", "cp", "ep", "unknown")
+"""Dimensions beside which the world group is not the data-parallel group."""
+
+
+def world_is_dp(dims: Iterable[str], pools: int) -> bool:
+    """Whether a run's world group is its data-parallel group: its ranks are one pool and no
+    collective names another parallel dimension (trl_grpo's 2 ranks of pure DP; HTA's
+    nccl_data, whose only group is ``default_pg``). Compare and the findings both read it."""
+    return pools == 1 and not set(dims) & set(MODEL_PARALLEL)
+
+
 class CollectiveRulesError(ValueError):
     """A collective rules file or layout that cannot be used; the message names it."""
 

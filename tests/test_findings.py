@@ -526,6 +526,24 @@ def test_checkpointing_seen_by_a_guideline_and_the_slow_steps_is_one_finding() -
     assert "checkpoint" in g23["evidence"] and "slow:" in g23["evidence"]
 
 
+def test_the_world_group_of_pure_dp_is_the_dp_finding() -> None:
+    """nccl_data (2 ranks of DDP, one group, default_pg): 'World-group communication is not
+    hidden' (13.1 ms per step) and G16's 'Overlap DP/FSDP gradient …' were two findings of one
+    all-reduce. Its world group is its DP group, as compare reads it: one finding, G16's, with
+    the saving of the exposed transfer."""
+    run = _corpus(CORPUS / "HolisticTraceAnalysis" / "nccl_data.json.gz")
+    waits = run.collective_waits
+    assert waits["dim"].cast(pl.String).unique().to_list() == ["world"]
+    ids = run.findings["id"].to_list()
+    assert "comm.exposed.world" not in ids and "comm.exposed.update" not in ids
+    g16 = run.findings.filter(pl.col("id") == "G16").row(0, named=True)
+    assert g16["title"] == "Overlap DP/FSDP gradient and parameter communication with compute"
+    transfer = waits.filter(pl.col("step").is_not_null()).select(
+        (pl.col("exposed_ns") - pl.col("wait_ns")).clip(lower_bound=0).sum())
+    assert g16["saving_ns"] <= transfer.item() / run.steps.height
+    assert g16["saving_ns"] == pytest.approx(13.1e6, rel=0.01)
+
+
 def test_overlapping_savings_say_so() -> None:
     """mi250_minitoy: host-bound 83.4% and idle gaps 71.0% are the same idle time in part."""
     run = _corpus(CORPUS / "HolisticTraceAnalysis" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")

@@ -24,6 +24,7 @@ import polars as pl
 
 from parsers.events import GPU_ACTIVITY_KINDS
 from taxonomy import tomlfile
+from taxonomy.collectives import world_is_dp
 from taxonomy.guidelines import SEVERITIES
 from taxonomy.vocab import DIMENSION_WORDS
 
@@ -563,17 +564,22 @@ def _stragglers(ctx: Context) -> None:
 
 def _exposed(ctx: Context) -> None:
     """Exposed transfer (exposed collective time minus its sync wait, which is the
-    stragglers' finding) per participating device and step: DP/FSDP together (G16's), every
-    other dimension on its own."""
+    stragglers' finding) per participating device and step: DP/FSDP together (G16's), with
+    the world group where it is the DP group (:func:`world_is_dp`), every other dimension on
+    its own."""
     waits: pl.DataFrame = ctx.lazy["collective_waits"]
     steps = ctx.steps.count
     if waits.height == 0 or steps == 0:
         return
+    dims = waits["dim"].cast(pl.String).drop_nulls().unique().to_list()
+    dim = pl.col("dim").cast(pl.String)
+    if world_is_dp(dims, ctx.lazy["pools"]["pool"].n_unique()):
+        dim = dim.replace("world", "dp")
     calls = waits.filter(
         pl.col("step").is_not_null() & ~pl.col("dim").cast(pl.String).is_in(SKIPPED_DIMS)
-    ).with_columns(
-        pl.when(pl.col("dim").cast(pl.String).is_in(UPDATE_DIMS)).then(pl.lit("update"))
-        .otherwise(pl.col("dim").cast(pl.String)).alias("family"),
+    ).with_columns(dim.alias("dim")).with_columns(
+        pl.when(pl.col("dim").is_in(UPDATE_DIMS)).then(pl.lit("update"))
+        .otherwise(pl.col("dim")).alias("family"),
         (pl.col("exposed_ns") - pl.col("wait_ns")).clip(lower_bound=0).alias("transfer"),
     )
     keys = ["family", "rank", "step"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
+from taxonomy.collectives import world_is_dp
 from taxonomy.vocab import DIMENSIONS, IDLE_CAUSES, STAGE_NAMES
 
 from ..analyses.overview import METRIC_BY_NAME, frame_of
@@ -227,10 +228,6 @@ def _cannot_idle(rows: pl.DataFrame) -> pl.Expr:
     return pl.col("metric").is_in(lacking) & (pl.col("value") == 0)
 
 
-MODEL_PARALLEL = ("fsdp", "tp", "pp", "sp", "cp", "ep", "unknown")
-"""Dimensions beside which the world group is not the data-parallel group."""
-
-
 def _exposed(run) -> pl.DataFrame | None:
     """Exposed time per group the run has collectives in (a group it has none in is –). The
     world group of a run whose collectives name no other parallel dimension and whose ranks are
@@ -240,8 +237,7 @@ def _exposed(run) -> pl.DataFrame | None:
         return None
     coll = coll.with_columns(pl.col("dim").cast(pl.String))
     pools = frame_of(run, "pools", "pool")
-    one_pool = pools is not None and pools["pool"].n_unique() == 1
-    if one_pool and not coll["dim"].is_in(MODEL_PARALLEL).any():
+    if world_is_dp(coll["dim"].to_list(), pools["pool"].n_unique() if pools is not None else 0):
         coll = coll.with_columns(pl.col("dim").replace("world", "dp"))
     dims = coll.group_by("dim").agg(pl.col("exposed_ns").sum())
     return dims.select(
