@@ -29,6 +29,9 @@ class StepRules:
     """How many first steps are warm-up whatever their time."""
     advice: tuple[tuple[str, str], ...] = ()
     """Stage → what to look at when a slow step grew most there (``default`` for the rest)."""
+    stub_share: float = 0.1
+    """A trace's last step shorter than this share of the median of its other steps is where
+    the profiler stopped (``[stub] share``)."""
 
     def advise(self, stage: str) -> str:
         table = dict(self.advice)
@@ -81,6 +84,7 @@ def load_rules(path: Path = RULES_PATH) -> StepRules:
         k=_number(path, slow, "k", "slow", 0.0),
         mad_scale=_number(path, slow, "mad_scale", "slow", 0.0),
         mad_floor=_number(path, slow, "mad_floor", "slow", 0.0),
+        stub_share=_number(path, data.get("stub") or {"share": 0.0}, "share", "stub", 0.0),
         **counts,
     )
 

@@ -26,18 +26,22 @@ def rows(paths: list[Path], labels: list[str]) -> dict[str, dict]:
     return {r["metric"]: r for r in result.table.iter_rows(named=True)}
 
 
-def test_a_run_48_percent_slower_does_not_share_the_best() -> None:
-    """Median steps of 3.15 ms, 4.67 ms and 346 ms: 0.5% of the largest (1.73 ms) put 4.67 ms
-    within reach of the best; 0.5% of the best is 15.8 µs. Three unrelated traces do different
-    work, so the comparison itself names no winner of step time (tests/test_compare_work.py)."""
+def test_a_run_three_times_slower_does_not_share_the_best() -> None:
+    """Median steps of 3.15 ms, 9.29 ms and the verl log's 10.6 s: 0.5% of the largest (53 ms)
+    put 9.29 ms within reach of the best; 0.5% of the best is 15.8 µs. (mi250's median read
+    4.67 ms, 48% slower, with the 49 µs stub after its one step; the HTA trace with df_index
+    resolver's 346 ms made the case then.) Three unrelated traces do different work, so the
+    comparison itself names no winner of step time (tests/test_compare_work.py)."""
     paths = [HTA / n for n in ("event_sync_trace.json.gz",
-                               "mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-                               "df_index_resolver.json.gz")]
-    labels = ["sync", "mi250", "df"]
-    row = rows(paths, labels)["overview.step_time_ns"]
-    assert [row[k] for k in labels] == [3_154_000, 4_668_682, 345_770_000]
+                               "mi250_minitoy_train_ROCm6_2_kineto.json.gz")]
+    labels = ["sync", "mi250", "log"]
+    row = rows([*paths, CORPUS / "logs" / "verl"], labels)["overview.step_time_ns"]
+    assert [row[k] for k in labels] == [3_154_000, 9_288_291, 10_630_000_000]
+    assert 0.005 * row["log"] > row["mi250"] - row["sync"] > 0.005 * row["sync"]
     assert _winner(row, labels) == "sync"
-    assert row["winner"] == "not comparable (work per step 1342.7× apart)"
+    traces = rows([*paths, HTA / "df_index_resolver.json.gz"], ["sync", "mi250", "df"])
+    assert traces["overview.step_time_ns"]["winner"] == (
+        "not comparable (work per step 1342.7× apart)")
 
 
 def test_half_a_percent_of_the_best_decides() -> None:

@@ -135,7 +135,9 @@ def test_two_of_three_sharing_the_best_are_named_not_a_tie(three) -> None:
     # event_sync_trace has no RL stage: no guideline is evaluated, so it has no count to win with
     assert [errors[k] for k in three.labels] == [None, 0.0, 0.0] and errors["winner"] == "tie"
     step = _row(three, "overview.step_time_ns")
-    assert [step[k] for k in three.labels] == [3_154_000, 4_668_682, 222_442_191]
+    # mi250's 9.288 ms is its one step: the 49 µs stub after it, where the profiler stopped, is
+    # left out (it made the median 4.67 ms)
+    assert [step[k] for k in three.labels] == [3_154_000, 9_288_291, 222_442_191]
     # three unrelated traces: their work per step is 352× apart, so no step time wins
     assert step["winner"] == "not comparable (work per step 352.2× apart)"
     wins = three.wins()

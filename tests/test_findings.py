@@ -545,11 +545,12 @@ def test_the_world_group_of_pure_dp_is_the_dp_finding() -> None:
 
 
 def test_overlapping_savings_say_so() -> None:
-    """mi250_minitoy: host-bound 83.4% and idle gaps 71.0% are the same idle time in part."""
+    """mi250_minitoy: host-bound 83.8% and idle gaps 71.4% of its one step (the 49 µs stub
+    after it left out) are the same idle time in part."""
     run = _corpus(CORPUS / "HolisticTraceAnalysis" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
     found = run.findings
     assert found["id"].to_list()[:2] == ["bubble.host_bound", "gpu.idle_gaps"]
-    assert found["saving_fraction"].to_list()[:2] == pytest.approx([0.834, 0.710], abs=0.001)
+    assert found["saving_fraction"].to_list()[:2] == pytest.approx([0.838, 0.714], abs=0.001)
     assert found["evidence"][1].endswith("overlaps finding 1 (the same GPU idle time, counted "
                                          "by another bound)")
     assert "overlaps finding" not in found["evidence"][0]

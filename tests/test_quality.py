@@ -348,6 +348,36 @@ def test_a_rank_finishing_early_is_not_an_incomplete_step():
     assert incomplete_steps(steps, cut, closed).select("step", "reason").rows() == [(2, "cut")]
 
 
+def test_the_last_step_where_the_profiler_stopped_is_left_out():
+    """mi250_minitoy: ProfilerStep#1 lasts 9.288 ms, #2 (opened by the last prof.step(), closed
+    by stop()) 49 µs, and the trace ends 268 µs after #2 begins (raw JSON). Step 2 halved every
+    per-step figure (a 'median' step of 4.67 ms no step took); it is a stub, left out."""
+    run = analyzer.load([CORPUS / "HolisticTraceAnalysis" /
+                         "mi250_minitoy_train_ROCm6_2_kineto.json.gz"], use_cache=False)
+    assert run.incomplete_steps.select("step", "reason").rows() == [(2, "stub")]
+    assert run.steps["step"].to_list() == [1]
+    assert (run.steps["end_ns"] - run.steps["start_ns"]).to_list() == [9_288_291]
+    (said,) = [w for w in run.warnings if "stub" in w]
+    assert said == ("mi250_minitoy_train_ROCm6_2_kineto.json.gz: the trace's last step 2 is a "
+                    "stub, under 10% of the median of its other steps (where the profiler "
+                    "stopped, not a step of the run); step 2 excluded from the per-step analyses")
+
+
+def test_a_short_last_step_is_a_stub_only_under_the_share():
+    schema = {"step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64}
+    ends = pl.DataFrame({"source": [0], "rank": [0], "cut": [False], "trace_end_ns": [10_000]},
+                        schema={"source": pl.UInt32, "rank": pl.Int32, "cut": pl.Boolean,
+                                "trace_end_ns": pl.Int64})
+    closed = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32})
+    for last, stub in ((99, True), (100, False), (1000, False)):
+        steps = pl.DataFrame({"step": [1, 2, 3], "start_ns": [0, 1000, 2000],
+                              "end_ns": [1000, 2000, 2000 + last]}, schema=schema)
+        got = incomplete_steps(steps, ends, closed, 0.1)
+        assert got.select("step", "reason").rows() == ([(3, "stub")] if stub else []), last
+    one = pl.DataFrame({"step": [1], "start_ns": [0], "end_ns": [5]}, schema=schema)
+    assert incomplete_steps(one, ends, closed, 0.1).height == 0
+
+
 def test_the_cpu_harness_sample_keeps_every_step():
     run = analyzer.load([SAMPLE])
     assert run.incomplete_steps.height == 0

@@ -24,6 +24,7 @@ from typing import Any
 import polars as pl
 
 from taxonomy import profiles as tp
+from taxonomy.steps import builtin_rules
 
 from ..model import frames, intervals
 from ..model.options import Options
@@ -385,17 +386,34 @@ def trace_ends(events: pl.DataFrame, cut_sources: list[int]) -> pl.DataFrame:
     )
 
 
+def stub_step(steps: pl.DataFrame, share: float) -> int | None:
+    """The last step when it lasts under ``share`` of the median of the others: the profiler
+    stopped as it began (mi250_minitoy's ProfilerStep#2: 49 µs after a step of 9.29 ms)."""
+    if steps.height < 2:
+        return None
+    ordered = steps.sort("start_ns")
+    lengths = (ordered["end_ns"] - ordered["start_ns"]).cast(pl.Float64)
+    median = lengths.head(steps.height - 1).median()
+    if not isinstance(median, float) or not float(lengths[-1]) < share * median:
+        return None
+    return int(ordered["step"][-1])
+
+
 def incomplete_steps(
-    steps: pl.DataFrame, ends: pl.DataFrame, markers: pl.DataFrame
+    steps: pl.DataFrame, ends: pl.DataFrame, markers: pl.DataFrame, stub_share: float = 0.0
 ) -> pl.DataFrame:
     """INCOMPLETE_STEPS from step windows (``step, start_ns, end_ns``), :func:`trace_ends`
     and the step markers each rank closed (``rank, step``; empty when steps are not marked
     per rank). A cut trace leaves every step not over before its data ends (a window that ends
     just there was cut to the last complete event, not closed by the run); any trace
     leaves a step it ends inside when it marks steps and has no marker of that one (its step
-    never closed). A rank finishing before the others (the window ends at the last rank's, or
-    at the driver's, end) is not a reason."""
+    never closed); and the last step, in every trace, when it is a stub (:func:`stub_step`:
+    shorter than ``stub_share`` of the median of the others). A rank finishing before the
+    others (the window ends at the last rank's, or at the driver's, end) is not a reason."""
     windows = steps.select(pl.col("step").cast(pl.Int32), "start_ns", "end_ns")
+    stub = stub_step(windows, stub_share)
+    stubs = ends.join(windows.filter(pl.col("step") == stub) if stub is not None
+                      else windows.clear(), how="cross")
     cut = (
         ends.filter(pl.col("cut"))
         .join(windows, how="cross")
@@ -418,11 +436,13 @@ def incomplete_steps(
             [
                 cut.with_columns(pl.lit("cut").alias("reason")),
                 unclosed.with_columns(pl.lit("unclosed").alias("reason")),
+                stubs.with_columns(pl.lit("stub").alias("reason")),
             ],
             how="diagonal_relaxed",
         )
         .select(list(frames.INCOMPLETE_STEPS))
         .cast(frames.INCOMPLETE_STEPS)
+        .unique(["step", "source", "rank"], keep="first", maintain_order=True)
         .sort("step", "source", "rank")
     )
 
@@ -437,7 +457,8 @@ def incomplete_steps_product(
 ) -> pl.DataFrame:
     """:func:`incomplete_steps` of the run, each source's with one warning."""
     cut = [s.index for s in sources if s.meta.get("salvaged")]
-    found = incomplete_steps(step_table, trace_ends(aligned, cut), step_markers_closed)
+    found = incomplete_steps(step_table, trace_ends(aligned, cut), step_markers_closed,
+                             builtin_rules().stub_share)
     for (source, reason), rows in found.group_by("source", "reason", maintain_order=True):
         warnings.append(
             f"{sources[int(source)].path.name}: "
@@ -473,6 +494,13 @@ def steps(
 def exclusion(reason: str, steps: list[int]) -> str:
     """Why ``steps`` are left out, as the warning and the data-quality section say it."""
     listed = f"step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}"
+    if reason == "stub":
+        return (
+            f"the trace's last step {steps[0]} is a stub, under "
+            f"{builtin_rules().stub_share:.0%} of the median of its other steps (where the "
+            f"profiler stopped, not a step of the run); {listed} excluded from the per-step "
+            "analyses"
+        )
     if reason == "cut":
         return (
             f"cut short: its complete events end before step {steps[0]} does; {listed} excluded "

@@ -59,8 +59,10 @@ INCOMPLETE_STEPS = pl.Schema({
     "end_ns": pl.Int64(),
 })
 """One row per step and trace that leaves the step unobserved: ``reason`` ``cut`` (the file was
-cut short and salvaged: every step not over when its data ends) or ``unclosed`` (the trace
-ends inside the step and its own marker of that step is missing). These steps are left out of
+cut short and salvaged: every step not over when its data ends), ``unclosed`` (the trace
+ends inside the step and its own marker of that step is missing) or ``stub`` (the last step,
+under ``[stub] share`` of the median of the others: where the profiler stopped). These steps
+are left out of
 ``steps`` and every per-step analysis (docs/analyses.md §1)."""
 
 POOLS = pl.Schema({
