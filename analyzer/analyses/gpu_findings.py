@@ -808,7 +808,7 @@ def _sync_blocking(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, q: pl.Da
     for something else: an info finding without a saving that says so."""
     out = []
     for r in _per_rank(m, "share", rule["share_info"]).iter_rows(named=True):
-        top = f"; most in {r['name']} ({r['calls']} calls, {duration(r['call_ns'])})" \
+        top = f"; most in {r['name']} ({plural(r['calls'], 'call')}, {duration(r['call_ns'])})" \
             if r["name"] else ""
         idle, queued_ns = r["idle_ns"] or 0, r["queued_ns"] or 0
         evidence = (
