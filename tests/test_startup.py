@@ -125,3 +125,31 @@ def test_a_source_changed_since_ingest_is_judged_by_the_full_check(tmp_path: Pat
     assert status == 0, err
     assert "analyzer.dataset.store" in imported  # the stale check ran (content unchanged)
     assert "analyzer.analyses" not in imported  # and found the kept report still good
+
+
+def test_an_html_report_does_not_compile_the_iri_grammars(tmp_path: Path) -> None:
+    """jsonschema, which altair imports, loads ``rfc3987_syntax`` where it is installed (Jupyter
+    installs it; so does this test environment, through HTA's dependencies) and that compiles
+    38 grammars, 1.8 s of every command that draws a chart. The command line draws its charts
+    without it, and the HTML is the same bytes as with it (analyzer.cli.UNUSED_AT_IMPORT)."""
+    import importlib.util
+
+    assert importlib.util.find_spec("rfc3987_syntax") is not None  # the case this guards
+    probe = ("import atexit, sys\n"
+             "atexit.register(lambda: print('LOADED', type(sys.modules.get('rfc3987_syntax'))"
+             ".__name__, 'altair' in sys.modules, file=sys.stderr))\n"
+             "import analyzer.cli as c\n"
+             "c.UNUSED_AT_IMPORT = c.UNUSED_AT_IMPORT if sys.argv.pop(1) == 'cli' else ()\n"
+             "sys.argv[0] = 'rlperf'\nc.main()\n")
+    seen = {}
+    for how in ("cli", "unblocked"):
+        out = tmp_path / f"{how}.html"
+        done = subprocess.run(
+            [sys.executable, "-c", probe, how, "analyze", str(SAMPLE), "-q", "-o", str(out)],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "PYTHONPATH": str(REPO), "RLPERF_CACHE_DIR": str(tmp_path / "c")},
+        )
+        assert done.returncode == 0, done.stderr
+        seen[how] = [line for line in done.stderr.splitlines() if line.startswith("LOADED")]
+    assert seen == {"cli": ["LOADED NoneType True"], "unblocked": ["LOADED module True"]}
+    assert (tmp_path / "cli.html").read_bytes() == (tmp_path / "unblocked.html").read_bytes()
