@@ -20,6 +20,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from report_truth import union_ns
 
 import analyzer
 from analyzer.analyses import gpu_findings as gf
@@ -259,20 +260,6 @@ def test_large_copies(path: Path, kind: int, direction: str, longest_mb: float,
     assert f"{len(rows)} {direction} copies" in finding["evidence"]
 
 
-def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-def _covered(spans: list[tuple[int, int]], cover: list[tuple[int, int]]) -> int:
-    return sum(max(0, min(b, d) - max(a, c)) for a, b in spans for c, d in cover)
-
-
 @needs_corpus
 def test_copies_save_at_most_the_kernel_time_beside_which_they_could_run() -> None:
     """nsys-ai's h100_2gpu_1s: each device copies host to device for 921 ms of a 1 s window
@@ -280,14 +267,14 @@ def test_copies_save_at_most_the_kernel_time_beside_which_they_could_run() -> No
     time with no copy running, not the 921 ms the finding once saved (95% of the window)."""
     bound = []
     for device in (0, 1):
-        kernels = _merged(_q(H100, "SELECT start, [end] FROM CUPTI_ACTIVITY_KIND_KERNEL "
-                                   f"WHERE deviceId = {device}"))
-        copies = _q(H100, "SELECT start, [end] FROM CUPTI_ACTIVITY_KIND_MEMCPY "
+        kernels = _q(H100, "SELECT start, [end] FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                           f"WHERE deviceId = {device}")
+        copies = _q(H100, "SELECT start, [end], copyKind FROM CUPTI_ACTIVITY_KIND_MEMCPY "
                           f"WHERE deviceId = {device}")
-        htod = [c for c, k in zip(copies, _q(H100, "SELECT copyKind FROM "
-                f"CUPTI_ACTIVITY_KIND_MEMCPY WHERE deviceId = {device}"), strict=True) if k[0] == 1]
-        exposed = sum(b - a for a, b in htod) - _covered(htod, kernels)
-        room = sum(b - a for a, b in kernels) - _covered(kernels, _merged(copies))
+        spans = [(a, b) for a, b, _ in copies]
+        htod = [(a, b) for a, b, kind in copies if kind == 1]
+        exposed = union_ns(htod + kernels) - union_ns(kernels)
+        room = union_ns(kernels + spans) - union_ns(spans)
         assert exposed > 900e6 and 20e6 < room < 25e6
         bound.append(min(exposed, room))
     finding = _one(H100, "gpu.copies.HtoD")

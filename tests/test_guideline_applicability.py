@@ -169,38 +169,31 @@ def p2p_rows(pg_desc: str | None = None) -> pl.DataFrame:
 POOLS = pl.DataFrame({"rank": [0, 1], "pool": ["shared", "shared"]})
 
 
-@pytest.mark.parametrize(
-    ("pg_desc", "seen", "layout", "expected"),
-    [
-        (None, False, None, ["unknown", "unknown"]),
-        (None, True, None, ["pp", "pp"]),
-        (None, False, "pp=2", ["pp", "pp"]),
-        ("PIPELINE_MODEL_PARALLEL_GROUP", False, None, ["pp", "pp"]),
-    ],
-    ids=["no-evidence", "schedule-ranges", "layout", "pp-group"],
-)
-def test_send_recv_is_pp_only_with_pipeline_evidence(pg_desc, seen, layout, expected):
-    got = dims._dims_for(p2p_rows(pg_desc), Options(layout=layout), POOLS, pipeline_seen=seen)
-    assert got["dim"].cast(pl.String).to_list() == expected
-
-
 def a2a_rows(pg_desc: str | None = None) -> pl.DataFrame:
     return p2p_rows(pg_desc).with_columns(pl.lit("all_to_all").alias("coll"),
                                           pl.lit("ncclDevKernel_SendRecv").alias("name"))
 
 
 @pytest.mark.parametrize(
-    ("pg_desc", "seen", "layout", "expected"),
+    ("dim", "pg_desc", "seen", "layout", "expected"),
     [
-        (None, False, None, ["unknown", "unknown"]),
-        (None, True, None, ["ep", "ep"]),
-        (None, False, "ep=2", ["ep", "ep"]),
-        ("EXPERT_MODEL_PARALLEL_GROUP", False, None, ["ep", "ep"]),
+        ("pp", None, False, None, ["unknown", "unknown"]),
+        ("pp", None, True, None, ["pp", "pp"]),
+        ("pp", None, False, "pp=2", ["pp", "pp"]),
+        ("pp", "PIPELINE_MODEL_PARALLEL_GROUP", False, None, ["pp", "pp"]),
+        ("ep", None, False, None, ["unknown", "unknown"]),
+        ("ep", None, True, None, ["ep", "ep"]),
+        ("ep", None, False, "ep=2", ["ep", "ep"]),
+        ("ep", "EXPERT_MODEL_PARALLEL_GROUP", False, None, ["ep", "ep"]),
     ],
-    ids=["no-evidence", "expert-names", "layout", "ep-group"],
+    ids=["pp-no-evidence", "pp-schedule-ranges", "pp-layout", "pp-group",
+         "ep-no-evidence", "ep-expert-names", "ep-layout", "ep-group"],
 )
-def test_all_to_all_is_ep_only_with_expert_evidence(pg_desc, seen, layout, expected):
-    got = dims._dims_for(a2a_rows(pg_desc), Options(layout=layout), POOLS, experts_seen=seen)
+def test_a_pattern_dimension_needs_evidence_of_it(dim, pg_desc, seen, layout, expected):
+    """send/recv is pp only with a pipeline shown, all-to-all ep only with experts shown: by
+    the trace (``seen``), the layout or the group's description."""
+    rows, evidence = (p2p_rows, "pipeline_seen") if dim == "pp" else (a2a_rows, "experts_seen")
+    got = dims._dims_for(rows(pg_desc), Options(layout=layout), POOLS, **{evidence: seen})
     assert got["dim"].cast(pl.String).to_list() == expected
 
 
