@@ -132,9 +132,9 @@ def test_an_html_report_does_not_compile_the_iri_grammars(tmp_path: Path) -> Non
     installs it; so does this test environment, through HTA's dependencies) and that compiles
     38 grammars, 1.8 s of every command that draws a chart. The command line draws its charts
     without it, and the HTML is the same bytes as with it (analyzer.cli.UNUSED_AT_IMPORT)."""
-    import importlib.util
+    from importlib import metadata
 
-    assert importlib.util.find_spec("rfc3987_syntax") is not None  # the case this guards
+    assert metadata.distribution("rfc3987-syntax")  # installed: the case this guards
     probe = ("import atexit, sys\n"
              "atexit.register(lambda: print('LOADED', type(sys.modules.get('rfc3987_syntax'))"
              ".__name__, 'altair' in sys.modules, file=sys.stderr))\n"
@@ -153,3 +153,15 @@ def test_an_html_report_does_not_compile_the_iri_grammars(tmp_path: Path) -> Non
         seen[how] = [line for line in done.stderr.splitlines() if line.startswith("LOADED")]
     assert seen == {"cli": ["LOADED NoneType True"], "unblocked": ["LOADED module True"]}
     assert (tmp_path / "cli.html").read_bytes() == (tmp_path / "unblocked.html").read_bytes()
+
+
+def test_a_command_run_in_process_leaves_the_refusal_behind_it(monkeypatch) -> None:
+    """The refusal lasts as long as the command: a test or a notebook that runs ``main`` and then
+    imports jsonschema gets its IRI checks."""
+    import analyzer.cli as cli
+
+    monkeypatch.delitem(sys.modules, "rfc3987_syntax", raising=False)
+    monkeypatch.setattr(sys, "argv", ["rlperf", "--version"])
+    with pytest.raises(SystemExit):
+        cli.main()
+    assert "rfc3987_syntax" not in sys.modules
