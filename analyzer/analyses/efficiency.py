@@ -428,16 +428,19 @@ def efficiency_findings(efficiency: pl.DataFrame) -> pl.DataFrame:
 def _executed_flops(sources: list[SourceInfo]) -> pl.Expr:
     """Rows with FLOPs that ran: not those of a graph-capture trace, whose operators were
     recorded into a graph, not executed (their FLOPs over the capture's time is no rate)."""
-    captured = [s.index for s in sources if s.meta.get("graph_capture")]
     return (pl.col("flops").is_not_null() & (pl.col("flops") > 0)
-            & ~pl.col("source").is_in(captured))
+            & ~pl.col("source").is_in([s.index for s in _captured(sources)]))
+
+
+def _captured(sources: list[SourceInfo]) -> list[SourceInfo]:
+    return [s for s in sources if s.meta.get("graph_capture")]
 
 
 def capture_notes(sources: list[SourceInfo]) -> list[str]:
     return [
         f"{s.path.name}: a graph-capture trace: its operators were captured into a graph, not "
         "executed, so no TFLOP/s or MFU is computed from their FLOPs"
-        for s in sources if s.meta.get("graph_capture")
+        for s in _captured(sources)
     ]
 
 

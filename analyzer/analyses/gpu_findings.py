@@ -479,7 +479,7 @@ def nccl_variability(waits: pl.DataFrame, rule: dict[str, Any]) -> pl.DataFrame:
         _dur().max().alias("max_ns"), _dur().min().alias("min_ns"),
         _dur().median().alias("median_ns"),
         pl.col("_over").sum().round().cast(pl.Int64).alias("balanced_ns"),
-        pl.col("_free").clip(lower_bound=0).sum().round().cast(pl.Int64).alias("freed_ns"),
+        pl.col("_free").sum().round().cast(pl.Int64).alias("freed_ns"),
         pl.col("bytes").is_not_null().sum().alias("sized"),
     )
     return per.with_columns(

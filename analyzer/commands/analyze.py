@@ -180,24 +180,22 @@ def wanted(fmt: str | None, outputs: list[Path]) -> list[tuple[str, Path | None]
     """The reports to write, each ``(format, file or None for stdout)``: ``--format``, else the
     suffix of the one ``-o`` (:data:`SUFFIX_FORMATS`), else text; several ``-o`` each in the
     format its suffix names. Checked before anything is read."""
+    named = [SUFFIX_FORMATS.get(target.suffix.lower()) for target in outputs]
     if len(outputs) <= 1:
-        target = outputs[0] if outputs else None
-        named = SUFFIX_FORMATS.get(target.suffix.lower()) if target is not None else None
-        return [(fmt or named or "text", target)]
+        return [(fmt or (named[0] if named else None) or "text", outputs[0] if outputs else None)]
     if fmt is not None:
         raise InputError("--format", "with several -o, each report takes the format its file's "
                          f"suffix names ({' '.join(SUFFIX_FORMATS)}): leave --format out")
     seen: set[str] = set()
     out: list[tuple[str, Path | None]] = []
-    for target in outputs:
-        named = SUFFIX_FORMATS.get(target.suffix.lower())
-        if named is None:
+    for target, kind in zip(outputs, named, strict=True):
+        if kind is None:
             raise InputError(target, "names no report format: with several -o, each file's "
                              f"suffix says its format ({' '.join(SUFFIX_FORMATS)})")
         if os.path.realpath(target) in seen:
             raise InputError(target, "is named by -o twice: each report needs a file of its own")
         seen.add(os.path.realpath(target))
-        out.append((named, target))
+        out.append((kind, target))
     return out
 
 
