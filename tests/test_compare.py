@@ -140,9 +140,11 @@ def truth_overview(truth: dict) -> dict[str, float]:
     }
 
 
-NO_TRUTH = {"gpu_idle_fraction", "exposed_comm_ns", "guideline_errors", "guideline_warnings"}
+NO_TRUTH = {"gpu_idle_fraction", "exposed_comm_ns", "guideline_errors", "guideline_warnings",
+            "finding_errors", "finding_warnings"}
 """Overview metrics truth.json holds no number for (the HTA-sense GPU window, exposed time, the
-guideline verdicts): held to each run's own ``analyze`` report instead."""
+guideline verdicts and the findings' severities): held to each run's own ``analyze`` report
+instead."""
 
 OVERVIEW_REL = 1e-12
 """Measured: every truth-backed overview value and delta of the two runs equals the truth bit for

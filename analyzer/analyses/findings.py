@@ -845,6 +845,13 @@ def rank(cands: pl.DataFrame, bases: dict[str, float | None]) -> pl.DataFrame:
     return ranked.select(pl.col(n).cast(t) for n, t in frames.FINDINGS.items())
 
 
+def judged(activity: pl.DataFrame, steps: pl.DataFrame, log_steps: pl.DataFrame) -> bool:
+    """Whether the inputs hold anything the findings judge, a GPU kernel or a step (of a trace
+    or a log): without either, no finding means nothing analysed, not nothing found."""
+    kernels = activity.filter(pl.col("kind") == "kernel").height > 0
+    return kernels or steps.height > 0 or log_steps.height > 0
+
+
 @provides("findings", schema=frames.FINDINGS, lazy=(*OWN, *rules().products))
 def findings(lazy: Lazy, failures: dict[str, Failure]) -> pl.DataFrame:
     steps = _guarded("step times", failures, lambda: _step_times(lazy)) or Steps(0, None, None)

@@ -24,9 +24,11 @@ import polars as pl
 
 from taxonomy.vocab import TRAINER_STAGES
 
-from ..model.products import provides
+from ..model.failures import Failure, record, user_errors
+from ..model.products import Lazy, provides
 from ..model.scalars import number
 from .bubbles import host_only
+from .findings import judged
 from .sync import of_ranks
 
 OVERVIEW: dict[str, pl.DataType] = {
@@ -51,6 +53,7 @@ class Metric:
 
 STEPS_NEED = "step ranges in a trace or step numbers in a log"
 """What a report says the step metrics need (what the user provides, not a product name)."""
+FINDINGS_NEED = "a step (in a trace or a log) or a GPU kernel to judge"
 
 METRICS: tuple[Metric, ...] = (
     Metric("ranks", "ranks (devices)", "count", ""),
@@ -132,7 +135,11 @@ METRICS: tuple[Metric, ...] = (
         "a guideline evaluated (RL stage times from a trace or a log)",
         "lower",
     ),
+    Metric("finding_errors", "findings: error", "count", FINDINGS_NEED),
+    Metric("finding_warnings", "findings: warn", "count", FINDINGS_NEED),
 )
+"""The finding counts have no better direction: what a run can be found to lack depends on what
+it recorded (a log has no GPU finding), so fewer findings do not make a better run in compare."""
 METRIC_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 
 
@@ -151,18 +158,20 @@ READS = (
     "violations",
     "step_outliers",
     "activity",
+    "findings",
 )
 
 
-@provides("overview")
+@provides("overview", lazy=("findings", "log_steps"))
 def overview(selected_ranks: list[int], steps: pl.DataFrame, gpu_time: pl.DataFrame,
              bubbles: pl.DataFrame, pools: pl.DataFrame, weight_sync: pl.DataFrame,
              log_weight_sync: pl.DataFrame, collectives_by_dim: pl.DataFrame,
              exposed_comm: pl.DataFrame, workdepth: pl.DataFrame, violations: pl.DataFrame,
              step_outliers: pl.DataFrame, activity: pl.DataFrame,
-             stage_ranges: pl.DataFrame) -> pl.DataFrame:
+             stage_ranges: pl.DataFrame, lazy: Lazy, failures: dict[str, Failure]) -> pl.DataFrame:
     """The selected ranks' numbers: the per-rank frames narrowed to them (``gpu_time`` and
-    ``collectives_by_dim`` already are); the per-step ones are the run's."""
+    ``collectives_by_dim`` already are); the per-step ones are the run's. The findings are
+    read on demand, so that their failure leaves only their two counts empty."""
     return compute(
         dict(
             ranks=selected_ranks,
@@ -179,8 +188,24 @@ def overview(selected_ranks: list[int], steps: pl.DataFrame, gpu_time: pl.DataFr
             exposed_comm=of_ranks(exposed_comm, selected_ranks),
             workdepth=workdepth,
             violations=violations,
+            findings=_judged(lazy, failures, activity, steps),
         )
     )
+
+
+def _judged(lazy: Lazy, failures: dict[str, Failure], activity: pl.DataFrame,
+            steps: pl.DataFrame) -> pl.DataFrame | None:
+    """The findings, where the inputs held something to judge (:func:`.findings.judged`):
+    else 0 findings would read as a clean run (a log that stopped before step 1)."""
+    try:
+        if not judged(activity, steps, lazy["log_steps"]):
+            return None
+        return lazy["findings"]
+    except user_errors():
+        raise
+    except Exception as exc:
+        record(failures, "findings", exc)
+        return None
 
 
 def compute(products: Mapping[str, Any]) -> pl.DataFrame:
@@ -370,8 +395,21 @@ def _guidelines(products: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _finding_counts(products: Mapping[str, Any]) -> dict[str, Any]:
+    """The findings at error and warn severity: beside the guideline counts, so that a headline
+    of 0 guideline errors does not read as a clean run when findings are errors (a plain
+    training loop, which no RL guideline applies to, idle a third of its time)."""
+    found = _in(products, "findings", "severity")
+    if found is None:
+        return {}
+    severity = found["severity"]
+    return {"finding_errors": (severity == "error").sum(),
+            "finding_warnings": (severity == "warn").sum()}
+
+
 _COLLECTORS: tuple[Callable[[Mapping[str, Any]], dict[str, Any]], ...] = (
     _ranks, _steps, _gpu, _gpu_steps, _idle, _weight_sync, _collectives, _workdepth, _guidelines,
+    _finding_counts,
 )
 
 

@@ -2,7 +2,7 @@
 
 The same content as the HTML report, with each figure given as the table of the numbers it draws
 (a chart cannot live in a PR comment; ``--format png`` writes the charts as images to attach).
-Long tables fold into ``<details>`` so a comment stays short.
+Long tables fold into ``<details>`` so a comment stays short; the headline numbers never do.
 """
 
 from __future__ import annotations
@@ -81,18 +81,21 @@ def section_lines(section: Section, h: str) -> list[str]:
     if section.frame is None or section.frame.height == 0:
         return [*lines, f"> {escape(section.note or 'nothing to show')}", ""]
     columns = section.shown_columns()
-    lines += frame_lines(section.frame, columns)
+    lines += frame_lines(section.frame, columns, fold=section.fold)
     if section.note:
         lines += [f"_{escape(section.note)}_", ""]
     return lines
 
 
-def frame_lines(frame: pl.DataFrame, columns: Sequence[Column]) -> list[str]:
-    return table([list(r) for r in frame.select([c.name for c in columns]).iter_rows()], columns)
+def frame_lines(frame: pl.DataFrame, columns: Sequence[Column], *, fold: bool = True
+                ) -> list[str]:
+    rows = [list(r) for r in frame.select([c.name for c in columns]).iter_rows()]
+    return table(rows, columns, fold=fold)
 
 
-def table(rows: list[list[object]], columns: Sequence[Column]) -> list[str]:
-    """A GFM table; numbers right-aligned; folded when long."""
+def table(rows: list[list[object]], columns: Sequence[Column], *, fold: bool = True
+          ) -> list[str]:
+    """A GFM table; numbers right-aligned; folded when long (and ``fold``)."""
     head = "| " + " | ".join(escape(c.title) for c in columns) + " |"
     rule = "|" + "|".join("---:" if c.format != "text" else "---" for c in columns) + "|"
     body = [
@@ -102,7 +105,7 @@ def table(rows: list[list[object]], columns: Sequence[Column]) -> list[str]:
         for row in rows
     ]
     lines = [head, rule, *body, ""]
-    if len(rows) > FOLD_ROWS:
+    if fold and len(rows) > FOLD_ROWS:
         return [f"<details><summary>{len(rows)} rows</summary>", "", *lines, "</details>", ""]
     return lines
 

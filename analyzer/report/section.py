@@ -37,6 +37,9 @@ class Section:
     everything: pl.DataFrame | None = None
     """What the JSON report writes where the table shows only part of it (the guidelines: the
     not-evaluated ones are one line of the note); None: the table's own frame."""
+    fold: bool = True
+    """Whether a long table folds behind ``<details>`` in Markdown: the headline never does,
+    being what a pull-request comment is read for."""
 
     def shown_columns(self) -> list[Column]:
         """The declared columns, else every column of the frame as text."""

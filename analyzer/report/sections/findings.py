@@ -6,6 +6,7 @@ from typing import Any
 
 import polars as pl
 
+from ...analyses.findings import judged
 from ...model.run import Run
 from ...model.units import duration, plural
 from ..section import Column, Section
@@ -54,9 +55,7 @@ def section(run: Run) -> Section:
 def _nothing(run: Run) -> str:
     """Why the list is empty: the inputs hold nothing to judge (no step and no kernel; the
     warnings that say why), or they were judged and nothing crossed a threshold."""
-    kernels = run.activity.filter(pl.col("kind") == "kernel").height > 0
-    steps = run.steps.height > 0 or run.log_steps.height > 0
-    if kernels or steps:
+    if judged(run.activity, run.steps, run.log_steps):
         return "nothing found to fix: no guideline violated and no idle cause, bound or " \
                "generic check above its threshold"
     traced = any(not s.format.endswith("log") for s in run.sources)

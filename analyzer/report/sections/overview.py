@@ -23,6 +23,7 @@ def section(run: Run) -> Section | None:
         note=warmup_note(run)
         + "rlperf audit reads these as overview.<metric> (the names in --format json; "
         "docs/reports.md).",
+        fold=False,
     )
 
 
