@@ -126,3 +126,27 @@ def test_without_hta_installed_one_line_error():
 def test_a_run_without_profiler_traces():
     done = cli("crosscheck", str(RUNS / "verl_ppo_disaggregated" / "logs"), "--quiet")
     assert done.returncode == 2 and "no PyTorch profiler trace" in done.stderr
+
+
+def test_an_export_of_several_ranks_is_not_crosschecked_under_one_rank(tmp_path: Path):
+    """rlperf's export of the sampled pair is one Kineto file of ranks 0 and 1. HTA reads a file
+    as one rank and merged them (idle 472 ms, the union of both ranks' kernels), and the table
+    put that beside rank 0's 675 ms under the name rank 1: four DIFFERS for no difference."""
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    for name in ("sampled_rank-0.json.gz", "sampled_rank-1.json.gz"):
+        (pair / name).symlink_to(HTA_TRACES / name)
+    export = tmp_path / "pair.json.gz"
+    assert cli("export", str(pair), "-o", str(export), "--quiet").returncode == 0
+    report = tmp_path / "r.json"
+    assert cli("analyze", str(export), "-f", "json", "-o", str(report), "--quiet").returncode == 0
+    assert [s["ranks"] for s in json.loads(report.read_text())["sources"]] == [[0, 1]]
+    done = cli("crosscheck", str(export), "--quiet")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "rlperf: error: crosscheck: pair.json.gz holds the events of 2 ranks (0, 1) in one file, "
+        "and HTA reads a file as one rank: not cross-checked (cross-check the per-rank traces it "
+        "was made from): nothing is left to cross-check (HTA reads the trace files themselves)"
+    ]
+    per_rank = crosscheck_json(pair)
+    assert {row["rank"] for row in per_rank["metrics"]} == {0, 1}

@@ -65,7 +65,8 @@ def crosscheck(
 ) -> None:
     """Run HTA (pip install 'rlperf[hta]') on the run's PyTorch profiler traces and print its
     temporal breakdown and comm/compute overlap beside rlperf's, with the differences and how
-    much of them each known definitional difference explains."""
+    much of them each known definitional difference explains. A trace holding several ranks
+    (rlperf's own export of a run) is not cross-checked: HTA reads a file as one rank."""
     from ..ops.crosscheck import crosscheck as run_crosscheck  # deferred: polars, the pipeline
     from ..ops.crosscheck import load_hta, not_comparable  # deferred: polars
     from ..progress import load  # deferred: the pipeline

@@ -31,6 +31,7 @@ from ..dataset import is_dataset, read_manifest
 from ..dataset.store import changed
 from ..model.scalars import number
 from ..model.units import plural
+from ..report.sources import held_ranks
 
 REASONS: dict[str, str] = {
     "stream_sync": "HTA counts CUDA stream-synchronisation rows as busy GPU time; rlperf does not "
@@ -131,11 +132,11 @@ def crosscheck(
 ) -> CrossCheck:
     """HTA and rlperf on every Kineto trace of ``run``, rank by rank; ``skip``: the sources
     :func:`not_comparable` found, each left out with its line among the problems."""
-    skip = skip or {}
     traces = [s for s in run.sources if s.format == "kineto"]
     if not traces:
         where = run.sources[0].path if run.sources else "."
         raise InputError(where, "no PyTorch profiler trace in the run: HTA reads only those")
+    skip = {**(skip or {}), **several_ranks(run, traces)}
     if all(str(s.path.resolve()) in skip for s in traces):
         first = skip[str(traces[0].path.resolve())]
         more = f" (and {plural(len(traces) - 1, 'other trace')} alike)" if len(traces) > 1 else ""
@@ -185,6 +186,23 @@ def crosscheck(
         ),
         problems,
     )
+
+
+def several_ranks(run, traces: list) -> dict[str, str]:
+    """Resolved path → why a trace holding the events of several ranks is not cross-checked:
+    HTA reads a file as one rank and would merge them (rlperf's own export of the HTA sampled
+    pair: every metric but the window DIFFERS, under one rank's name)."""
+    held = held_ranks(run.events)
+    out: dict[str, str] = {}
+    for source in traces:
+        ranks = held.get(source.index, [])
+        if len(ranks) > 1:
+            out[str(source.path.resolve())] = (
+                f"{source.path.name} holds the events of {len(ranks)} ranks "
+                f"({', '.join(map(str, ranks))}) in one file, and HTA reads a file as one rank: "
+                "not cross-checked (cross-check the per-rank traces it was made from)"
+            )
+    return out
 
 
 class HtaFailed(Exception):

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..model.run import Run
 from .sections import SOURCES, Section, arranged, failures, sections
+from .sources import held_ranks
 
 SCHEMA = "rlperf-report/1"
 
@@ -36,9 +37,11 @@ def summary(run: Run) -> dict[str, Any]:
 
 
 def _sources(run: Run) -> dict[str, Any]:
+    held = held_ranks(run.events)
     return {
         "sources": [
-            {"path": str(s.path), "format": s.format, "rank": s.rank, "warnings": s.warnings}
+            {"path": str(s.path), "format": s.format, "rank": s.rank,
+             "ranks": held.get(s.index, []), "warnings": s.warnings}
             for s in run.sources
         ],
         "unknown_files": [str(p) for p in run.unknown],
