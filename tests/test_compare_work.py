@@ -48,3 +48,43 @@ def test_runs_of_like_work_are_ranked_by_time() -> None:
 
 def test_the_footnote_gives_the_factor() -> None:
     assert f"differs more than {WORK_APART:g}×" in NOTE
+
+
+LOGS = INFERENCE.parents[1] / "logs"
+PAIR = INFERENCE.parents[1] / "HolisticTraceAnalysis"
+TIMES = ("overview.step_time_ns", "overview.step_time_max_ns")
+
+
+def test_logs_of_different_workloads_win_no_time() -> None:
+    """A verl PPO log of Qwen2.5-7B (prompts up to 512 tokens, 10.6 s steps) "lost" step time to
+    a DeepSpeed-Chat log of OPT-1.3B (up to 256, 3.8 s): neither measures its device work, and
+    the workloads their configs state differ."""
+    found = by_metric([LOGS / "verl", LOGS / "deepspeed-chat"], ["verl", "ds"])
+    assert WORK not in found
+    assert (round(found[TIMES[0]]["verl"] / 1e7), round(found[TIMES[0]]["ds"] / 1e7)) == (
+        1063, 380)
+    for metric in TIMES:
+        assert found[metric]["winner"] == "not comparable (max_prompt_length 512 vs 256)"
+
+
+def test_a_trace_against_a_log_wins_no_time(tmp_path: Path) -> None:
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    for name in ("sampled_rank-0.json.gz", "sampled_rank-1.json.gz"):
+        (pair / name).symlink_to(PAIR / name)
+    found = by_metric([pair, LOGS / "verl"], ["pair", "verl"])
+    assert found[WORK]["pair"] > 0 and found[WORK]["verl"] is None
+    for metric in TIMES:
+        assert found[metric]["winner"] == (
+            "not comparable (work per step measured for pair, only stated in a log for verl)")
+
+
+def test_logs_stating_the_same_workload_are_ranked(tmp_path: Path) -> None:
+    """The same verl job's log over steps 101–435 against its steps 110–120 alone: the same
+    stated workload, so the shorter median wins."""
+    whole = analyzer.load([LOGS / "verl"])
+    part = analyzer.load([LOGS / "verl"], options=analyzer.Options(steps="110-120"))
+    result = compare([whole, part], ["whole", "part"])
+    found = {r["metric"]: r for r in result.table.iter_rows(named=True)}
+    median = found[TIMES[0]]
+    assert median["part"] > median["whole"] and median["winner"] == "whole"

@@ -22,7 +22,7 @@ from taxonomy.collectives import world_is_dp
 from taxonomy.vocab import DIMENSIONS, IDLE_CAUSES, STAGE_NAMES
 
 from ..analyses.overview import METRIC_BY_NAME, frame_of
-from ..model.scalars import number
+from ..model.scalars import number, number_or_none
 from ..report.comparison import MISSING
 
 METRICS_SCHEMA: dict[str, pl.DataType] = {
@@ -292,11 +292,13 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
             ], dtype=pl.String)
         )
     apart = _work_apart(table, labels)
-    if apart is not None:
+    why = f"work per step {apart:.1f}× apart" if apart is not None else _unknown_work(
+        runs, labels, table)
+    if why is not None:
         timed = pl.col("metric").is_in(TIME_OF_WORK) | pl.col("metric").str.starts_with("stage.")
         table = table.with_columns(
             pl.when(timed & pl.col("winner").is_not_null())
-            .then(pl.lit(f"{NOT_COMPARABLE} (work per step {apart:.1f}× apart)"))
+            .then(pl.lit(f"{NOT_COMPARABLE} ({why})"))
             .otherwise(pl.col("winner"))
             .alias("winner")
         )
@@ -324,6 +326,54 @@ def _work_apart(table: pl.DataFrame, labels: list[str]) -> float | None:
     if len(work) < 2 or max(work) <= WORK_APART * min(work):
         return None
     return max(work) / min(work)
+
+
+LOG_WORKLOAD = ("world_size", "train_batch_size", "rollout_n", "max_prompt_length",
+                "max_response_length", "actor_model", "critic_model")
+"""What a framework log states of the work a step does (its parser's meta keys): runs whose
+device work is not measured (logs alone) are ranked by time only where their logs state the
+same workload. A verl PPO log of Qwen2.5-7B (prompts up to 512 tokens) "lost" step time to a
+DeepSpeed-Chat log of OPT-1.3B (up to 256)."""
+
+
+def _stated(run) -> dict[str, str]:
+    """The :data:`LOG_WORKLOAD` facts the run's logs state (the first log stating one wins)."""
+    out: dict[str, str] = {}
+    for source in getattr(run, "sources", []):
+        if source.format.endswith("log"):
+            for key in LOG_WORKLOAD:
+                if source.meta.get(key) is not None:
+                    out.setdefault(key, str(source.meta[key]))
+    return out
+
+
+def _unknown_work(runs: Sequence, labels: list[str], table: pl.DataFrame) -> str | None:
+    """Why the runs timed cannot be ranked by time, where the device work per step of some is
+    not measured (:data:`WORK` has no value): none known, only stated in a log for some, or
+    stated differently (the first :data:`LOG_WORKLOAD` fact that differs); None: comparable."""
+    timed_rows = table.filter(pl.col("metric").is_in(TIME_OF_WORK))
+    timed = [label for label in labels if timed_rows[label].drop_nulls().len()]
+    work = table.filter(pl.col("metric") == WORK)
+    measured = [label for label in timed
+                if work.height and (number_or_none(work[label][0]) or 0) > 0]
+    if len(timed) < 2 or len(measured) == len(timed):
+        return None
+    stated = {label: _stated(run) for label, run in zip(labels, runs, strict=True)}
+    unmeasured = [label for label in timed if label not in measured]
+    unknown = [label for label in unmeasured if not stated[label]]
+    if unknown:
+        return f"work per step not known for {', '.join(unknown)}"
+    if measured:
+        return (f"work per step measured for {', '.join(measured)}, only stated in a log for "
+                f"{', '.join(unmeasured)}")
+    common = [key for key in LOG_WORKLOAD if all(key in stated[label] for label in timed)]
+    if not common:
+        return "the logs state no workload fact in common"
+    for key in common:
+        values = [stated[label][key] for label in timed]
+        if len(set(values)) > 1:
+            return f"{key} {' vs '.join(values)}"
+    return None
 
 
 RANK_SUMMED = ("overview.exposed_comm_ns", "overview.gpu_busy_ns")
