@@ -420,6 +420,27 @@ def _groups(collectives: pl.DataFrame, dims: list[str]) -> pl.DataFrame:
     )
 
 
+OTHER_PARALLEL = ("tp", "pp", "sp", "cp", "ep")
+"""Dimensions whose collectives are not data parallel: the DP guidelines (G14, G16) leave
+them out. HTA's sampled pair under ``--layout tp=2`` has only tp collectives, and G14 asked to
+balance DP ranks it does not have while G16 counted TP all-reduces as DP communication."""
+
+
+def _other_parallel(collectives: pl.DataFrame | None) -> pl.DataFrame:
+    """rank, start_ns, end_ns and dim of the collective calls of :data:`OTHER_PARALLEL`."""
+    if collectives is None:
+        return pl.DataFrame(schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64,
+                                    "dim": pl.String})
+    return collectives.filter(pl.col("dim").cast(pl.String).is_in(OTHER_PARALLEL)).select(
+        "rank", "start_ns", "end_ns", pl.col("dim").cast(pl.String)).unique(
+        ["rank", "start_ns", "end_ns"], keep="first", maintain_order=True)
+
+
+def _dims(calls: pl.DataFrame) -> str:
+    """The dimensions of ``calls``, in :data:`OTHER_PARALLEL` order."""
+    return ", ".join(d for d in OTHER_PARALLEL if d in set(calls["dim"]))
+
+
 def dp_imbalance(ev: Evidence, check: Check) -> Result:
     """max/mean − 1 of per-rank update compute within DP groups (trace), else of logged tokens."""
     activity = ev.frame("activity")
@@ -436,6 +457,11 @@ def dp_imbalance(ev: Evidence, check: Check) -> Result:
         groups = _groups(collectives, ["dp", "fsdp"]) if collectives is not None else None
         scope = "DP groups"
         if groups is None or groups.height == 0:
+            other = _other_parallel(collectives)
+            if other.height:
+                return Missing(
+                    f"DP groups (the collectives are {_dims(other)}, none DP: ranks of other "
+                    "dimensions do different or identical work by design)")
             groups = busy.select("rank").unique().with_columns(pl.lit("all").alias("group"))
             scope = "all updating ranks (no DP groups recorded)"
         per_group = (
@@ -480,7 +506,9 @@ def exposed_update_comm(ev: Evidence, check: Check) -> Result:
     if updating.height == 0:
         return Missing("device activity inside the update stages (a trace)")
     keys = ["step", "rank"]
-    comm = updating.filter(pl.col("is_collective"))
+    collective = updating.filter(pl.col("is_collective"))
+    other = _other_parallel(ev.frame("collectives"))
+    comm = collective.join(other, on=["rank", "start_ns", "end_ns"], how="anti")
     compute = updating.filter(~pl.col("is_collective"))
     span = intervals.union_length(
         ev.device_timeline.filter(pl.col("stage").cast(pl.String).is_in(list(TRAIN_STAGES))),
@@ -503,7 +531,13 @@ def exposed_update_comm(ev: Evidence, check: Check) -> Result:
         .with_columns((pl.col("num") / pl.col("den")).alias("value"))
     )
     frame = ev.in_windows(frame)
-    note = "" if comm.height else "; no collectives inside the updates"
+    left_out = collective.height - comm.height
+    kept = other.join(collective.select("rank", "start_ns", "end_ns").unique(),
+                      on=["rank", "start_ns", "end_ns"])
+    note = f"; {plural(left_out, 'collective call')} of {_dims(kept)} left out" if left_out else ""
+    if not comm.height:
+        note += "; no DP/FSDP collectives inside the updates" if left_out else \
+            "; no collectives inside the updates"
     return Measured(
         per_step(frame),
         f"update-stage activity of {plural(per_rank['rank'].n_unique(), 'rank')} in the "
