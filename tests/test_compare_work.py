@@ -88,3 +88,17 @@ def test_logs_stating_the_same_workload_are_ranked(tmp_path: Path) -> None:
     found = {r["metric"]: r for r in result.table.iter_rows(named=True)}
     median = found[TIMES[0]]
     assert median["part"] > median["whole"] and median["winner"] == "whole"
+
+
+def test_a_graph_capture_trace_wins_no_idle_or_time() -> None:
+    """vLLM's capture trace records capturing its graphs, not serving (analyze gives it no idle
+    saving); it "won" idle (other), 0.0% against the replay's 31.3%."""
+    replay = INFERENCE / "vllm_decode_full__graph_execution.json.gz"
+    capture = next(INFERENCE.glob("vllm_decode_full__capture_traces__*.json.gz"))
+    found = by_metric([replay, capture], ["replay", "capture"])
+    verdict = "not comparable (graph capture: capture)"
+    idle = [m for m in found if m.startswith("idle.")]
+    assert "idle.other" in idle and found["idle.other"]["capture"] == 0
+    for metric in (*idle, *TIMES, "overview.idle_fraction", "overview.gpu_idle_fraction"):
+        assert found[metric]["winner"] == verdict, metric
+    assert found["overview.ranks"]["winner"] is None

@@ -302,6 +302,18 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
             .otherwise(pl.col("winner"))
             .alias("winner")
         )
+    captured = [label for label, run in zip(labels, runs, strict=True) if _captures(run)]
+    if captured:
+        idle_or_time = (pl.col("metric").is_in(TIME_OF_WORK)
+                        | pl.col("metric").str.starts_with("stage.")
+                        | pl.col("metric").str.starts_with("idle.")
+                        | pl.col("metric").is_in(CAPTURE_IDLE))
+        table = table.with_columns(
+            pl.when(idle_or_time & pl.col("winner").is_not_null())
+            .then(pl.lit(f"{NOT_COMPARABLE} (graph capture: {', '.join(captured)})"))
+            .otherwise(pl.col("winner"))
+            .alias("winner")
+        )
     return Comparison(
         labels=labels,
         table=table.select(
@@ -326,6 +338,18 @@ def _work_apart(table: pl.DataFrame, labels: list[str]) -> float | None:
     if len(work) < 2 or max(work) <= WORK_APART * min(work):
         return None
     return max(work) / min(work)
+
+
+CAPTURE_IDLE = tuple(f"overview.{m}" for m in (
+    "gpu_idle_fraction", "gpu_step_idle_fraction", "idle_fraction", "trainer_idle_fraction",
+    "rollout_idle_fraction"))
+"""Headline idle shares, which a graph-capture trace measures of capturing, not serving (with
+every ``idle.*`` and time metric): TraceLens' SGLang capture "won" idle against vLLM's replay."""
+
+
+def _captures(run) -> bool:
+    """Whether a source of the run is a graph-capture trace (its operators captured, not run)."""
+    return any(s.meta.get("graph_capture") for s in getattr(run, "sources", []))
 
 
 LOG_WORKLOAD = ("world_size", "train_batch_size", "rollout_n", "max_prompt_length",
