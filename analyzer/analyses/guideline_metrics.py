@@ -16,6 +16,7 @@ import polars as pl
 from taxonomy.guidelines import Check
 from taxonomy.vocab import FORWARD_STAGES, TRAIN_STAGES
 
+from ..assemble.p2p import P2P
 from ..model import intervals
 from ..model.scalars import as_int
 from ..model.units import plural
@@ -588,6 +589,12 @@ def pipeline_bubble(ev: Evidence, check: Check) -> Result:
     collectives = ev.frame("collectives")
     if collectives is not None:
         pp_rows = collectives.filter(pl.col("dim") == "pp")
+        unknown = collectives.filter(
+            (pl.col("dim") == "unknown") & pl.col("coll").is_in(P2P)).height
+        if pp_rows.height == 0 and unknown:
+            return Missing(
+                f"the pipeline degree: the trace has {plural(unknown, 'send/recv call')} of "
+                "unknown dimension (no pipeline schedule named; --layout pp=N says it)")
         if pp_rows.height == 0:
             return Measured(
                 per_step(pl.DataFrame({"value": [0.0]})),
