@@ -108,7 +108,8 @@ def test_a_label_given_twice_is_named_in_one_line():
     a, b = str(RUNS / "trl_grpo"), str(RUNS / "verl_grpo_colocated")
     done = cli("compare", a, b, "-l", "x", "-l", "x", "--quiet")
     assert done.returncode == 2
-    assert "--label 'x' is given twice: each run needs its own label" in done.stderr
+    assert done.stderr.splitlines() == [
+        "rlperf: error: --label: 'x' is given twice: each run needs its own label"]
 
 
 @pytest.mark.parametrize("width", [60, 120])

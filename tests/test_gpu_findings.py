@@ -521,6 +521,11 @@ def test_idle_gap_filled_by_a_copy_saves_nothing() -> None:
     copy = out.filter(pl.col("id") == "gpu.copies.HtoD").row(0, named=True)
     assert copy["severity"] == "warn" and copy["saving_ns"] == 2 * MS
     assert "1 of ≥ 9.54 MiB" in copy["evidence"]
+    small = _idle(2 * MS, 1, launch_late=False)
+    small.append(_ev(0, "memcpy", "Memcpy HtoD (Pinned -> Device)", MS, 3 * MS, stream=9,
+                     nbytes=5_000_000))
+    below = _compute(small).filter(pl.col("id") == "gpu.copies.HtoD").row(0, named=True)
+    assert "(none of ≥ 9.54 MiB; longest 4.77 MiB in 2 ms" in below["evidence"]
 
 
 def test_host_bound_needs_the_launch_to_end_inside_the_gap() -> None:

@@ -857,9 +857,10 @@ def _copies(m: pl.DataFrame, rule: dict[str, Any], n_steps: int, host_device: li
         longest = (f"{size(r['longest_bytes'])} in {duration(r['longest_ns'])}"
                    if r["longest_bytes"] is not None
                    else f"{duration(r['longest_ns'])}, its size not recorded")
+        large = (f"{r['large']} of ≥ {size(rule['large_bytes'])}" if r["large"]
+                 else f"none of ≥ {size(rule['large_bytes'])}")
         evidence = (
-            f"{r['count']} {r['direction']} copies, {moved} ({r['large']} of ≥ "
-            f"{size(rule['large_bytes'])}; longest {longest}"
+            f"{r['count']} {r['direction']} copies, {moved} ({large}; longest {longest}"
             + (f" = {gbps:.1f} GB/s" if gbps else "") + "); "
             f"up to {percent(r['share'])} of a rank's GPU window; "
             f"{duration(r['exposed_ns'])} with no kernel running "

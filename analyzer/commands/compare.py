@@ -105,7 +105,7 @@ def compare(
     from ..ops.compare import compare as compare_runs  # deferred: the pipeline imports polars
 
     if len(runs) < 2:
-        raise typer.BadParameter("give at least two runs to compare")
+        raise InputError("compare", "give at least two runs to compare")
     labels = checked_labels(list(label or []), runs)
     steps = Steps(quiet)
     loaded = [
@@ -157,14 +157,12 @@ def checked_labels(given: list[str], runs: list[Path]) -> list[str]:
     if not given:
         return default_labels(runs)
     if len(given) != len(runs):
-        raise typer.BadParameter(
-            f"{len(given)} --label for {len(runs)} runs: give one label per run"
-        )
+        raise InputError("--label", f"{len(given)} given for {len(runs)} runs: give one label "
+                         "per run")
     repeated = sorted({x for x in given if given.count(x) > 1})
     if repeated:
-        raise typer.BadParameter(
-            f"--label {printable(repeated[0])!r} is given twice: each run needs its own label"
-        )
+        raise InputError("--label", f"{printable(repeated[0])!r} is given twice: each run needs "
+                         "its own label")
     return given
 
 
