@@ -169,3 +169,15 @@ def test_the_terminal_report_takes_markup_and_escapes_in_names_as_text(tmp_path:
     assert done.returncode == 0, done.stderr
     assert "\\x1b[31mred[bold].json" in done.stdout and "\x1b" not in done.stdout
     assert "step[/dim]x" in done.stdout
+
+
+def test_a_folder_of_links_is_titled_by_its_own_name(tmp_path: Path):
+    """The Markdown and HTML title named the folder the links point into
+    (``rlperf: HolisticTraceAnalysis``) for a folder ``pair/`` of links to two of its files."""
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    name = "sampled_rank-0.json.gz"
+    (pair / name).symlink_to(CORPUS / "HolisticTraceAnalysis" / name)
+    done = cli("analyze", str(pair), "-f", "md", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "# rlperf: pair"

@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 
 def title_of(run) -> str:
-    """``rlperf: <the folder the sources share>``."""
-    paths = [str(s.path.resolve().parent) for s in run.sources]
+    """``rlperf: <the folder the sources share>``, as the user named it: a folder of links to
+    the files is its own name, not that of the folder the links point into."""
+    paths = [os.path.dirname(os.path.abspath(s.path)) for s in run.sources]
     if not paths:
         return "rlperf report"
     common = Path(os.path.commonpath(paths))
