@@ -79,15 +79,24 @@ def test_capture_is_exported_once_into_the_cache(capture, cache_env: Path) -> No
     assert again.events.equals(first.events)
 
 
+CLOCK_TOL_NS = 200_000
+"""How far nsys' epoch (session start + session time) may lie from the workload's
+``time.time_ns()`` around the same push: measured 0.2-32 µs after the stamp before it."""
+
+
 def test_capture_times_are_the_wall_clock_epoch(capture, cache_env: Path) -> None:
     """Absolute times (session start + session time) agree with the workload's own
-    time.time_ns()."""
+    time.time_ns(): each range starts between the stamps the workload took just before and
+    just after its push. (A fixed tolerance around the first stamp failed once when the loaded
+    machine took 1.34 ms between that stamp and the push.)"""
     report, truth, _ = capture
     ranges = nsys_rep.parse(report).events.filter(pl.col("kind") == "annotation").sort("end_ns")
-    offsets = [
-        start - want["epoch_ns"] for start, want in zip(ranges["start_ns"], truth, strict=True)
+    outside = [
+        (want["name"], start - want["epoch_ns"], want["pushed_ns"] - start)
+        for start, want in zip(ranges["start_ns"], truth, strict=True)
+        if not want["epoch_ns"] - CLOCK_TOL_NS <= start <= want["pushed_ns"] + CLOCK_TOL_NS
     ]
-    assert max(abs(o) for o in offsets) <= RANGE_TOL_NS, offsets
+    assert len(truth) == 20 and not outside, outside
 
 
 def test_no_nsys_process_outlives_the_captures(capture) -> None:

@@ -32,6 +32,7 @@ class timed:
         self.epoch = time.time_ns()
         self.t0 = time.perf_counter_ns()
         self.range.__enter__()
+        self.pushed = time.time_ns()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -45,6 +46,7 @@ class timed:
                 "depth": self.depth,
                 "dur_ns": dur,
                 "epoch_ns": self.epoch,
+                "pushed_ns": self.pushed,
                 "kind": "push/pop",
             }
         )
@@ -70,6 +72,7 @@ def main(out: str) -> None:
         nvtx.mark("step done")
     epoch, t0 = time.time_ns(), time.perf_counter_ns()
     handle = nvtx.start_range("weight_sync")
+    pushed = time.time_ns()
     _DEPTH += 1
     with timed("broadcast"):
         busy(0.015)
@@ -81,6 +84,7 @@ def main(out: str) -> None:
             "depth": 0,
             "dur_ns": time.perf_counter_ns() - t0,
             "epoch_ns": epoch,
+            "pushed_ns": pushed,
             "kind": "start/end",
         }
     )
