@@ -288,6 +288,10 @@ def test_metric_paths():
     )
     assert value("overview.framework")[0] is None
     assert "no section 'bubbles'" in value("bubbles.idle_ns")[1]
+    # a report of an rlperf before the finding counts: the metric exists, the report's row not
+    assert value("overview.finding_errors") == (
+        None, "the report has no row overview.finding_errors: it was written by an rlperf "
+        "without that metric (write the report again)")
 
 
 def test_regression_checks_cover_every_directed_summary_number(reports):

@@ -40,7 +40,7 @@ from rich.cells import cell_len
 from parsers.errors import InputError
 from taxonomy.tomlfile import read_toml
 
-from ..analyses.overview import METRICS
+from ..analyses.overview import METRIC_BY_NAME, METRICS
 from ..model.units import cell, plural, unit_format
 from ..report.fit import wrap
 from ..report.json import SCHEMA as REPORT_SCHEMA
@@ -147,6 +147,9 @@ def resolve(document: dict[str, Any], path: MetricPath) -> tuple[float | None, s
     rows = [r for r in rows if isinstance(r, dict) and all(_keep(r, f) for f in path.filters)]
     if rows and path.field not in rows[0] and "metric" in rows[0]:
         rows = [r for r in rows if r.get("metric") == path.field]
+        if not rows and path.section == "overview" and path.field in METRIC_BY_NAME:
+            return None, (f"the report has no row {path.text}: it was written by an rlperf "
+                          "without that metric (write the report again)")
         values = [r.get("value") for r in rows]
     else:
         if rows and all(path.field not in r for r in rows):
