@@ -201,8 +201,13 @@ def test_hta_traces_with_unsized_pipeline_groups_are_analysed(name: str):
     g13 = next(g for g in report["guidelines"] if g["id"] == "G13")
     # Their send/recv run with no pipeline evidence, so they are not pipeline traffic
     # (tests/test_guideline_applicability.py); the unsized-group path itself is covered by the
-    # built cases above and in test_mutants_guidelines.py.
-    assert g13["status"] == "passed" and g13["value"] == 0
+    # built cases above and in test_mutants_guidelines.py. test.json.gz keeps one send_recv of
+    # no known dimension, which may be a pipeline's: G13 is not judged there.
+    if name == "test.json.gz":
+        assert g13["status"] == "not_evaluated" and g13["value"] is None
+        assert "1 send/recv call of unknown dimension" in g13["evidence"]
+    else:
+        assert g13["status"] == "passed" and g13["value"] == 0
 
 
 # --- internal errors: one line, exit 3, the rest of the report written -------------------------

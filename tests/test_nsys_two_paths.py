@@ -3,6 +3,7 @@ ranges of the same names → .nsys-rep). Both parsers must report the same range
 
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
 
@@ -83,8 +84,13 @@ def test_same_durations_within_tolerance(both) -> None:
 
 
 def test_same_epoch_clock(both) -> None:
+    """Both parsers put the ranges on one epoch clock: a wrong base (a time zone, the session's
+    start missed) moves every range by the same seconds, so the median offset is held tight and
+    each range only to the live capture's delays."""
     kineto, nsys = both
     offsets = (kineto["start"] - nsys["start"]).to_list()
-    # measured: the Kineto range starts 4-157 µs after the nsys one in one run, 810 µs (step 0) in
-    # the next (the same scheduling delay as above), so 2 ms stays
-    assert all(abs(o) < 2_000_000 for o in offsets), offsets
+    # measured: the Kineto range starts 4-157 µs after the nsys one in one run; 810 µs on step 0
+    # in the next, and 2.55 ms on step 0 (the first record_function) under a full clean-CI suite,
+    # where the other seven lay 6-104 µs apart
+    assert abs(statistics.median(offsets)) < 500_000, offsets
+    assert all(abs(o) < 5_000_000 for o in offsets), offsets
