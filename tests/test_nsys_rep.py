@@ -80,8 +80,9 @@ def test_capture_is_exported_once_into_the_cache(capture, cache_env: Path) -> No
 
 
 CLOCK_TOL_NS = 200_000
-"""How far nsys' epoch (session start + session time) may lie from the workload's
-``time.time_ns()`` around the same push: measured 0.2-32 µs after the stamp before it."""
+"""How far nsys' epoch (session start + session time) may lie outside the workload's two
+``time.time_ns()`` stamps around the same push: measured inside them on all 20 ranges, 0.3-137 µs
+after the stamp before and 0.3-2.1 µs before the stamp after."""
 
 
 def test_capture_times_are_the_wall_clock_epoch(capture, cache_env: Path) -> None:

@@ -23,7 +23,7 @@ from taxonomy.efficiency import EfficiencyTable, table
 
 from ..model.frames import FINDING_CANDIDATES
 from ..model.products import Lazy, provides
-from ..model.run import SourceInfo
+from ..model.run import SourceInfo, captured
 
 EFFICIENCY_STEPS = pl.Schema({
     "source": pl.UInt32(),
@@ -429,18 +429,14 @@ def _executed_flops(sources: list[SourceInfo]) -> pl.Expr:
     """Rows with FLOPs that ran: not those of a graph-capture trace, whose operators were
     recorded into a graph, not executed (their FLOPs over the capture's time is no rate)."""
     return (pl.col("flops").is_not_null() & (pl.col("flops") > 0)
-            & ~pl.col("source").is_in([s.index for s in _captured(sources)]))
-
-
-def _captured(sources: list[SourceInfo]) -> list[SourceInfo]:
-    return [s for s in sources if s.meta.get("graph_capture")]
+            & ~pl.col("source").is_in([s.index for s in captured(sources)]))
 
 
 def capture_notes(sources: list[SourceInfo]) -> list[str]:
     return [
         f"{s.path.name}: a graph-capture trace: its operators were captured into a graph, not "
         "executed, so no TFLOP/s or MFU is computed from their FLOPs"
-        for s in _captured(sources)
+        for s in captured(sources)
     ]
 
 

@@ -32,6 +32,7 @@ from ..model import frames, intervals
 from ..model.failures import Failure, record, user_errors
 from ..model.intervals import union_length
 from ..model.products import Lazy, providers, provides
+from ..model.run import captured
 from ..model.units import duration, percent, plural, spans
 from . import queued
 
@@ -118,11 +119,11 @@ def workload(sources: Iterable[Any], placement: dict[str, Any] | None,
     ``meta["graph_replay"]``), its placement (``rollout_only``), its profile (an engine's; a
     single-controller framework's, ``controllers``) and its stage ranges (a driver's range: the
     trace records the controller). Without stage ranges the controller is not judged."""
-    captured = [s for s in sources if s.meta.get("graph_capture")]
+    captures = captured(sources)
     replayed = any((s.meta.get("graph_replay") or {}).get("launches") for s in sources)
     engine = bool(getattr((profile or {}).get("profile"), "engine", False))
     rollout_only = (placement or {}).get("placement") == "rollout_only"
-    capture = {k: sum(s.meta["graph_capture"].get(k, 0) for s in captured)
+    capture = {k: sum(s.meta["graph_capture"].get(k, 0) for s in captures)
                for k in ("captures", "captured_launches")}
     name = str((profile or {}).get("name") or "")
     driven = stage_ranges is None or name in set(controllers) or bool(
@@ -130,9 +131,9 @@ def workload(sources: Iterable[Any], placement: dict[str, Any] | None,
     )
     return Workload(
         kind="inference" if engine or rollout_only else "training",
-        graphs="capture" if captured else "replay" if replayed else "",
-        capture=capture if captured else {},
-        files=tuple(s.path.name for s in captured),
+        graphs="capture" if captures else "replay" if replayed else "",
+        capture=capture if captures else {},
+        files=tuple(s.path.name for s in captures),
         controller=driven,
         framework=name,
     )

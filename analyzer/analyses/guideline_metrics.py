@@ -533,8 +533,7 @@ def exposed_update_comm(ev: Evidence, check: Check) -> Result:
     )
     frame = ev.in_windows(frame)
     left_out = collective.height - comm.height
-    kept = other.join(collective.select("rank", "start_ns", "end_ns").unique(),
-                      on=["rank", "start_ns", "end_ns"])
+    kept = other.join(collective, on=["rank", "start_ns", "end_ns"], how="semi")
     note = f"; {plural(left_out, 'collective call')} of {_dims(kept)} left out" if left_out else ""
     if not comm.height:
         note += "; no DP/FSDP collectives inside the updates" if left_out else \
@@ -589,13 +588,13 @@ def pipeline_bubble(ev: Evidence, check: Check) -> Result:
     collectives = ev.frame("collectives")
     if collectives is not None:
         pp_rows = collectives.filter(pl.col("dim") == "pp")
-        unknown = collectives.filter(
-            (pl.col("dim") == "unknown") & pl.col("coll").is_in(P2P)).height
-        if pp_rows.height == 0 and unknown:
-            return Missing(
-                f"the pipeline degree: the trace has {plural(unknown, 'send/recv call')} of "
-                "unknown dimension (no pipeline schedule named; --layout pp=N says it)")
         if pp_rows.height == 0:
+            unknown = collectives.filter(
+                (pl.col("dim") == "unknown") & pl.col("coll").is_in(P2P)).height
+            if unknown:
+                return Missing(
+                    f"the pipeline degree: the trace has {plural(unknown, 'send/recv call')} "
+                    "of unknown dimension (no pipeline schedule named; --layout pp=N says it)")
             return Measured(
                 per_step(pl.DataFrame({"value": [0.0]})),
                 "no pipeline-parallel collectives among "

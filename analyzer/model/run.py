@@ -9,6 +9,7 @@ follow the schemas in ``analyzer/model/frames.py``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,12 @@ class SourceInfo:
     rank: int
     meta: dict[str, Any]
     warnings: list[str]
+
+
+def captured(sources: Iterable[SourceInfo]) -> list[SourceInfo]:
+    """The graph-capture traces among ``sources`` (``meta["graph_capture"]``): their operators
+    were captured, not run, so their idle, times and FLOPs are of capturing, not serving."""
+    return [s for s in sources if s.meta.get("graph_capture")]
 
 
 @dataclass

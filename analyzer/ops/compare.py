@@ -22,6 +22,7 @@ from taxonomy.collectives import world_is_dp
 from taxonomy.vocab import DIMENSIONS, IDLE_CAUSES, STAGE_NAMES
 
 from ..analyses.overview import METRIC_BY_NAME, frame_of
+from ..model.run import captured
 from ..model.scalars import number, number_or_none
 from ..report.comparison import MISSING
 
@@ -291,29 +292,16 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
                 for row in table.select("metric", "winner", *labels).iter_rows(named=True)
             ], dtype=pl.String)
         )
+    timed = pl.col("metric").is_in(TIME_OF_WORK) | pl.col("metric").str.starts_with("stage.")
     apart = _work_apart(table, labels)
     why = f"work per step {apart:.1f}× apart" if apart is not None else _unknown_work(
         runs, labels, table)
-    if why is not None:
-        timed = pl.col("metric").is_in(TIME_OF_WORK) | pl.col("metric").str.starts_with("stage.")
-        table = table.with_columns(
-            pl.when(timed & pl.col("winner").is_not_null())
-            .then(pl.lit(f"{NOT_COMPARABLE} ({why})"))
-            .otherwise(pl.col("winner"))
-            .alias("winner")
-        )
-    captured = [label for label, run in zip(labels, runs, strict=True) if _captures(run)]
-    if captured:
-        idle_or_time = (pl.col("metric").is_in(TIME_OF_WORK)
-                        | pl.col("metric").str.starts_with("stage.")
-                        | pl.col("metric").str.starts_with("idle.")
-                        | pl.col("metric").is_in(CAPTURE_IDLE))
-        table = table.with_columns(
-            pl.when(idle_or_time & pl.col("winner").is_not_null())
-            .then(pl.lit(f"{NOT_COMPARABLE} (graph capture: {', '.join(captured)})"))
-            .otherwise(pl.col("winner"))
-            .alias("winner")
-        )
+    table = _not_comparable(table, timed, why)
+    captures = [label for label, run in zip(labels, runs, strict=True)
+                if captured(getattr(run, "sources", []))]
+    idle = pl.col("metric").str.starts_with("idle.") | pl.col("metric").is_in(CAPTURE_IDLE)
+    table = _not_comparable(table, timed | idle,
+                            f"graph capture: {', '.join(captures)}" if captures else None)
     return Comparison(
         labels=labels,
         table=table.select(
@@ -326,6 +314,19 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
             *[f"change {label}" for label in labels[1:]],
             "winner",
         ),
+    )
+
+
+def _not_comparable(table: pl.DataFrame, metrics: pl.Expr, why: str | None) -> pl.DataFrame:
+    """``table`` with the winner of each of ``metrics`` that has one replaced by
+    :data:`NOT_COMPARABLE` and ``why``; unchanged when ``why`` is None."""
+    if why is None:
+        return table
+    return table.with_columns(
+        pl.when(metrics & pl.col("winner").is_not_null())
+        .then(pl.lit(f"{NOT_COMPARABLE} ({why})"))
+        .otherwise(pl.col("winner"))
+        .alias("winner")
     )
 
 
@@ -345,11 +346,6 @@ CAPTURE_IDLE = tuple(f"overview.{m}" for m in (
     "rollout_idle_fraction"))
 """Headline idle shares, which a graph-capture trace measures of capturing, not serving (with
 every ``idle.*`` and time metric): TraceLens' SGLang capture "won" idle against vLLM's replay."""
-
-
-def _captures(run) -> bool:
-    """Whether a source of the run is a graph-capture trace (its operators captured, not run)."""
-    return any(s.meta.get("graph_capture") for s in getattr(run, "sources", []))
 
 
 LOG_WORKLOAD = ("world_size", "train_batch_size", "rollout_n", "max_prompt_length",
