@@ -88,3 +88,24 @@ def test_the_markdown_headline_never_folds_and_other_long_tables_still_do() -> N
     report = markdown.render(analyzer.load([DF]))
     headline_text = report.split("## Headline numbers", 1)[1].split("\n## ", 1)[0]
     assert "<details>" not in headline_text and "| findings: error | 2 |" in headline_text
+
+
+def test_a_run_of_logs_only_has_no_rank_count() -> None:
+    """verl's log states 16 GPUs in its config and the headline said "ranks (devices) 0": no
+    trace records any rank, so the count is empty and says what it needs, and compare of two such
+    runs, which reads the count, has no rank row and still compares the rest."""
+    stopped, healthy = CORPUS / "logs" / "verl-tpu", CORPUS / "logs" / "verl"
+    runs = [analyzer.load([p]) for p in (stopped, healthy)]
+    for run in runs:
+        assert _values(run)["ranks"] is None
+        headline = markdown.render(run).split("## Headline numbers", 1)[1]
+        assert "| ranks (devices) | – needs a device trace (a log says what ran" in headline
+    table = compare(runs, ["tpu", "verl"]).table
+    assert "overview.ranks" not in table["metric"].to_list()
+    assert table.filter(pl.col("metric") == "overview.steps")["verl"].to_list() == [335]
+    warnings = table.filter(pl.col("metric") == "overview.guideline_warnings").row(0, named=True)
+    # tpu's 1 (G8, from its config) against verl's 2 of guidelines tpu never got to judge
+    assert (warnings["tpu"], warnings["verl"]) == (1, 2)
+    assert warnings["winner"] == "not comparable (G15, G23 not judged for tpu)"
+    with_trace = _values(analyzer.load([DF]))
+    assert with_trace["ranks"] == 1

@@ -56,7 +56,9 @@ STEPS_NEED = "step ranges in a trace or step numbers in a log"
 FINDINGS_NEED = "a step (in a trace or a log) or a GPU kernel to judge"
 
 METRICS: tuple[Metric, ...] = (
-    Metric("ranks", "ranks (devices)", "count", ""),
+    Metric(
+        "ranks", "ranks (devices)", "count", "a device trace (a log says what ran, not where)"
+    ),
     Metric("steps", "steps", "count", STEPS_NEED),
     Metric("step_time_ns", "step time (median)", "ns", STEPS_NEED, "lower"),
     Metric(
@@ -239,8 +241,10 @@ def _in(products: Mapping[str, Any], name: str, *columns: str) -> pl.DataFrame |
 
 
 def _ranks(products: Mapping[str, Any]) -> dict[str, Any]:
+    """No value for a run of logs only: 0 ranks would read as a measured count, and a log's
+    stated GPUs (its config) are not ranks whose work was recorded."""
     ranks = products.get("ranks")
-    return {"ranks": len(ranks)} if ranks is not None else {}
+    return {"ranks": len(ranks)} if ranks else {}
 
 
 def warmup_steps(products: Mapping[str, Any]) -> list[int]:

@@ -221,7 +221,7 @@ def _cannot_idle(rows: pl.DataFrame) -> pl.Expr:
     """The idle causes the run cannot have (:data:`IDLE_NEEDS`), read from its own metrics."""
     have = set(rows["metric"].to_list())
     ranks = rows.filter(pl.col("metric") == "overview.ranks")["value"]
-    facts = {"ranks": ranks.len() > 0 and ranks[0] >= 2}
+    facts = {"ranks": ranks.len() > 0 and (ranks[0] or 0) >= 2}
     lacking = [
         f"idle.{cause}" for cause, need in IDLE_NEEDS.items()
         if not facts.get(need, need in have)
@@ -302,6 +302,9 @@ def compare(runs: Sequence, labels: Sequence[str]) -> Comparison:
     idle = pl.col("metric").str.starts_with("idle.") | pl.col("metric").is_in(CAPTURE_IDLE)
     table = _not_comparable(table, timed | idle,
                             f"graph capture: {', '.join(captures)}" if captures else None)
+    for metric, severity in GUIDELINE_COUNTS.items():
+        table = _not_comparable(table, pl.col("metric") == metric,
+                                _judged_apart(runs, labels, severity))
     return Comparison(
         labels=labels,
         table=table.select(
@@ -396,6 +399,39 @@ def _unknown_work(runs: Sequence, labels: list[str], table: pl.DataFrame) -> str
     return None
 
 
+GUIDELINE_COUNTS = {"overview.guideline_errors": "error", "overview.guideline_warnings": "warn"}
+"""Counts of the guidelines violated among those judged, with the severity each counts: fewer
+make the better run only where every violation counted is of a guideline all runs judged. verl
+on TPU, stopped before step 1, judged 4 guidelines from its config and "won" the warnings (1)
+against a verl log of 335 steps whose 2 are of guidelines it could not judge (G15, G23)."""
+
+
+def _judged_apart(runs: Sequence, labels: list[str], severity: str) -> str | None:
+    """Why the count of violations at ``severity`` cannot rank the runs: the guidelines some
+    run violated that another did not judge, and those runs; None when there is none (a run
+    that judged no guideline has no count and takes no part) or a run has no verdicts."""
+    judged: dict[str, set[str]] = {}
+    violated: dict[str, set[str]] = {}
+    for label, run in zip(labels, runs, strict=True):
+        verdicts = frame_of(run, "violations", "id", "status", "severity")
+        if verdicts is None:
+            return None
+        done = verdicts.filter(pl.col("status").is_in(["violated", "passed"]))
+        if done.height:
+            judged[label] = set(done["id"].to_list())
+            violated[label] = set(done.filter((pl.col("status") == "violated")
+                                              & (pl.col("severity") == severity))["id"].to_list())
+    if not judged:
+        return None
+    common = set.intersection(*judged.values())
+    counted: set[str] = set().union(*violated.values())
+    outside = sorted(counted - common, key=lambda g: (len(g), g))
+    if not outside:
+        return None
+    lacking = [label for label in judged if not all(g in judged[label] for g in outside)]
+    return f"{', '.join(outside)} not judged for {', '.join(lacking)}"
+
+
 RANK_SUMMED = ("overview.exposed_comm_ns", "overview.gpu_busy_ns")
 """Run-summary numbers summed over ranks, as every ``exposed.<dim>`` is: between runs of
 different rank counts the one with fewer ranks would win them by having fewer ranks (HTA's
@@ -410,7 +446,8 @@ NOT_COMPARABLE = "not comparable"
 def _unless_ranks_differ(row: dict[str, object], labels: list[str],
                          ranks: dict[str, object]) -> str | None:
     """A rank-summed metric's winner, or :data:`NOT_COMPARABLE` when the runs that have a value
-    for it differ in rank count (a logs-only run, 0 ranks and no such value, takes no part)."""
+    for it differ in rank count (a logs-only run, with no rank count and no such value, takes
+    no part)."""
     metric, winner = str(row["metric"]), row["winner"]
     summed = metric in RANK_SUMMED or metric.startswith("exposed.")
     if not summed or winner is None:
