@@ -315,8 +315,8 @@ def test_an_internal_error_outside_the_sections_is_one_line_and_exit_3():
 def test_sections_in_process_mark_the_failure_and_record_it_once(monkeypatch):
     from analyzer.report.sections import gpu_time
 
+    clean = [s.key for s in sections(make_run(steps=steps((0, 100))))]
     run = make_run(steps=steps((0, 100)))
-    clean = [s.key for s in sections(run)]
     monkeypatch.setattr(gpu_time, "section", failing_in(gpu_time, KeyError("rank")))
     shown = sections(run)
     sections(run)

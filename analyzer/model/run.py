@@ -55,6 +55,9 @@ class Run(Products):
     shards: Shards | None = None
     """Where rank-local products are computed rank by rank (a run read from a dataset); None:
     over the whole event table (:mod:`analyzer.model.sharded`)."""
+    kept: dict[str, Any] = field(default_factory=dict, repr=False)
+    """What a later layer derives from the products and keeps with the run (the report's
+    sections, built once however many formats are written)."""
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
     _resolving: list[str] = field(default_factory=list, repr=False)
 

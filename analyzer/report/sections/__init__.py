@@ -117,7 +117,18 @@ def arranged(found: list[Section]) -> list[Section | str]:
 
 def sections(run: Run) -> list[Section]:
     """Every section of :data:`LAYOUT` that has something to show, in its order; a section
-    whose building fails is marked failed (:func:`record_failure`) and the others still come."""
+    whose building fails is marked failed (:func:`record_failure`) and the others still come.
+    Built once per run and kept (``Run.kept``): the command builds them behind its progress
+    display, then each format it writes lays the same sections out."""
+    if KEPT not in run.kept:
+        run.kept[KEPT] = _built(run)
+    return run.kept[KEPT]
+
+
+KEPT = "report.sections"
+
+
+def _built(run: Run) -> list[Section]:
     out: list[Section] = []
     for name, module in LAYOUT:
         if module is None:
