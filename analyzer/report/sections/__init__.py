@@ -119,10 +119,14 @@ def sections(run: Run) -> list[Section]:
     """Every section of :data:`LAYOUT` that has something to show, in its order; a section
     whose building fails is marked failed (:func:`record_failure`) and the others still come.
     Built once per run and kept (``Run.kept``): the command builds them behind its progress
-    display, then each format it writes lays the same sections out."""
-    if KEPT not in run.kept:
-        run.kept[KEPT] = _built(run)
-    return run.kept[KEPT]
+    display, then each format it writes lays the same sections out; a warning or note added
+    since (the sections say them) builds them anew."""
+    said = (tuple(run.warnings), tuple(run.notes))
+    kept = run.kept.get(KEPT)
+    if kept is None or kept[0] != said:
+        built = _built(run)
+        run.kept[KEPT] = kept = ((tuple(run.warnings), tuple(run.notes)), built)
+    return kept[1]
 
 
 KEPT = "report.sections"
