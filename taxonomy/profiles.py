@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from .tomlfile import read_toml, regex_problem
+from .tomlfile import check_regexes, read_toml, regex_problem
 from .vocab import ROLE, ROLES, STAGE, STAGE_NAMES
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
@@ -140,8 +140,10 @@ def _load(
     paths: list[Path], directory: Path, user_rules: str | Path | None
 ) -> dict[str, Profile]:
     profiles = {}
-    for path in paths:
-        profile = _profile(path, _read(path))
+    files = [(path, _read(path)) for path in paths]
+    check_regexes(pattern for _, data in files for pattern in _patterns(data))
+    for path, data in files:
+        profile = _profile(path, data)
         if profile.name in profiles:
             raise ProfileError(f"{path}: profile name {profile.name!r} is used twice")
         profiles[profile.name] = profile
@@ -150,6 +152,20 @@ def _load(
     if user_rules is not None:
         profiles = _merge_user(profiles, Path(user_rules))
     return profiles
+
+
+def _patterns(data: dict[str, Any]) -> Iterator[str]:
+    """The regexes a profile file holds, where they are where :func:`_profile` reads them."""
+    head = data.get("profile")
+    head = head if isinstance(head, dict) else {}
+
+    def listed(value: Any) -> list[Any]:
+        return value if isinstance(value, list) else []
+
+    yield from (str(x) for x in listed(head.get("detect")))
+    for table in listed(data.get("rules")) + listed(head.get("version_evidence")):
+        if isinstance(table, dict):
+            yield from (str(table[k]) for k in ("match", "names", "absent") if table.get(k))
 
 
 def _read(path: Path) -> dict[str, Any]:
