@@ -608,7 +608,7 @@ def _exposed(ctx: Context) -> None:
         ctx.add(
             fid, "communication",
             f"{_dimension_words(dims)} collectives: {duration(exposed / (n * steps))} exposed "
-            "per device and step (overlapping calls on a rank counted once), "
+            "per rank and step (overlapping calls on a rank counted once), "
             f"of which {duration(saving)} transfer and the rest sync wait "
             f"({plural(n, 'rank')}, {plural(steps, 'step')})",
             saving,
