@@ -72,6 +72,23 @@ def test_the_same_words_are_answered_without_typer(dataset: Path) -> None:
     assert len(lines(dataset)) == 2
 
 
+def test_an_output_of_another_suffix_is_a_report_of_its_own_format(dataset: Path) -> None:
+    """The suffix says the format when -f does not: a report kept for ``-o a.txt`` is not
+    the answer to ``-o b.json`` (a text report in b.json), nor a JSON one to ``-o c.md``."""
+    cwd = dataset.parent
+    assert rlperf("analyze", "ds", "-o", "a.txt", cwd=cwd)[:2] == (0, True)
+    status, typer, err = rlperf("analyze", "ds", "-o", "b.json", cwd=cwd)
+    assert (status, typer) == (0, True), err
+    assert err.splitlines()[0] == "rlperf: wrote the json report to b.json"
+    assert (cwd / "b.json").read_text().startswith("{")
+    status, typer, _ = rlperf("analyze", "ds", "-o", "c.md", cwd=cwd)
+    assert (status, typer) == (0, True)
+    assert (cwd / "c.md").read_text().startswith("# ")
+    assert rlperf("analyze", "ds", "-o", "d.json", cwd=cwd)[:2] == (0, False)
+    assert (cwd / "d.json").read_bytes() == (cwd / "b.json").read_bytes()
+    assert len(lines(dataset)) == 3
+
+
 def test_what_it_cannot_be_sure_of_goes_the_long_way(dataset: Path) -> None:
     cwd = dataset.parent
     assert rlperf("analyze", "ds", "-f", "json", "-o", "a.json", cwd=cwd)[:2] == (0, True)
@@ -113,9 +130,9 @@ def test_another_manifest_or_code_finds_no_line(dataset: Path, monkeypatch) -> N
 def test_words_name_one_dataset_and_one_output(dataset: Path) -> None:
     ds = str(dataset)
     assert recall.words(["analyze", ds, "-o", "r.json", "-q"]) == (
-        ds, "r.json", ["analyze", ds, "-o", "\0output", "-q"])
-    assert recall.words(["analyze", "--output=r.md", "-f", "md", ds]) == (
-        ds, "r.md", ["analyze", "--output=\0output", "-f", "md", ds])
+        ds, "r.json", ["analyze", ds, "-o", "\0output.json", "-q"])
+    assert recall.words(["analyze", "--output=r.MD", "-f", "md", ds]) == (
+        ds, "r.MD", ["analyze", "--output=\0output.md", "-f", "md", ds])
     assert recall.words(["analyze", ds]) is None  # stdout: nothing is kept
     assert recall.words(["analyze", ds, "-o", "a", "-o", "b"]) is None
     assert recall.words(["analyze", ds, ds, "-o", "a"]) is None

@@ -68,7 +68,8 @@ def _code_files() -> list[tuple[str, os.stat_result]]:
 def words(argv: list[str]) -> tuple[str, str, list[str]] | None:
     """``(dataset, output, words)`` of ``rlperf analyze`` words naming exactly one dataset
     folder and one output (``-o FILE``, ``--output FILE`` or ``--output=FILE``), the output's
-    word replaced; None for anything else."""
+    word replaced by its suffix (which says the report's format where ``-f`` does not); None
+    for anything else."""
     if not argv or argv[0] != "analyze":
         return None
     shown = list(argv)
@@ -76,16 +77,22 @@ def words(argv: list[str]) -> tuple[str, str, list[str]] | None:
     for i, word in enumerate(argv):
         if word in OUTPUT_FLAGS and i + 1 < len(argv):
             outputs.append(argv[i + 1])
-            shown[i + 1] = "\0output"
+            shown[i + 1] = _output_word(argv[i + 1])
         elif word.startswith("--output="):
             outputs.append(word.partition("=")[2])
-            shown[i] = "--output=\0output"
+            shown[i] = "--output=" + _output_word(outputs[-1])
     clustered = any(w.startswith("-") and not w.startswith("--") and "o" in w and w != "-o"
                     for w in argv)  # -oFILE, -qo FILE: an output this count would miss
     if len(outputs) != 1 or clustered:
         return None
     roots = [w for w in shown[1:] if "\0" not in w and os.path.isfile(os.path.join(w, MANIFEST))]
     return (roots[0], outputs[0], shown) if len(roots) == 1 else None
+
+
+def _output_word(output: str) -> str:
+    """What of an output's name a kept report depends on: its suffix, as the long way reads it
+    (``-o r.json`` writes JSON, ``-o r.txt`` text)."""
+    return "\0output" + os.path.splitext(output)[1].lower()
 
 
 def _key(manifest: bytes, shown: list[str]) -> str:
