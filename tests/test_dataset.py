@@ -603,3 +603,21 @@ def test_a_report_does_not_depend_on_the_order_names_got_their_codes(
     assert done.returncode == 0, done.stderr
     first, second = json.loads(files.read_text()), json.loads(again.read_text())
     assert first["sources"] and second == first
+
+
+RL_INSIGHT = REPO.parent / "shared" / "corpus" / "rl-insight"
+"""Real verl profiler folders of two roles (a rollout replica and the actor), joined into one
+run by their roles: the run's choice says so in a note."""
+
+
+def test_a_note_is_said_once_from_a_dataset_and_from_its_copy(tmp_path: Path, capsys) -> None:
+    """The roles note was said twice from the dataset (its manifest keeps it and choosing the
+    run says it again), and each copy of the dataset kept one more."""
+    direct = [n for n in analyzer.load([RL_INSIGHT]).notes if "profiling windows" in n]
+    assert len(direct) == 1
+    first, copy = tmp_path / "ds", tmp_path / "copy"
+    assert rlperf(capsys, "ingest", str(RL_INSIGHT), "-o", str(first), "-q")[0] == 0
+    assert rlperf(capsys, "ingest", str(first), "-o", str(copy), "-q")[0] == 0
+    for ds in (first, copy):
+        assert json.loads((ds / MANIFEST).read_text())["notes"].count(direct[0]) == 1, ds
+        assert analyzer.load([ds]).notes.count(direct[0]) == 1, ds

@@ -51,7 +51,8 @@ def build(
 ) -> Run:
     """The run of ``parsed`` (one run's sources): ranks and roles assigned with the user's
     options, events and metric rows concatenated (the metric rows of the ``--steps`` selection,
-    and those of no step: a log's settings), the parsers' warnings kept."""
+    and those of no step: a log's settings), the parsers' warnings kept; each note once (a
+    dataset's manifest keeps the note its run's choice says again when it is read)."""
     options = options or Options()
     events, ranks, roles, assembly_notes = assign_ranks(parsed, options)
     events = mark_communication(events, load_families(options.collective_rules))
@@ -67,7 +68,7 @@ def build(
         events=events,
         metrics=metrics,
         warnings=[w for p in parsed for w in p.warnings],
-        notes=[*(notes or []), *assembly_notes],
+        notes=list(dict.fromkeys([*(notes or []), *assembly_notes])),
         unknown=list(unknown or []),
         options=options,
     )

@@ -197,13 +197,14 @@ def write_manifest(
     unknown: Iterable[Path] = (),
 ) -> dict[str, Any]:
     """The manifest over the sources already written (``records``, as :func:`write_source`
-    returned them): written last and atomically, it is what makes ``root`` a dataset."""
+    returned them): written last and atomically, it is what makes ``root`` a dataset. Each note
+    once: a dataset ingested again says its own notes and its run's choice says some again."""
     manifest = {
         "format": FORMAT,
         "version": VERSION,
         "rlperf": rlperf_version(),
         "run": run or {},
-        "notes": list(notes),
+        "notes": list(dict.fromkeys(notes)),
         "unknown": [str(p) for p in unknown],
         "sources": sorted(records, key=lambda r: r["index"]),
     }
