@@ -621,3 +621,19 @@ def test_a_note_is_said_once_from_a_dataset_and_from_its_copy(tmp_path: Path, ca
     for ds in (first, copy):
         assert json.loads((ds / MANIFEST).read_text())["notes"].count(direct[0]) == 1, ds
         assert analyzer.load([ds]).notes.count(direct[0]) == 1, ds
+
+
+def test_ingest_strict_judges_the_sources_and_analyze_strict_the_run(
+    tmp_path: Path, capsys
+) -> None:
+    """rl-insight's log-prob trace of rank 0 parses without a warning; its run's assembly
+    warns that distributedInfo's world size (2) is not its default group's (4 ranks): ingest
+    --strict writes the dataset, analyze --strict of it refuses (docs/errors.md, --strict)."""
+    trace = RL_INSIGHT / "actor_compute_log_prob__prof_rank-0_031847.json.gz"
+    ds = tmp_path / "ds"
+    status, _, err = rlperf(capsys, "ingest", str(trace), "-o", str(ds), "-q", "--strict")
+    assert (status, err) == (0, f"rlperf: wrote the dataset of 1 source (rank 0) to {ds}\n")
+    status, _, err = rlperf(capsys, "analyze", str(ds), "-q", "--strict")
+    assert status == 2
+    assert err.startswith("rlperf: error: --strict: warning treated as an error: ")
+    assert "world_size 2, default group 'default_pg' has 4 ranks (0,1,2,3)" in err

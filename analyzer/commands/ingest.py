@@ -42,7 +42,7 @@ from .shared import (
     Paths,
     Quiet,
     RayAddress,
-    Strict,
+    SourcesStrict,
     refuse_warnings,
     say,
     say_warnings,
@@ -85,7 +85,7 @@ def ingest(
     ray_address: RayAddress = None,
     quiet: Quiet = False,
     run_choice: RunChoice = None,
-    strict: Strict = False,
+    strict: SourcesStrict = False,
     debug: Debug = False,
 ) -> None:
     """Parse a run's sources once into a dataset that every command reads in their place.

@@ -211,6 +211,18 @@ Strict = Annotated[
         callback=_setter("strict"),
     ),
 ]
+SourcesStrict = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        help="Treat every warning of reading the sources and choosing the run as an error: "
+        "exit status 2 naming the first one. What the analysis warns of, analyze --strict "
+        "judges.",
+        callback=_setter("strict"),
+    ),
+]
+"""``ingest``'s ``--strict``: it assembles and analyses no run (it holds no source's events),
+so the warnings it can judge are those of parsing and of choosing the run."""
 
 
 def hold_strict(runs: Iterable[Run]) -> None:
