@@ -245,7 +245,12 @@ def test_bad_baseline_and_usage(reports, tmp_path: Path):
     done = cli("audit", str(reports["colocated"]), "--baseline", str(not_report))
     assert done.returncode == 2 and "not an rlperf JSON report" in done.stderr
     done = cli("audit", str(reports["colocated"]))
-    assert done.returncode == 2 and "--budget" in done.stderr
+    assert (done.returncode, done.stderr) == (
+        2, "rlperf: error: audit: needs --budget FILE, --baseline FILE or both (docs/ci.md)\n")
+    done = cli("audit", str(reports["colocated"]), "--baseline", str(tmp_path))
+    assert (done.returncode, done.stderr) == (2, (
+        f"rlperf: error: {tmp_path}: is a folder, and a baseline is a JSON report: write one "
+        f"with rlperf analyze {tmp_path} --format json -o baseline.json\n"))
     gzipped = tmp_path / "trace.json.gz"
     gzipped.write_bytes(gzip.compress(b'{"traceEvents": []}'))
     done = cli("audit", str(reports["colocated"]), "--baseline", str(gzipped))

@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from parsers.errors import InputError
+
 from ..progress import Steps
 from ..report.files import check_output, write_text
 from .shared import (
@@ -95,7 +97,7 @@ def audit(
     from ..report import json as json_report  # deferred: the renderers import polars
 
     if budget is None and baseline is None:
-        raise typer.BadParameter("give --budget FILE, --baseline FILE or both")
+        raise InputError("audit", "needs --budget FILE, --baseline FILE or both (docs/ci.md)")
     check_output(junit)
     checks = budgets.load_budget(budget) if budget else []
     base = budgets.load_report(baseline) if baseline else None

@@ -315,6 +315,9 @@ def regression_checks(baseline: dict[str, Any]) -> list[Check]:
 
 def load_report(path: Path) -> dict[str, Any]:
     """A JSON report written by ``rlperf analyze --format json``."""
+    if path.is_dir():
+        raise InputError(path, "is a folder, and a baseline is a JSON report: write one with "
+                         f"rlperf analyze {path} --format json -o baseline.json")
     try:
         document = json.loads(_read(path))
     except json.JSONDecodeError as exc:
