@@ -183,10 +183,28 @@ def _classify(file: Path, found: Discovery) -> None:
         )
         return
     fmt = sniff(file, head)
-    if fmt is None:
-        found.unknown.append(file)
-    else:
+    if fmt is not None:
         found.sources.append((file, fmt))
+    elif (damage := _gzip_damage(file, head)) is not None:
+        found.skipped.append((file, damage))
+    else:
+        found.unknown.append(file)
+
+
+def _gzip_damage(file: Path, head: bytes) -> str | None:
+    """Why a file named ``.gz`` that no parser claims is damaged rather than another kind of
+    file (a tarball stays unknown): its bytes are not gzip, or their start does not inflate.
+    A damaged rank trace in a run's folder is then said with the problem, as a named one is."""
+    if not file.name.lower().endswith(".gz"):
+        return None
+    try:
+        with file.open("rb") as fh:
+            magic = fh.read(2)
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    if magic != b"\x1f\x8b":
+        return "not gzip data (the name ends .gz)"
+    return "damaged gzip data (its start does not inflate)" if not head else None
 
 
 NAMED_OWN_OUTPUT = (

@@ -139,3 +139,22 @@ def test_several_datasets_are_one_note_and_a_foreign_manifest_is_walked(tmp_path
     (note,) = [n for n in found.notes if "rlperf dataset" in n]
     assert note.startswith("5 rlperf datasets found in the folders given")
     assert "entry0" in note and "entry2" in note and "entry3" not in note and "and 2 more" in note
+
+
+def test_a_damaged_gz_in_a_folder_is_skipped_with_its_problem(tmp_path: Path):
+    """A rank trace whose bytes were lost in a run's folder was listed as 'not a format rlperf
+    reads', like a README; named alone it gets its parser's problem. Now the folder says the
+    problem too; a valid gzip of something else (a tarball) stays an unknown file."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy2(SYNTH / "rank-0.synthetic.pt.trace.json.gz", run)
+    (run / "rank-1.pt.trace.json.gz").write_bytes(b"\0" * 4096)
+    (run / "rank-2.pt.trace.json.gz").write_bytes(b"\x1f\x8b\x08\x00" + b"\xff" * 64)
+    (run / "logs.tar.gz").write_bytes(gzip.compress(b"\0" * 1024))
+    found = discover([run])
+    assert [p.name for p, _ in found.sources] == ["rank-0.synthetic.pt.trace.json.gz"]
+    assert found.skipped == [
+        (run / "rank-1.pt.trace.json.gz", "not gzip data (the name ends .gz)"),
+        (run / "rank-2.pt.trace.json.gz", "damaged gzip data (its start does not inflate)"),
+    ]
+    assert found.unknown == [run / "logs.tar.gz"]
