@@ -680,10 +680,12 @@ def test_g22_g23_g24_on_the_real_verl_log():
     )
 
 
-def test_g23_counts_no_checkpoint_as_zero_and_g24_is_not_about_trl():
-    """TRL has no single controller: G24 (controller dispatch gaps) is not evaluated for it."""
+def test_g23_and_g24_are_not_judged_from_trls_log():
+    """TRL's trainer_state.json times no checkpoint or evaluation (its profile names no such
+    timer), so G23 cannot read their absence as zero; TRL has no single controller: G24
+    (controller dispatch gaps) is not evaluated for it."""
     trl = logs_run(RUNS / "trl_grpo" / "logs" / "trainer_state.json")
-    passed(trl, "G23", 0.0)
+    not_evaluated(trl, "G23", "the trl profile names no log timer of them: none is not zero")
     got = row(trl, "G24")
     assert (got["status"], got["value"]) == ("not_evaluated", None)
     assert got["evidence"].startswith("does not apply: no single controller (framework trl;")
@@ -1251,3 +1253,20 @@ def test_synthetic_runs_rollout_tail_and_parallel_layout(synthetic):
     assert (got["status"], got["severity"]) == (
         ("violated", "error") if spanning else ("passed", None)
     )
+
+
+def test_no_checkpoint_timer_is_zero_only_where_the_framework_would_log_one(tmp_path: Path):
+    """G23 took a log without checkpoint or evaluation timers for a run that did none: right
+    for verl, which logs timing_s/save_checkpoint and timing_s/testing when they happen, but
+    DeepSpeed-Chat logs no such timer at all, and its 476 steps read 'passed: 0%'."""
+    got = not_evaluated(logs_run(DSCHAT_LOG), "G23", "the deepspeed_chat profile names no log "
+                        "timer of them: none is not zero")
+    assert got["evidence"].startswith("needs a checkpoint + evaluation timer (the log has none")
+    quiet = tmp_path / VERL_LOG.name
+    quiet.write_text(re.sub(r"timing_s/(save_checkpoint|testing):\S+ ", "",
+                            VERL_LOG.read_text()))
+    assert "timing_s/save_checkpoint:" not in quiet.read_text()
+    zero = passed(logs_run(quiet), "G23", 0.0)
+    assert zero["evidence"].startswith("checkpoint_eval_share = 0% (log timers (no timer), ")
+    violated = row(logs_run(VERL_LOG), "G23")
+    assert violated["status"] == "violated" and violated["value"] == pytest.approx(0.2003, abs=1e-4)

@@ -162,6 +162,12 @@ class Evidence:
         profile = found["profile"]
         return found["name"], found["name"] != profiles.GENERIC and not profile.engine
 
+    def _logs_a_timer(self, stages: list[str]) -> bool:
+        """Whether the run's framework profile names a log timer of one of ``stages``: a log of
+        that framework without one did none of them (zero); of another, it cannot say."""
+        profile = self.products["profile"]["profile"]
+        return any(r.stage in stages and r.source in ("log", "any") for r in profile.rules)
+
     @cached_property
     def rl_stages(self) -> tuple[str, ...]:
         """The RL-only stages (:data:`RL_STAGES`) the trace's timeline or the log's timers hold."""
@@ -272,6 +278,9 @@ class Evidence:
             )
         if pure.height == 0 and not absent_is_zero:
             return Missing(f"a {label} timer (the log has none)")
+        if pure.height == 0 and not self._logs_a_timer(stages):
+            return Missing(f"a {label} timer (the log has none, and the {self.framework[0]} "
+                           "profile names no log timer of them: none is not zero)")
         spent = pure.group_by("step").agg(pl.col("seconds").sum().alias("num"))
         frame = ratio(walls.select("step", pl.col("wall_s").alias("den")), spent)
         keys = (
