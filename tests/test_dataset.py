@@ -615,6 +615,7 @@ def test_a_note_is_said_once_from_a_dataset_and_from_its_copy(tmp_path: Path, ca
     run says it again), and each copy of the dataset kept one more."""
     direct = [n for n in analyzer.load([RL_INSIGHT]).notes if "profiling windows" in n]
     assert len(direct) == 1
+    assert "Tied by their role file-name prefixes in one profiler folder" in direct[0]
     first, copy = tmp_path / "ds", tmp_path / "copy"
     assert rlperf(capsys, "ingest", str(RL_INSIGHT), "-o", str(first), "-q")[0] == 0
     assert rlperf(capsys, "ingest", str(first), "-o", str(copy), "-q")[0] == 0

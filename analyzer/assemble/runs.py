@@ -551,13 +551,19 @@ def _roles_note(g: Group) -> list[str]:
         f"{folder_role(ms[0].source.path)} ({stage}, ranks {spans(sorted(_ranks_of(ms)))})"
         for stage, ms in roles.items()
     )
+    places = sorted({PLACES[role_place(ms[0].source.path)] for ms in roles.values()})
     return [
         f"one run of {len(roles)} roles' profiling windows: {each}. Tied by their role "
-        "folders in one profiler folder and one Kineto time base (a quarter's: on its own no "
-        "evidence), within 1 h; a rank is the number each role's world gives it, taken as one "
+        f"{' and '.join(places)} in one profiler folder and one Kineto time base (a "
+        "quarter's: on its own no evidence), within 1 h; a rank is the number each role's "
+        "world gives it, taken as one "
         f"device that each role uses in turn. {_duration(gap / 1e9)} between the windows was "
         "recorded by no profiler: a figure over the run's whole window counts it"
     ]
+
+
+PLACES = {"file-name prefix": "file-name prefixes", "folder": "folders"}
+""":func:`role_place`'s words, as the roles note says them of several roles."""
 
 
 def _unrecorded_ns(windows: list[tuple[int, int]]) -> int:
