@@ -68,7 +68,8 @@ def test_the_same_words_are_answered_without_typer(dataset: Path) -> None:
     status, typer, text_again = rlperf("analyze", "ds", "--output=d.txt", cwd=cwd)
     assert (status, typer) == (0, False)
     assert (cwd / "d.txt").read_bytes() == (cwd / "c.txt").read_bytes()
-    assert text_again == text  # a text report says nothing of where it went, either way
+    assert text_again == text.replace("c.txt", "d.txt")
+    assert text_again.splitlines()[0] == "rlperf: wrote the text report to d.txt"
     assert len(lines(dataset)) == 2
 
 

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from parsers.errors import InputError
+from parsers.errors import InputError, printable
 
 from ..progress import Steps
 from .ingest import Reuse
@@ -311,6 +311,8 @@ def emit(
         return
     with console(output, report_width(width)) as out:
         text_report.render(run, out, verbose=verbose)
+    if output is not None:
+        steps.say(f"rlperf: wrote the text report to {printable(output)}")
 
 
 def report_width(asked: int | None) -> int:

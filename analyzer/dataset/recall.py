@@ -156,8 +156,8 @@ def recall(argv: list[str]) -> bool:
         _write(output, data)
     except (OSError, ValueError):
         return False
-    said = [] if fmt == "text" else [f"rlperf: wrote the {fmt} report to {output}"]
-    sys.stderr.write("".join(f"{line}\n" for line in [*said, *warnings]))
+    said = f"rlperf: wrote the {fmt} report to {output}"
+    sys.stderr.write("".join(f"{line}\n" for line in [said, *warnings]))
     return True
 
 
