@@ -185,7 +185,7 @@ def _classify(file: Path, found: Discovery) -> None:
     fmt = sniff(file, head)
     if fmt is not None:
         found.sources.append((file, fmt))
-    elif (damage := _gzip_damage(file, head)) is not None:
+    elif file.resolve() not in found.named and (damage := _gzip_damage(file, head)):
         found.skipped.append((file, damage))
     else:
         found.unknown.append(file)
@@ -194,7 +194,8 @@ def _classify(file: Path, found: Discovery) -> None:
 def _gzip_damage(file: Path, head: bytes) -> str | None:
     """Why a file named ``.gz`` that no parser claims is damaged rather than another kind of
     file (a tarball stays unknown): its bytes are not gzip, or their start does not inflate.
-    A damaged rank trace in a run's folder is then said with the problem, as a named one is."""
+    A damaged rank trace in a run's folder is then said with the problem (a named one gets its
+    parser's own error)."""
     if not file.name.lower().endswith(".gz"):
         return None
     try:
