@@ -367,6 +367,7 @@ class Reuse:
         data, warnings = self.kept
         if self.fmt == "text":
             write_bytes(self.output, data)
+            steps.say(f"rlperf: wrote the text report to {printable(self.output)}")
         else:
             emit_text(data.decode("utf-8"), self.output, steps, f"{self.fmt} report")
         for warning in warnings:
