@@ -38,7 +38,7 @@ RUNS = {
 }
 """Bundled multi-rank samples (8-rank synthetic traces, a real verl run's traces and logs, one
 Nsight report of several ranks' processes) and a two-rank run of the corpus."""
-RANK_LOCAL = {"gpu_time", "annotations", "event_checks", "event_names"}
+RANK_LOCAL = {"gpu_time", "annotations", "event_checks", "event_names", "rank_collective_calls"}
 
 
 DAMAGED = "synthetic disaggregated, damaged"
@@ -47,6 +47,9 @@ runs above has any): each rank's first 5 GPU rows twice (duplicates, overlaps on
 stream), and on ranks 0 and 3 a row ending before it starts."""
 CLEAN = {"event_checks"}
 """Products that are empty on a run of clean inputs."""
+SILENT = {"verl ppo multi-process nsys": {"rank_collective_calls"}}
+"""Products empty on a run that records none of their rows: the multi-process Nsight report
+holds CPU and NVTX ranges only, no collective call."""
 
 
 @cache
@@ -89,15 +92,19 @@ def by_ranks(run: Run, provider: Provider) -> pl.DataFrame:
 
 def test_the_rank_local_products_are_declared() -> None:
     assert {p.name for p in rank_local()} == RANK_LOCAL
-    assert {p.name for p in rank_local() if p.every_rank} == {"event_checks", "event_names"}
+    assert {p.name for p in rank_local() if p.every_rank} == {
+        "event_checks", "event_names", "rank_collective_calls"}
 
 
 def test_the_runs_have_several_ranks(run: Run) -> None:
     """What the check stands on: at least two ranks with events, and each rank-local product
     has rows of at least two ranks (else concatenation would be trivially the whole)."""
     assert len(split(run.events)) >= 2
+    silent = next((v for k, v in SILENT.items() if run is loaded(k)), set())
     for p in rank_local():
-        if p.name not in CLEAN or run is loaded(DAMAGED):
+        if p.name in silent:
+            assert whole(run, p).height == 0, p.name
+        elif p.name not in CLEAN or run is loaded(DAMAGED):
             assert whole(run, p)["rank"].n_unique() >= 2, p.name
 
 
@@ -143,8 +150,14 @@ def test_a_product_wrongly_declared_rank_local_fails_the_check(
 def test_collective_matching_declared_rank_local_fails_the_check() -> None:
     """A real cross-rank product (collective calls matched across members into instances)
     declared rank-local: the check fails on a run whose ranks talk to each other."""
+    from analyzer.assemble.collectives import collective_calls, pg_config
+
+    def matched(events: pl.DataFrame, sources: list, options: object) -> pl.DataFrame:
+        return collective_calls(events, pg_config(sources))
+
     run = loaded("synthetic disaggregated")
-    calls = dataclasses.replace(providers()["collective_calls"], per_rank=True)
+    calls = dataclasses.replace(providers()["collective_calls"], per_rank=True, fn=matched,
+                                params=("events", "sources", "options"))
     assert whole(run, calls)["rank"].n_unique() >= 2
     with pytest.raises(AssertionError):
         assert_frame_equal(by_ranks(run, calls), whole(run, calls), check_exact=True)

@@ -36,6 +36,13 @@ def collective_calls(
     families: tuple[tc.Family, ...] | None = None,
 ) -> pl.DataFrame:
     """One row per rank and collective call, with its group (canonical ranks) and instance."""
+    return matched_calls(rank_calls(events), pg_config, families)
+
+
+def rank_calls(events: pl.DataFrame) -> pl.DataFrame:
+    """Each rank's collective calls as its own events record them (kernels on a device rank;
+    on a host-only rank its outermost annotations, else cpu ops), in rank order: rank-local,
+    so a run read from a dataset extracts them rank by rank and gathers only the calls."""
     coll = events.filter(
         pl.col("coll").is_not_null() & (pl.col("rank") >= 0) & (pl.col("kind") != "log_stage")
     )
@@ -68,6 +75,16 @@ def collective_calls(
         "start_ns",
         "end_ns",
     )
+    return calls.sort("rank", maintain_order=True)
+
+
+def matched_calls(
+    calls: pl.DataFrame,
+    pg_config: dict[int, list[dict[str, Any]]],
+    families: tuple[tc.Family, ...] | None = None,
+) -> pl.DataFrame:
+    """The run's calls (:func:`rank_calls`) with their groups filled and matched across the
+    groups' members into instances: the cross-rank step."""
     calls = fill_groups(calls, pg_config, families)
     return _instances(calls).select(CALL_COLUMNS).sort("rank", "start_ns")
 
@@ -350,12 +367,17 @@ def _ordered_instances(calls: pl.DataFrame) -> pl.DataFrame:
     ).drop("seq_ok", "_key")
 
 
+@provides("rank_collective_calls", per_rank=True, every_rank=True)
+def rank_collective_calls(events: pl.DataFrame) -> pl.DataFrame:
+    return rank_calls(events)
+
+
 @provides("collective_calls")
 def collective_calls_product(
-    events: pl.DataFrame, sources: list[SourceInfo], options: Options
+    rank_collective_calls: pl.DataFrame, sources: list[SourceInfo], options: Options
 ) -> pl.DataFrame:
-    return collective_calls(
-        events, pg_config(sources), tc.load_families(options.collective_rules)
+    return matched_calls(
+        rank_collective_calls, pg_config(sources), tc.load_families(options.collective_rules)
     )
 
 
