@@ -195,6 +195,7 @@ class Products:
     # assembly
     ranks = Product[list[int]]()
     selected_ranks = Product[list[int]]()
+    rank_collective_calls = Product[Frame]()
     collective_calls = Product[Frame]()
     clock = Product[Frame]()
     aligned = Product[Frame]()
