@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from parsers.errors import InputError, printable
+from parsers.errors import InputError
 
 from ..progress import Steps
 from .ingest import Reuse
@@ -297,7 +297,7 @@ def emit(
 
     from ..report import json as json_report  # deferred: the renderers import polars
     from ..report import text as text_report  # deferred: polars
-    from ..report.files import console, emit_text  # deferred: with the renderers
+    from ..report.files import console, emit_text, say_written  # deferred: the renderers
     from ..report.formats import write_report  # deferred: the renderers (altair)
 
     if fmt in ("md", "html", "png"):
@@ -312,7 +312,7 @@ def emit(
     with console(output, report_width(width)) as out:
         text_report.render(run, out, verbose=verbose)
     if output is not None:
-        steps.say(f"rlperf: wrote the text report to {printable(output)}")
+        say_written(steps, "text report", output)
 
 
 def report_width(asked: int | None) -> int:

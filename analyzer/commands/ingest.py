@@ -28,7 +28,7 @@ from parsers.errors import InputError, printable
 from ..dataset import products, recall
 from ..model.units import plural, spans
 from ..progress import Steps, files_to_read, shown
-from ..report.files import emit_text, write_bytes
+from ..report.files import emit_text, say_written, write_bytes
 
 if TYPE_CHECKING:
     from ..model.run import Run
@@ -367,7 +367,7 @@ class Reuse:
         data, warnings = self.kept
         if self.fmt == "text":
             write_bytes(self.output, data)
-            steps.say(f"rlperf: wrote the text report to {printable(self.output)}")
+            say_written(steps, "text report", self.output)
         else:
             emit_text(data.decode("utf-8"), self.output, steps, f"{self.fmt} report")
         for warning in warnings:

@@ -166,5 +166,10 @@ def emit_text(text: str, output: Path | None, steps, what: str) -> list[Path]:
         sys.stdout.write(text)
         return []
     write_text(output, text)
-    steps.say(f"rlperf: wrote the {what} to {printable(output)}")
+    say_written(steps, what, output)
     return [output]
+
+
+def say_written(steps, what: str, output: Path) -> None:
+    """The line every command prints for a file it wrote (``what``: "json report", …)."""
+    steps.say(f"rlperf: wrote the {what} to {printable(output)}")
