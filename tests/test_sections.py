@@ -66,3 +66,22 @@ def test_no_counted_problem_beside_a_warning_is_not_no_problems() -> None:
         "No problems found in 1 file: nothing dropped, clamped or repaired, no overlaps, "
         "disorder, zero-length GPU work, clock corrections or cut files."
     )
+
+
+def test_the_sections_are_built_once_until_the_run_says_more(monkeypatch) -> None:
+    """Every format written and the progress step lay out one build; a warning added since
+    builds them anew (the data-quality note and the warnings list say it)."""
+    import analyzer
+    import analyzer.report.sections as sections_module
+    from analyzer.report.sections import sections
+
+    trace = Path(__file__).resolve().parents[1] / "sample_traces" / "synthetic" / (
+        "disaggregated/rank-0.synthetic.pt.trace.json.gz")
+    run = analyzer.load([trace])
+    builds = []
+    built = sections_module._built
+    monkeypatch.setattr(sections_module, "_built", lambda r: builds.append(r) or built(r))
+    first = sections(run)
+    assert sections(run) is first and len(builds) == 1
+    run.warnings.append("one more")
+    assert sections(run) is not first and len(builds) == 2

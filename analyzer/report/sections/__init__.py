@@ -121,15 +121,18 @@ def sections(run: Run) -> list[Section]:
     Built once per run and kept (``Run.kept``): the command builds them behind its progress
     display, then each format it writes lays the same sections out; a warning or note added
     since (the sections say them) builds them anew."""
-    said = (tuple(run.warnings), tuple(run.notes))
     kept = run.kept.get(KEPT)
-    if kept is None or kept[0] != said:
+    if kept is None or kept[0] != _said(run):
         built = _built(run)
-        run.kept[KEPT] = kept = ((tuple(run.warnings), tuple(run.notes)), built)
+        run.kept[KEPT] = kept = (_said(run), built)  # what building them said, too
     return kept[1]
 
 
 KEPT = "report.sections"
+
+
+def _said(run: Run) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return tuple(run.warnings), tuple(run.notes)
 
 
 def _built(run: Run) -> list[Section]:
